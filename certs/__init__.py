@@ -1,0 +1,1 @@
+"""Certificate tooling for container-notifier: CAs, serving and client certificates."""
