@@ -41,6 +41,16 @@ for spec in \
   [[ -x "$bin_dir/$name" ]] || built_any=1
   build "$dir" "$name" "$pkg"
 done
+# kwok's stage definitions ship inside its module; standalone kwok needs them passed with --config.
+if [[ ! -d "$bin_dir/kwok-stages" ]]; then
+  kwok_dir="$(cd "$here/build/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+  mkdir -p "$bin_dir/kwok-stages.tmp"
+  for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+    pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    cp "$kwok_dir/kustomize/stage/$stage.yaml" "$bin_dir/kwok-stages.tmp/"
+  done
+  mv "$bin_dir/kwok-stages.tmp" "$bin_dir/kwok-stages"
+fi
 if [[ $built_any == 1 ]]; then
   echo "build: cold build of missing binaries took $((SECONDS - total_start)) s (cache $bin_dir)" >&2
 else

@@ -1,0 +1,32 @@
+"""Session fixtures: the local control plane, reused when healthy, else started and stopped."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from localcluster import __main__ as localcluster
+from localcluster.layout import Layout, Ports
+from tests.support.kube import Cluster
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    layout, ports = Layout.default(), Ports()
+    reuse = localcluster.healthy(layout, ports)
+    if not reuse:
+        started = time.monotonic()
+        localcluster.up(layout, ports, localcluster.NODE_COUNT)
+        print(f"\ncluster: started for this session in {time.monotonic() - started:.1f} s")
+    yield Cluster(layout, ports, localcluster.build_binaries())
+    if not reuse:
+        localcluster.down(layout)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = cluster.create_namespace()
+    yield name
+    cluster.delete_namespace(name)
