@@ -1,6 +1,7 @@
 """Create certificate authorities and issue serving and client certificates.
 
-Keys are ECDSA P-256: small, fast to generate, and accepted by kube-apiserver, etcd and Python's ssl.
+Keys are ECDSA P-256: small, fast to generate, and accepted by kube-apiserver, etcd and
+Python's ssl.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def new_ca(common_name: str, validity: datetime.timedelta = DEFAULT_VALIDITY) -> KeyPair:

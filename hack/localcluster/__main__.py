@@ -64,7 +64,8 @@ def create_nodes(layout: Layout, ports: Ports, count: int) -> None:
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {
                     "name": name,
-                    "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    "annotations": {"kwok.x-k8s.io/node": "fake",
+                                    "node.alpha.kubernetes.io/ttl": "0"},
                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                "kubernetes.io/arch": "amd64", "type": "kwok"},
                 },

@@ -13,7 +13,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Tracked:
-    """A started process: its pid and the executable it was started as (guards against pid reuse)."""
+    """A started process: its pid and the executable it was started as (against pid reuse)."""
 
     name: str
     pid: int

@@ -1,4 +1,4 @@
-"""The local control plane is a real one: scheduling, exec through kwok, RBAC, aggregation config."""
+"""The local control plane is a real one: scheduling, RBAC, aggregation configuration."""
 
 from __future__ import annotations
 
