@@ -1,0 +1,34 @@
+"""The resources served in notifier.x-k8s.io/v1alpha1 (see docs: the API contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "notifier.x-k8s.io"
+VERSION = "v1alpha1"
+GROUP_VERSION = f"{GROUP}/{VERSION}"
+API_PATH = f"/apis/{GROUP_VERSION}"
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    """Plural name; ``parent/subresource`` for a subresource."""
+    kind: str
+    verbs: tuple[str, ...]
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    namespaced: bool = True
+
+
+POD_NOTIFY = Resource("pods/notify", "PodNotifier", ("create",))
+PODNOTIFIERS = Resource(
+    "podnotifiers", "PodNotifier", ("delete", "deletecollection", "get", "list", "watch"),
+    singular="podnotifier", short_names=("pnot",), categories=("notifier",),
+)
+NOTIFICATIONS = Resource(
+    "notifications", "Notification", ("create", "delete", "get", "list", "watch"),
+    singular="notification", categories=("notifier",),
+)
+RESOURCES = (NOTIFICATIONS, PODNOTIFIERS, POD_NOTIFY)

@@ -1,0 +1,1 @@
+"""Delegated authentication: front-proxy headers, x509 client certificates, TokenReview."""

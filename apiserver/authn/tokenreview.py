@@ -1,0 +1,78 @@
+"""Bearer tokens checked with TokenReview, answers cached for a TTL (errors never cached)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from apiserver.authn.user import UserInfo
+from apiserver.kube import KubeClient
+from apiserver.ttlcache import TTLCache
+
+TOKENREVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+
+
+@dataclass
+class TokenReviewCounters:
+    reviews: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True)
+class _Answer:
+    user: UserInfo | None
+
+
+class TokenReviewer:
+    def __init__(self, kube: KubeClient, ttl: float, clock: Callable[[], float] = time.monotonic):
+        self._kube = kube
+        self._ttl = ttl
+        self._cache: TTLCache[_Answer] = TTLCache(clock=clock)
+        # Cache keys are keyed hashes, so that raw tokens are not kept as keys.
+        self._key = os.urandom(32)
+        self.counters = TokenReviewCounters()
+
+    async def review(self, token: str) -> UserInfo | None:
+        """The token's user, or None if kube-apiserver rejected it.
+
+        Raises KubeUnavailable or KubeError when there is no answer.
+        """
+        key = hmac.new(self._key, token.encode(), hashlib.sha256).digest()
+        cached = self._cache.get(key)
+        if cached is not None:
+            self.counters.cache_hits += 1
+            return cached.user
+        self.counters.cache_misses += 1
+        self.counters.reviews += 1
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
+        try:
+            answer = await self._kube.post(TOKENREVIEWS_PATH, body)
+        except Exception:
+            self.counters.errors += 1
+            raise
+        result = _Answer(_user(answer.get("status") or {}))
+        self._cache.put(key, result, self._ttl)
+        return result.user
+
+
+def _user(status: dict[str, Any]) -> UserInfo | None:
+    if not status.get("authenticated"):
+        return None
+    user = status.get("user") or {}
+    return UserInfo(
+        name=str(user.get("username", "")),
+        uid=str(user.get("uid", "")),
+        groups=[str(g) for g in user.get("groups") or []],
+        extra={str(k): [str(v) for v in vs] for k, vs in (user.get("extra") or {}).items()},
+    )

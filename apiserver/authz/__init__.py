@@ -1,0 +1,1 @@
+"""Delegated authorization: request attributes and SubjectAccessReview."""

@@ -1,0 +1,106 @@
+"""Authorization by SubjectAccessReview, with allowed and denied answers cached separately.
+
+The cache key is the whole review spec (user, uid, groups, extra and attributes). Errors are
+never cached and propagate (KubeUnavailable, KubeError): the caller fails closed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from apiserver.authn.user import UserInfo
+from apiserver.authz.attributes import RequestAttributes
+from apiserver.kube import KubeClient
+from apiserver.ttlcache import TTLCache
+
+SUBJECTACCESSREVIEWS_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+SYSTEM_MASTERS = "system:masters"
+ALWAYS_ALLOWED_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str = ""
+
+
+class Authorizer(Protocol):
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes) -> Decision: ...
+
+
+@dataclass
+class ReviewCounters:
+    """Totals since start: reviews sent, cache hits and misses, reviews that got no answer."""
+
+    reviews: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    errors: int = 0
+
+
+def review_spec(user: UserInfo, attributes: RequestAttributes) -> dict[str, Any]:
+    """The SubjectAccessReview spec asking whether `user` may do `attributes`."""
+    spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups)}
+    if user.uid:
+        spec["uid"] = user.uid
+    if user.extra:
+        spec["extra"] = {key: list(values) for key, values in user.extra.items()}
+    if attributes.resource_request:
+        fields = {
+            "namespace": attributes.namespace,
+            "verb": attributes.verb,
+            "group": attributes.api_group,
+            "version": attributes.api_version,
+            "resource": attributes.resource,
+            "subresource": attributes.subresource,
+            "name": attributes.name,
+        }
+        spec["resourceAttributes"] = {key: value for key, value in fields.items() if value}
+    else:
+        spec["nonResourceAttributes"] = {"path": attributes.path, "verb": attributes.verb}
+    return spec
+
+
+class SubjectAccessReviewAuthorizer:
+    def __init__(self, kube: KubeClient, *, allowed_ttl: float, denied_ttl: float,
+                 clock: Callable[[], float] = time.monotonic):
+        self._kube = kube
+        self._allowed_ttl = allowed_ttl
+        self._denied_ttl = denied_ttl
+        self._cache: TTLCache[Decision] = TTLCache(clock=clock)
+        self.counters = ReviewCounters()
+
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes) -> Decision:
+        if SYSTEM_MASTERS in user.groups:
+            return Decision(True, f"member of {SYSTEM_MASTERS}")
+        if not attributes.resource_request and attributes.path in ALWAYS_ALLOWED_PATHS:
+            return Decision(True, "always allowed path")
+        spec = review_spec(user, attributes)
+        key = json.dumps(spec, sort_keys=True)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self.counters.cache_hits += 1
+            return cached
+        self.counters.cache_misses += 1
+        self.counters.reviews += 1
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": spec,
+        }
+        try:
+            answer = await self._kube.post(SUBJECTACCESSREVIEWS_PATH, body)
+        except Exception:
+            self.counters.errors += 1
+            raise
+        status = answer.get("status") or {}
+        decision = Decision(
+            allowed=bool(status.get("allowed")) and not status.get("denied"),
+            reason=str(status.get("reason", "")),
+        )
+        self._cache.put(key, decision, self._allowed_ttl if decision.allowed else self._denied_ttl)
+        return decision

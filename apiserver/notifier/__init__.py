@@ -1,0 +1,1 @@
+"""Running notifiers in containers through the kube-apiserver's ``pods/exec``."""

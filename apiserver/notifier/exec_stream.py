@@ -1,0 +1,228 @@
+"""Run a command in a container through the kube-apiserver's ``pods/exec`` WebSocket.
+
+One coroutine per exec, no threads. The stream is opened with stdout and stderr only (no stdin,
+no TTY), speaking ``v5.channel.k8s.io`` or, from older servers, ``v4.channel.k8s.io``. Only the
+last ``tail_bytes`` of each output are kept. Every failure, including a refused handshake or a
+broken connection, is reported in the ``ExecResult``; only cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosedError, InvalidStatus, WebSocketException
+from websockets.http11 import Response
+from websockets.typing import Subprotocol
+
+from apiserver.notifier.exec_protocol import (
+    DEFAULT_TAIL_BYTES,
+    Channel,
+    ExecReason,
+    Outcome,
+    OutputTail,
+    ProtocolError,
+    classify_failure,
+    interpret_status,
+    parse_frame,
+    status_from_body,
+)
+
+SUBPROTOCOLS = (Subprotocol("v5.channel.k8s.io"), Subprotocol("v4.channel.k8s.io"))
+CLOSE_TIMEOUT_SECONDS = 1.0
+"""How long closing the stream may take after the command's timeout."""
+
+_MAX_MESSAGE_BYTES = 1 << 20
+_MAX_STATUS_BYTES = 64 << 10
+_MAX_SHOWN_BODY_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class KubeEndpoint:
+    """Where and as whom to reach the kube-apiserver.
+
+    ``ssl_context`` carries the trust roots and, for x509 authentication, the client
+    certificate; ``headers`` carry e.g. ``Authorization: Bearer ...``.
+    """
+
+    url: str
+    ssl_context: ssl.SSLContext | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int | None
+    """The command's exit code; None if it did not run or its end was not seen."""
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    reason: ExecReason
+    message: str
+    started: datetime
+    finished: datetime
+
+
+def exec_url(
+    base_url: str, namespace: str, pod: str, container: str, command: Sequence[str]
+) -> str:
+    """The WebSocket URL of ``pods/exec`` for a non-interactive command."""
+    base = urlsplit(base_url)
+    scheme = {"https": "wss", "http": "ws"}.get(base.scheme, base.scheme)
+    path = (
+        f"{base.path.rstrip('/')}/api/v1/namespaces/{quote(namespace, safe='')}"
+        f"/pods/{quote(pod, safe='')}/exec"
+    )
+    query = urlencode(
+        [("command", argument) for argument in command]
+        + [
+            ("container", container),
+            ("stdin", "false"),
+            ("stdout", "true"),
+            ("stderr", "true"),
+            ("tty", "false"),
+        ]
+    )
+    return urlunsplit((scheme, base.netloc, path, query, ""))
+
+
+async def exec_in_container(
+    endpoint: KubeEndpoint,
+    namespace: str,
+    pod: str,
+    container: str,
+    command: Sequence[str],
+    *,
+    timeout_seconds: float,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+) -> ExecResult:
+    """Run ``command`` in the container and wait for it to exit, at most ``timeout_seconds``.
+
+    On timeout the stream is closed and the result has reason ``Timeout``. Closing the stream
+    does not stop the process in the container: it may still be running, and finish later.
+    The call returns at most ``CLOSE_TIMEOUT_SECONDS`` after the timeout.
+    """
+    started = datetime.now(UTC)
+    stdout, stderr = OutputTail(tail_bytes), OutputTail(tail_bytes)
+    url = exec_url(endpoint.url, namespace, pod, container, command)
+    try:
+        async with asyncio.timeout(timeout_seconds):
+            outcome = await _stream(endpoint, url, stdout, stderr)
+    except TimeoutError:
+        outcome = Outcome(
+            ExecReason.TIMEOUT,
+            None,
+            f"no exit status within {timeout_seconds:g}s; the exec stream was closed, but the "
+            "command may still be running in the container",
+        )
+    return ExecResult(
+        exit_code=outcome.exit_code,
+        stdout=stdout.value(),
+        stderr=stderr.value(),
+        stdout_truncated=stdout.truncated,
+        stderr_truncated=stderr.truncated,
+        reason=outcome.reason,
+        message=outcome.message,
+        started=started,
+        finished=datetime.now(UTC),
+    )
+
+
+async def _stream(
+    endpoint: KubeEndpoint, url: str, stdout: OutputTail, stderr: OutputTail
+) -> Outcome:
+    tls: dict[str, Any] = {}
+    if url.startswith("wss:") and endpoint.ssl_context is not None:
+        tls["ssl"] = endpoint.ssl_context
+    try:
+        async with connect(
+            url,
+            subprotocols=SUBPROTOCOLS,
+            additional_headers=dict(endpoint.headers),
+            user_agent_header="container-notifier",
+            compression=None,
+            proxy=None,  # like the kubernetes client: no proxy from the environment
+            open_timeout=None,  # the caller's timeout covers the handshake
+            ping_interval=None,  # the caller's timeout bounds the stream; no keepalive needed
+            close_timeout=CLOSE_TIMEOUT_SECONDS,
+            max_size=_MAX_MESSAGE_BYTES,
+            **tls,
+        ) as connection:
+            return await _read(connection, stdout, stderr)
+    except InvalidStatus as refused:
+        return _refused(refused.response)
+    except (OSError, WebSocketException) as error:
+        return Outcome(ExecReason.EXEC_FAILED, None, f"cannot open the exec stream: {error}")
+
+
+async def _read(connection: ClientConnection, stdout: OutputTail, stderr: OutputTail) -> Outcome:
+    status = bytearray()
+    try:
+        async for message in connection:
+            if not message:
+                continue
+            channel, payload = parse_frame(message)
+            if channel == Channel.STDOUT:
+                stdout.write(payload)
+            elif channel == Channel.STDERR:
+                stderr.write(payload)
+            elif channel == Channel.STATUS:
+                status += payload
+                decoded = _complete_status(status)
+                if decoded is not None:
+                    return interpret_status(decoded)
+    except ConnectionClosedError as closed:
+        return Outcome(
+            ExecReason.EXEC_FAILED,
+            None,
+            f"the exec stream broke before the exit status arrived: {closed}",
+        )
+    except ProtocolError as error:
+        return Outcome(ExecReason.EXEC_FAILED, None, f"the exec stream is malformed: {error}")
+    return Outcome(ExecReason.EXEC_FAILED, None, "the exec stream ended without an exit status")
+
+
+def _complete_status(buffer: bytearray) -> dict[str, Any] | None:
+    """The status once its JSON is complete (it may span frames); None while it is not."""
+    if len(buffer) > _MAX_STATUS_BYTES:
+        raise ProtocolError(f"status larger than {_MAX_STATUS_BYTES} bytes")
+    try:
+        decoded = json.loads(buffer)
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict):
+        raise ProtocolError("the status channel did not carry a JSON object")
+    return decoded
+
+
+def _refused(response: Response) -> Outcome:
+    status = status_from_body(bytes(response.body))
+    if status is not None:
+        detail = str(status.get("message") or status.get("reason") or "")
+    else:
+        detail = bytes(response.body).decode(errors="replace").strip()[:_MAX_SHOWN_BODY_CHARS]
+    message = f"kube-apiserver refused the exec (HTTP {response.status_code})" + (
+        f": {detail}" if detail else ""
+    )
+    if response.status_code == 400:
+        return Outcome(classify_failure(detail), None, message)
+    if response.status_code == 404 and status is not None and _is_pod_not_found(status):
+        return Outcome(ExecReason.POD_DELETED, None, message)
+    return Outcome(ExecReason.EXEC_FAILED, None, message)
+
+
+def _is_pod_not_found(status: Mapping[str, Any]) -> bool:
+    details = status.get("details")
+    return (
+        status.get("reason") == "NotFound"
+        and isinstance(details, dict)
+        and (details.get("kind") == "pods")
+    )

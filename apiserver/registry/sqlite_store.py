@@ -1,0 +1,632 @@
+"""``ObjectStore`` on the embedded SQLite database."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import copy
+import json
+import sqlite3
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from apiserver.registry import sqlite_database as db
+from apiserver.registry.errors import (
+    AlreadyExists,
+    BadRequest,
+    Conflict,
+    Expired,
+    Invalid,
+    NotFound,
+    ResourceVersionTooLarge,
+    TooLarge,
+    TooManyRequests,
+)
+from apiserver.registry.objects import (
+    FINISHED_PHASES,
+    IndexedFields,
+    encode,
+    generate_name,
+    metadata,
+    timestamp,
+)
+from apiserver.registry.resources import ResourceType
+from apiserver.registry.selectors import parse_field_selector, parse_label_selector
+from apiserver.registry.sqlite_database import SqliteDatabase
+from apiserver.registry.store import BoundedCreate, ListResult, Object, ObjectStore
+from apiserver.registry.watch import (
+    DEFAULT_MAX_QUEUED_EVENTS,
+    Change,
+    EventType,
+    Watch,
+    WatchFilter,
+    WatchHub,
+)
+
+DEFAULT_MAX_OBJECT_BYTES = 256 * 1024
+_GENERATE_NAME_ATTEMPTS = 8
+_LIST_BATCH = 500
+_FINISHED = f"phase IN ({', '.join(repr(phase) for phase in FINISHED_PHASES)})"
+_CURRENT = "resource = ? AND superseded IS NULL"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Stored:
+    object: Object
+    rv: int
+    created_rv: int
+
+
+class SqliteObjectStore(ObjectStore):
+    def __init__(
+        self,
+        database: SqliteDatabase,
+        resource: ResourceType,
+        *,
+        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+        max_queued_events: int = DEFAULT_MAX_QUEUED_EVENTS,
+    ) -> None:
+        self.resource = resource
+        self._database = database
+        self._max_object_bytes = max_object_bytes
+        self._max_queued_events = max_queued_events
+        self._hub = WatchHub()
+        self._writes: set[asyncio.Task[Any]] = set()
+
+    # Writes
+
+    async def create(self, obj: Mapping[str, Any]) -> Object:
+        prepared = self._new_object(obj)
+        return await self._write(lambda tx: tx.add(prepared))
+
+    async def update(self, obj: Mapping[str, Any]) -> Object:
+        desired = copy.deepcopy(dict(obj))
+        meta = metadata(desired)
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+        def replace(tx: _Transaction) -> Object:
+            stored = tx.require(namespace, name)
+            self._check_preconditions(
+                stored, str(meta.get("resourceVersion") or ""), str(meta.get("uid") or "")
+            )
+            return tx.replace(stored, desired)
+
+        return await self._write(replace)
+
+    async def guaranteed_update(
+        self, namespace: str, name: str, mutate: Callable[[Object], Object]
+    ) -> Object:
+        def replace(tx: _Transaction) -> Object:
+            stored = tx.require(namespace, name)
+            return tx.replace(stored, mutate(copy.deepcopy(stored.object)))
+
+        return await self._write(replace)
+
+    async def delete(
+        self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""
+    ) -> Object:
+        def remove(tx: _Transaction) -> Object:
+            stored = tx.require(namespace, name)
+            self._check_preconditions(stored, resource_version, uid)
+            return tx.remove(stored)
+
+        return await self._write(remove)
+
+    async def delete_collection(
+        self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
+    ) -> list[Object]:
+        selection = self._filter(namespace, label_selector, field_selector)
+
+        def remove_matching(tx: _Transaction) -> list[Object]:
+            current = _current_objects(tx.connection, self.resource, namespace)
+            matching = [stored for stored in current if selection.matches(stored.object)]
+            return [tx.remove(stored) for stored in matching]
+
+        return await self._write(remove_matching)
+
+    async def create_bounded(
+        self, obj: Mapping[str, Any], *, max_per_pod: int, retry_after_seconds: int = 5
+    ) -> BoundedCreate:
+        if max_per_pod < 1:
+            raise ValueError("max_per_pod must be at least 1")
+        prepared = self._new_object(obj)
+        fields = IndexedFields.of(prepared)
+        namespace = metadata(prepared)["namespace"]
+        if fields.pod is None or fields.notifier is None:
+            raise _required(self.resource, "spec.podName", "spec.notifier")
+        pod, notifier = fields.pod, fields.notifier
+
+        def create(tx: _Transaction) -> BoundedCreate:
+            running = tx.query(
+                f"SELECT name FROM revisions WHERE {_CURRENT} AND namespace = ? AND pod = ? "
+                f"AND notifier = ? AND (phase IS NULL OR NOT {_FINISHED}) LIMIT 1",
+                namespace,
+                pod,
+                notifier,
+            )
+            if running:
+                raise Conflict(
+                    f'notifier "{notifier}" is already running on pod "{pod}" '
+                    f'({self.resource.qualified} "{running[0][0]}"); wait for it to finish',
+                    resource=self.resource,
+                    name=running[0][0],
+                )
+            excess = _count_for_pod(tx.connection, self.resource, namespace, pod) + 1 - max_per_pod
+            evicted = []
+            if excess > 0:
+                finished = _oldest_finished(tx.connection, self.resource, namespace, pod, excess)
+                if len(finished) < excess:
+                    raise TooManyRequests(
+                        f'pod "{pod}" has {max_per_pod} or more unfinished notifier records, '
+                        "the most it may keep; retry when one of them finishes",
+                        resource=self.resource,
+                        retry_after_seconds=retry_after_seconds,
+                    )
+                evicted = [tx.remove(tx.require(namespace, metadata(o)["name"])) for o in finished]
+            return BoundedCreate(tx.add(prepared), evicted)
+
+        return await self._write(create)
+
+    async def delete_expired(self, now: datetime, default_ttl_seconds: int) -> list[Object]:
+        def remove_expired(tx: _Transaction) -> list[Object]:
+            names = tx.query(
+                f"SELECT namespace, name FROM revisions WHERE {_CURRENT} AND {_FINISHED} "
+                "AND completion + COALESCE(ttl, ?) <= ? ORDER BY created_rv",
+                default_ttl_seconds,
+                now.timestamp(),
+            )
+            return [tx.remove(tx.require(namespace, name)) for namespace, name in names]
+
+        return await self._write(remove_expired)
+
+    # Reads
+
+    async def get(self, namespace: str, name: str) -> Object:
+        stored = await self._database.run(lambda c: _current(c, self.resource, namespace, name))
+        if stored is None:
+            raise _not_found(self.resource, name)
+        return stored.object
+
+    async def list(
+        self,
+        namespace: str | None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+    ) -> ListResult:
+        if limit < 0:
+            raise BadRequest(f"limit must not be negative, got {limit}")
+        selection = self._filter(namespace, label_selector, field_selector)
+        snapshot, after = _decode_continue(continue_token) if continue_token else (None, None)
+        return await self._database.run(
+            lambda c: self._list_page(c, selection, limit, snapshot, after)
+        )
+
+    async def watch(
+        self,
+        namespace: str | None,
+        *,
+        resource_version: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> Watch:
+        selection = self._filter(namespace, label_selector, field_selector)
+        start = _parse_resource_version(resource_version)
+        async with self._database.write_lock:
+            initial = await self._database.run(lambda c: self._watch_start(c, namespace, start))
+            watch = Watch(
+                initial, selection, max_queued=self._max_queued_events, on_close=self._hub.remove
+            )
+            self._hub.add(watch)
+        return watch
+
+    async def count_for_pod(self, namespace: str, pod: str) -> int:
+        return await self._database.run(lambda c: _count_for_pod(c, self.resource, namespace, pod))
+
+    async def oldest_finished_for_pod(self, namespace: str, pod: str, limit: int) -> list[Object]:
+        return await self._database.run(
+            lambda c: _oldest_finished(c, self.resource, namespace, pod, limit)
+        )
+
+    async def unfinished(self) -> list[Object]:
+        rows = await self._database.run(
+            lambda c: c.execute(
+                f"SELECT object FROM revisions WHERE {_CURRENT} "
+                f"AND (phase IS NULL OR NOT {_FINISHED}) ORDER BY created_rv",
+                (self.resource.plural,),
+            ).fetchall()
+        )
+        return [json.loads(text) for (text,) in rows]
+
+    def close(self) -> None:
+        self._hub.close_all()
+
+    # Internals
+
+    async def _write(self, operation: Callable[[_Transaction], T]) -> T:
+        """Commit ``operation`` in one transaction and publish its changes, in order.
+
+        The commit-and-publish runs as its own task: once started it completes even if the
+        caller is cancelled, so a committed change always reaches the watchers.
+        """
+        task = asyncio.ensure_future(self._commit_and_publish(operation))
+        self._writes.add(task)
+        task.add_done_callback(self._forget)
+        return await asyncio.shield(task)
+
+    async def _commit_and_publish(self, operation: Callable[[_Transaction], T]) -> T:
+        async with self._database.write_lock:
+            changes: list[Change] = []
+
+            def run(connection: sqlite3.Connection) -> T:
+                tx = _Transaction(connection, self.resource, self._max_object_bytes, changes)
+                result = operation(tx)
+                db.compact(connection, self._database.event_retention)
+                return result
+
+            result = await self._database.transaction(run)
+            for change in changes:
+                self._hub.publish(change)
+            return copy.deepcopy(result)  # watchers hold the published objects
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved here when the caller was cancelled meanwhile
+
+    def _new_object(self, obj: Mapping[str, Any]) -> Object:
+        prepared = copy.deepcopy(dict(obj))
+        meta = prepared.setdefault("metadata", {})
+        if not meta.get("namespace"):
+            raise _required(self.resource, "metadata.namespace")
+        if not meta.get("name") and not meta.get("generateName"):
+            raise _required(self.resource, "metadata.name", detail="name or generateName")
+        if meta.get("resourceVersion"):
+            raise BadRequest("resourceVersion should not be set on objects to be created")
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = timestamp()
+        return prepared
+
+    def _filter(self, namespace: str | None, labels: str, fields: str) -> WatchFilter:
+        return WatchFilter(
+            namespace,
+            parse_label_selector(labels),
+            parse_field_selector(fields, self.resource.selectable_fields),
+        )
+
+    def _check_preconditions(self, stored: _Stored, resource_version: str, uid: str) -> None:
+        name = metadata(stored.object)["name"]
+        prefix = f'Operation cannot be fulfilled on {self.resource.qualified} "{name}": '
+        if uid and uid != metadata(stored.object)["uid"]:
+            raise Conflict(
+                f"{prefix}Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                f"{metadata(stored.object)['uid']}",
+                resource=self.resource,
+                name=name,
+            )
+        if resource_version and resource_version != str(stored.rv):
+            raise Conflict(
+                f"{prefix}the object has been modified; please apply your changes to the latest "
+                "version and try again",
+                resource=self.resource,
+                name=name,
+            )
+
+    def _list_page(
+        self,
+        connection: sqlite3.Connection,
+        selection: WatchFilter,
+        limit: int,
+        snapshot: int | None,
+        after: tuple[str, str] | None,
+    ) -> ListResult:
+        current = db.resource_version(connection)
+        if snapshot is not None and snapshot < db.compacted_version(connection):
+            raise Expired(
+                "The provided continue parameter is too old to display a consistent list "
+                "result. You can start a new list without the continue parameter."
+            )
+        if snapshot is not None and snapshot > current:
+            raise BadRequest("the continue token names a resourceVersion this server has not had")
+        at = current if snapshot is None else snapshot
+        items: list[Object] = []
+        while limit == 0 or len(items) <= limit:
+            rows = self._snapshot_rows(connection, at, selection.namespace, after)
+            items += [
+                obj for obj in map(json.loads, (r[2] for r in rows)) if selection.matches(obj)
+            ]
+            if len(rows) < _LIST_BATCH:
+                break
+            after = (rows[-1][0], rows[-1][1])
+        token = ""
+        if limit and len(items) > limit:
+            items = items[:limit]
+            last = metadata(items[-1])
+            token = _encode_continue(at, (last["namespace"], last["name"]))
+        return ListResult(items, str(at), token)
+
+    def _snapshot_rows(
+        self,
+        connection: sqlite3.Connection,
+        at: int,
+        namespace: str | None,
+        after: tuple[str, str] | None,
+    ) -> list[tuple[str, str, str]]:
+        """A batch of the objects as of resourceVersion ``at``, in key order after ``after``."""
+        sql = (
+            "SELECT namespace, name, object FROM revisions WHERE resource = ? AND rv <= ? "
+            "AND (superseded IS NULL OR superseded > ?)"
+        )
+        parameters: list[Any] = [self.resource.plural, at, at]
+        if namespace is not None:
+            sql += " AND namespace = ?"
+            parameters.append(namespace)
+        if after is not None:
+            sql += " AND (namespace, name) > (?, ?)"
+            parameters += after
+        sql += " ORDER BY namespace, name LIMIT ?"
+        return connection.execute(sql, [*parameters, _LIST_BATCH]).fetchall()
+
+    def _watch_start(
+        self, connection: sqlite3.Connection, namespace: str | None, start: int | None
+    ) -> list[Change]:
+        """The events a new watch begins with: a snapshot, or the history after ``start``."""
+        if start is None:
+            current = _current_objects(connection, self.resource, namespace)
+            return [Change(EventType.ADDED, stored.object) for stored in current]
+        current = db.resource_version(connection)
+        if start > current:
+            raise ResourceVersionTooLarge(
+                f"resourceVersion {start} is newer than this server's {current}; list again"
+            )
+        compacted = db.compacted_version(connection)
+        if start < compacted:
+            raise Expired(f"too old resource version: {start} ({compacted})")
+        sql = (
+            "SELECT e.rv, e.type, now.object, before.object FROM events e "
+            "LEFT JOIN revisions now ON now.resource = e.resource "
+            "AND now.namespace = e.namespace AND now.name = e.name AND now.rv = e.rv "
+            "LEFT JOIN revisions before ON before.resource = e.resource "
+            "AND before.namespace = e.namespace AND before.name = e.name "
+            "AND before.superseded = e.rv "
+            "WHERE e.resource = ? AND e.rv > ?"
+        )
+        parameters: list[Any] = [self.resource.plural, start]
+        if namespace is not None:
+            sql += " AND e.namespace = ?"
+            parameters.append(namespace)
+        changes = []
+        for rv, kind, after, before in connection.execute(sql + " ORDER BY e.rv", parameters):
+            previous = None if before is None else json.loads(before)
+            if kind == EventType.DELETED:
+                assert previous is not None
+                changes.append(Change(EventType.DELETED, _stamped(previous, rv)))
+            else:
+                changes.append(Change(EventType(kind), json.loads(after), previous))
+        return changes
+
+
+class _Transaction:
+    """The writes of one SQLite transaction; each records the change it makes."""
+
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        resource: ResourceType,
+        max_object_bytes: int,
+        changes: list[Change],
+    ) -> None:
+        self.connection = connection
+        self._resource = resource
+        self._max_object_bytes = max_object_bytes
+        self._changes = changes
+
+    def query(self, sql: str, *parameters: Any) -> list[Any]:
+        return self.connection.execute(sql, (self._resource.plural, *parameters)).fetchall()
+
+    def require(self, namespace: str, name: str) -> _Stored:
+        stored = _current(self.connection, self._resource, namespace, name)
+        if stored is None:
+            raise _not_found(self._resource, name)
+        return stored
+
+    def add(self, obj: Object) -> Object:
+        meta = metadata(obj)
+        namespace = meta["namespace"]
+        if meta.get("name"):
+            if _current(self.connection, self._resource, namespace, meta["name"]) is not None:
+                raise AlreadyExists(
+                    f'{self._resource.qualified} "{meta["name"]}" already exists',
+                    resource=self._resource,
+                    name=meta["name"],
+                )
+        else:
+            meta["name"] = self._free_name(namespace, meta["generateName"])
+        rv = db.next_resource_version(self.connection)
+        self._insert(obj, rv, rv)
+        self._log(rv, EventType.ADDED, namespace, meta["name"])
+        self._changes.append(Change(EventType.ADDED, obj))
+        return obj
+
+    def replace(self, stored: _Stored, desired: Object) -> Object:
+        old_meta = metadata(stored.object)
+        obj = copy.deepcopy(desired)
+        meta = obj.setdefault("metadata", {})
+        for key in ("name", "namespace", "uid", "creationTimestamp", "generateName"):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        if obj == stored.object:
+            return stored.object
+        rv = db.next_resource_version(self.connection)
+        self._supersede(stored, rv)
+        self._insert(obj, rv, stored.created_rv)
+        self._log(rv, EventType.MODIFIED, meta["namespace"], meta["name"])
+        self._changes.append(Change(EventType.MODIFIED, obj, stored.object))
+        return obj
+
+    def remove(self, stored: _Stored) -> Object:
+        meta = metadata(stored.object)
+        rv = db.next_resource_version(self.connection)
+        self._supersede(stored, rv)
+        self._log(rv, EventType.DELETED, meta["namespace"], meta["name"])
+        gone = _stamped(stored.object, rv)
+        self._changes.append(Change(EventType.DELETED, gone))
+        return gone
+
+    def _free_name(self, namespace: str, prefix: str) -> str:
+        for _ in range(_GENERATE_NAME_ATTEMPTS):
+            name = generate_name(prefix)
+            if _current(self.connection, self._resource, namespace, name) is None:
+                return name
+        raise AlreadyExists(
+            f'{self._resource.qualified}: no free name from generateName "{prefix}" after '
+            f"{_GENERATE_NAME_ATTEMPTS} attempts; use a longer prefix",
+            resource=self._resource,
+        )
+
+    def _insert(self, obj: Object, rv: int, created_rv: int) -> None:
+        meta = metadata(obj)
+        meta["resourceVersion"] = str(rv)
+        text = encode(obj)
+        size = len(text.encode())
+        if size > self._max_object_bytes:
+            raise TooLarge(
+                f'{self._resource.qualified} "{meta["name"]}" is too large: {size} bytes, the '
+                f"limit is {self._max_object_bytes}; keep less output in status",
+                resource=self._resource,
+                name=meta["name"],
+            )
+        fields = IndexedFields.of(obj)
+        self.connection.execute(
+            "INSERT INTO revisions (resource, namespace, name, rv, superseded, created_rv, pod, "
+            "notifier, phase, completion, ttl, object) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, "
+            "?, ?)",
+            (
+                self._resource.plural,
+                meta["namespace"],
+                meta["name"],
+                rv,
+                created_rv,
+                fields.pod,
+                fields.notifier,
+                fields.phase,
+                fields.completion,
+                fields.ttl_seconds,
+                text,
+            ),
+        )
+
+    def _supersede(self, stored: _Stored, rv: int) -> None:
+        meta = metadata(stored.object)
+        self.connection.execute(
+            "UPDATE revisions SET superseded = ? WHERE resource = ? AND namespace = ? "
+            "AND name = ? AND rv = ?",
+            (rv, self._resource.plural, meta["namespace"], meta["name"], stored.rv),
+        )
+
+    def _log(self, rv: int, kind: EventType, namespace: str, name: str) -> None:
+        self.connection.execute(
+            "INSERT INTO events (rv, resource, namespace, name, type) VALUES (?, ?, ?, ?, ?)",
+            (rv, self._resource.plural, namespace, name, kind.value),
+        )
+
+
+def _current(
+    connection: sqlite3.Connection, resource: ResourceType, namespace: str, name: str
+) -> _Stored | None:
+    row = connection.execute(
+        f"SELECT object, rv, created_rv FROM revisions WHERE {_CURRENT} "
+        "AND namespace = ? AND name = ?",
+        (resource.plural, namespace, name),
+    ).fetchone()
+    return None if row is None else _Stored(json.loads(row[0]), row[1], row[2])
+
+
+def _current_objects(
+    connection: sqlite3.Connection, resource: ResourceType, namespace: str | None
+) -> list[_Stored]:
+    sql = f"SELECT object, rv, created_rv FROM revisions WHERE {_CURRENT}"
+    parameters: list[Any] = [resource.plural]
+    if namespace is not None:
+        sql += " AND namespace = ?"
+        parameters.append(namespace)
+    rows = connection.execute(sql + " ORDER BY namespace, name", parameters)
+    return [_Stored(json.loads(text), rv, created) for text, rv, created in rows]
+
+
+def _count_for_pod(
+    connection: sqlite3.Connection, resource: ResourceType, namespace: str, pod: str
+) -> int:
+    return connection.execute(
+        f"SELECT COUNT(*) FROM revisions WHERE {_CURRENT} AND namespace = ? AND pod = ?",
+        (resource.plural, namespace, pod),
+    ).fetchone()[0]
+
+
+def _oldest_finished(
+    connection: sqlite3.Connection, resource: ResourceType, namespace: str, pod: str, limit: int
+) -> list[Object]:
+    rows = connection.execute(
+        f"SELECT object FROM revisions WHERE {_CURRENT} AND namespace = ? AND pod = ? "
+        f"AND {_FINISHED} ORDER BY created_rv LIMIT ?",
+        (resource.plural, namespace, pod, limit),
+    ).fetchall()
+    return [json.loads(text) for (text,) in rows]
+
+
+def _required(resource: ResourceType, *fields: str, detail: str = "") -> Invalid:
+    what = detail or " and ".join(fields)
+    return Invalid(
+        f"{what} {'is' if len(fields) == 1 else 'are'} required",
+        resource=resource,
+        causes=[
+            {"reason": "FieldValueRequired", "message": "Required value", "field": field}
+            for field in fields
+        ],
+    )
+
+
+def _not_found(resource: ResourceType, name: str) -> NotFound:
+    return NotFound(f'{resource.qualified} "{name}" not found', resource=resource, name=name)
+
+
+def _stamped(obj: Object, rv: int) -> Object:
+    stamped = copy.deepcopy(obj)
+    stamped["metadata"]["resourceVersion"] = str(rv)
+    return stamped
+
+
+def _parse_resource_version(text: str) -> int | None:
+    """None for "start from the current state" ("" or "0")."""
+    if text in ("", "0"):
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise BadRequest(f'invalid resource version "{text}": must be a decimal integer')
+    return int(text)
+
+
+def _encode_continue(rv: int, after: tuple[str, str]) -> str:
+    raw = json.dumps({"rv": rv, "start": list(after)}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        rv, (namespace, name) = decoded["rv"], decoded["start"]
+        if isinstance(rv, int) and isinstance(namespace, str) and isinstance(name, str):
+            return rv, (namespace, name)
+    except (ValueError, TypeError, KeyError, binascii.Error):
+        pass
+    raise BadRequest("the continue token is malformed; list again without it")

@@ -1,0 +1,1 @@
+"""HTTPS serving: TLS contexts, the uvicorn protocol, the ASGI app and the server."""

@@ -1,0 +1,140 @@
+"""Authentication and authorization of every request, before routing and body parsing.
+
+An ASGI middleware: it strips identity headers, authenticates the caller, derives the request's
+authorization attributes and asks the authorizer. Only allowed requests reach the app, with
+``request.state.user`` (UserInfo) and ``request.state.attributes`` set. /healthz, /livez and
+/readyz skip both steps, so probes never depend on kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from apiserver.api import status
+from apiserver.authn.authenticator import (
+    AuthenticationFailed,
+    Authenticator,
+    Headers,
+    TrustNotLoaded,
+)
+from apiserver.authn.user import UserInfo, anonymous
+from apiserver.authz.attributes import RequestAttributes, request_attributes
+from apiserver.authz.sar import ALWAYS_ALLOWED_PATHS, Authorizer
+from apiserver.kube import KubeError, KubeUnavailable
+from apiserver.serving.protocol import client_cert_der
+
+log = logging.getLogger(__name__)
+
+
+def current_user(request: Request) -> UserInfo:
+    """FastAPI dependency: the authenticated user of the request."""
+    return request.state.user
+
+
+def current_authorizer(request: Request) -> Authorizer:
+    """FastAPI dependency: the authorizer, for checks beyond the request itself."""
+    return request.app.state.authorizer
+
+
+CurrentUser = Annotated[UserInfo, Depends(current_user)]
+"""Handler parameter type: ``async def handler(user: CurrentUser)``."""
+CurrentAuthorizer = Annotated[Authorizer, Depends(current_authorizer)]
+
+
+class AccessControlMiddleware:
+    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, authorizer: Authorizer):
+        self._app = app
+        self._authenticator = authenticator
+        self._authorizer = authorizer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            # WebSocket is not served (uvicorn runs with ws="none"); never let it bypass this.
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        started = time.monotonic()
+        headers = scope["headers"]
+        scope["headers"] = self._authenticator.strip_identity_headers(headers)
+        attributes = request_attributes(scope["method"], scope["path"],
+                                        scope["query_string"].decode("latin-1"))
+        user: UserInfo | None = None
+        try:
+            if scope["path"] in ALWAYS_ALLOWED_PATHS:
+                user = anonymous()
+            else:
+                user = await self._authenticate(headers, client_cert_der(scope))
+                await self._authorize(user, attributes)
+        except status.StatusError as error:
+            await error.response()(scope, receive, send)
+            self._log(scope, user, attributes, error.code, started, error.status["message"])
+            return
+
+        scope.setdefault("state", {}).update(user=user, attributes=attributes)
+        code = 0
+
+        async def send_with_code(message: Message) -> None:
+            nonlocal code
+            if message["type"] == "http.response.start":
+                code = message["status"]
+            await send(message)
+
+        await self._app(scope, receive, send_with_code)
+        self._log(scope, user, attributes, code, started)
+
+    async def _authenticate(self, headers: Headers, cert_der: bytes | None) -> UserInfo:
+        """The request's user, or a StatusError: 401, 503, or 500 if the TokenReview failed."""
+        try:
+            return await self._authenticator.authenticate(headers, cert_der)
+        except AuthenticationFailed as error:
+            log.info("authentication failed", extra={"error": str(error)})
+            raise status.unauthorized() from None
+        except TrustNotLoaded:
+            raise status.service_unavailable(
+                "authentication is not ready: the trust material in "
+                "kube-system/extension-apiserver-authentication has not been loaded yet"
+            ) from None
+        except KubeUnavailable as error:
+            raise _unavailable("authenticate", error) from None
+        except KubeError as error:
+            raise status.internal_error(f"TokenReview failed: {error}") from None
+
+    async def _authorize(self, user: UserInfo, attributes: RequestAttributes) -> None:
+        """Return if allowed, else raise a StatusError: 403, 503, or 500 if the review failed."""
+        try:
+            decision = await self._authorizer.authorize(user, attributes)
+        except KubeUnavailable as error:
+            raise _unavailable("authorize", error) from None
+        except KubeError as error:
+            raise status.internal_error(f"SubjectAccessReview failed: {error}") from None
+        if not decision.allowed:
+            raise status.forbidden_request(user.name, attributes, decision.reason)
+
+    @staticmethod
+    def _log(scope: Scope, user: UserInfo | None, attributes: RequestAttributes, code: int,
+             started: float, error: str = "") -> None:
+        fields: dict[str, Any] = {
+            "method": scope["method"],
+            "path": scope["path"],
+            "verb": attributes.verb,
+            "user": user.name if user else "",
+            "code": code,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+        }
+        if error:
+            fields["error"] = error
+        level = logging.DEBUG if scope["path"] in ALWAYS_ALLOWED_PATHS else logging.INFO
+        log.log(level, "request", extra=fields)
+
+
+def _unavailable(step: str, error: KubeUnavailable) -> status.StatusError:
+    log.warning("kube-apiserver unavailable", extra={"step": step, "error": str(error)})
+    return status.service_unavailable(
+        f"cannot {step} the request: kube-apiserver is unavailable ({error})")

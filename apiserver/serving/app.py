@@ -1,0 +1,89 @@
+"""The ASGI app: access control, health, discovery, OpenAPI and the resource routes.
+
+Every error, including routing 404/405 and request validation, is a metav1.Status body.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from apiserver.api import discovery, openapi, status
+from apiserver.api.routes import not_implemented_router
+from apiserver.authn.authenticator import Authenticator
+from apiserver.authz.sar import Authorizer
+from apiserver.kube import KubeUnavailable
+from apiserver.serving.access import AccessControlMiddleware
+from apiserver.serving.health import Readiness, health_router
+
+log = logging.getLogger(__name__)
+
+
+def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readiness: Readiness,
+               resource_router: APIRouter | None = None,
+               lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
+               ) -> FastAPI:
+    """The app. `resource_router` serves the resource paths (default: 501 placeholders);
+    `lifespan` runs background work from startup to shutdown.
+
+    Handlers get the caller and the authorizer by declaring parameters of the types
+    ``CurrentUser`` and ``CurrentAuthorizer`` (apiserver.serving.access).
+    """
+    app = FastAPI(title="container-notifier", openapi_url=None, docs_url=None,
+                  redoc_url=None, redirect_slashes=False, lifespan=lifespan)
+    app.state.authorizer = authorizer
+    app.include_router(health_router(readiness))
+    app.include_router(discovery.router)
+    app.include_router(openapi.router)
+    app.include_router(resource_router or not_implemented_router())
+    app.add_exception_handler(status.StatusError, _status_error)
+    app.add_exception_handler(HTTPException, _http_exception)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(KubeUnavailable, _kube_unavailable)
+    app.add_exception_handler(Exception, _unexpected)
+    app.add_middleware(AccessControlMiddleware, authenticator=authenticator,
+                       authorizer=authorizer)
+    return app
+
+
+async def _status_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, status.StatusError)
+    return error.response()
+
+
+async def _http_exception(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, HTTPException)
+    if error.status_code == 404:
+        result = status.path_not_found()
+    elif error.status_code == 405:
+        result = status.method_not_allowed()
+    else:
+        result = status.StatusError(error.status_code, "", str(error.detail))
+    response = result.response()
+    response.headers.update(error.headers or {})
+    return response
+
+
+async def _validation_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in item.get('loc', ()))}: {item.get('msg', '')}"
+        for item in error.errors()
+    )
+    return status.bad_request(f"invalid request: {problems}").response()
+
+
+async def _kube_unavailable(request: Request, error: Exception) -> JSONResponse:
+    log.warning("kube-apiserver unavailable", extra={"error": str(error)})
+    return status.service_unavailable(f"kube-apiserver is unavailable ({error})").response()
+
+
+async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+    # Starlette re-raises the error after this response, and uvicorn logs it with its traceback.
+    return status.internal_error("an unexpected error occurred; see the server log").response()

@@ -1,0 +1,48 @@
+"""/healthz, /livez and /readyz, answered like kube-apiserver: ``ok`` or 500 with the checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse
+
+
+class Readiness:
+    """Named checks that must all pass before the server is ready."""
+
+    def __init__(self) -> None:
+        self._checks: dict[str, Callable[[], bool]] = {}
+
+    def add(self, name: str, check: Callable[[], bool]) -> None:
+        self._checks[name] = check
+
+    def results(self) -> dict[str, bool]:
+        return {name: check() for name, check in self._checks.items()}
+
+
+def _report(endpoint: str, results: dict[str, bool], verbose: bool) -> PlainTextResponse:
+    failed = not all(results.values())
+    if not failed and not verbose:
+        return PlainTextResponse("ok")
+    lines = [f"[+]{name} ok" if passed else f"[-]{name} failed: reason withheld"
+             for name, passed in results.items()]
+    lines.append(f"{endpoint} check {'failed' if failed else 'passed'}")
+    return PlainTextResponse("\n".join(lines) + "\n", status_code=500 if failed else 200)
+
+
+def health_router(readiness: Readiness) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/healthz")
+    @router.get("/livez")
+    async def live(request: Request) -> PlainTextResponse:
+        endpoint = request.url.path.lstrip("/")
+        return _report(endpoint, {"ping": True}, "verbose" in request.query_params)
+
+    @router.get("/readyz")
+    async def ready(request: Request) -> PlainTextResponse:
+        results = {"ping": True, **readiness.results()}
+        return _report("readyz", results, "verbose" in request.query_params)
+
+    return router

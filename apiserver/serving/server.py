@@ -1,0 +1,104 @@
+"""Run the server: wire the components, serve HTTPS with uvicorn, shut down gracefully.
+
+uvicorn handles SIGINT/SIGTERM: it stops accepting connections, lets running requests finish
+for up to GRACEFUL_SHUTDOWN_SECONDS, then runs the app's lifespan shutdown, which stops the
+trust watcher and closes the kube-apiserver client. (uvicorn then re-raises the signal, so
+cleanup must happen in the lifespan, not after serve() returns.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable
+
+import uvicorn
+from fastapi import FastAPI
+
+from apiserver.authn.authenticator import Authenticator
+from apiserver.authn.tokenreview import TokenReviewer
+from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
+from apiserver.authz.sar import SubjectAccessReviewAuthorizer
+from apiserver.config import ServerOptions
+from apiserver.kube import KubeClient
+from apiserver.serving.app import create_app
+from apiserver.serving.health import Readiness
+from apiserver.serving.protocol import PeerCertH11Protocol
+from apiserver.serving.tls import ServingTLS
+
+log = logging.getLogger(__name__)
+
+GRACEFUL_SHUTDOWN_SECONDS = 25
+
+
+def uvicorn_config(app: FastAPI, tls: ServingTLS, host: str, port: int) -> uvicorn.Config:
+    """HTTPS with the peer-certificate protocol and the reloadable TLS context."""
+
+    def ssl_context(config: uvicorn.Config, default: Callable[[], ssl.SSLContext]
+                    ) -> ssl.SSLContext:
+        return tls.context
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=PeerCertH11Protocol,
+        ws="none",
+        lifespan="auto",
+        ssl_context_factory=ssl_context,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
+
+
+async def serve(options: ServerOptions) -> None:
+    """Serve until SIGINT or SIGTERM."""
+    kube = (KubeClient.from_kubeconfig(options.kubeconfig) if options.kubeconfig
+            else KubeClient.in_cluster())
+    tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
+    app = build_app(options, kube, tls)
+    await uvicorn.Server(uvicorn_config(app, tls, options.bind_address,
+                                        options.secure_port)).serve()
+
+
+def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> FastAPI:
+    """The app with delegated authentication and authorization; its lifespan keeps the trust
+    material (and so `tls`'s client trust) current."""
+    trust = TrustStore()
+
+    def follow_trust(material: TrustMaterial) -> None:
+        tls.set_client_trust(material.ca_bundle_pem())
+
+    trust.subscribe(follow_trust)
+    readiness = Readiness()
+    readiness.add("trust-material", lambda: trust.material is not None)
+    readiness.add("kube-apiserver", lambda: kube.last_success is not None)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        watcher = asyncio.create_task(TrustWatcher(kube, trust).run(), name="trust-watcher")
+        log.info("started", extra={"address": options.bind_address,
+                                   "port": options.secure_port,
+                                   "kube_apiserver": kube.base_url})
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await kube.aclose()
+            log.info("stopped")
+
+    return create_app(
+        lifespan=lifespan,
+        authenticator=Authenticator(
+            trust, TokenReviewer(kube, options.authentication_token_cache_ttl)),
+        authorizer=SubjectAccessReviewAuthorizer(
+            kube, allowed_ttl=options.authorization_allowed_cache_ttl,
+            denied_ttl=options.authorization_denied_cache_ttl),
+        readiness=readiness,
+    )
