@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from localcluster import admin, components, pki, processes
+from localcluster import admin, components, notifier, pki, processes
 from localcluster.layout import HACK_DIR, Layout, Ports
 
 NODE_COUNT = int(os.environ.get("CN_NODES", "3"))
@@ -92,6 +92,28 @@ def _default_service_account_exists(layout: Layout, ports: Ports) -> bool:
         return kube.get("/api/v1/namespaces/default/serviceaccounts/default").status_code == 200
 
 
+def apiservice_available(layout: Layout, ports: Ports) -> bool:
+    with admin.client(layout, ports) as kube:
+        response = kube.get(
+            f"/apis/apiregistration.k8s.io/v1/apiservices/{notifier.APISERVICE_NAME}")
+    return response.status_code == 200 and notifier.apiservice_available(response.json())
+
+
+def restart(layout: Layout, name: str) -> processes.Tracked:
+    """Stop one component and start it again with the same command line."""
+    tracked = processes.load(layout.state_file)
+    (old,) = [p for p in tracked if p.name == name]
+    processes.stop([old])
+    new = processes.start(name, old.argv, layout.logs, stop_signal=old.stop_signal)
+    processes.save(layout.state_file, [new if p.name == name else p for p in tracked])
+    return new
+
+
+def stop_component(layout: Layout, name: str) -> None:
+    """Stop one component, keeping it recorded so that `restart` can start it again."""
+    processes.stop([p for p in processes.load(layout.state_file) if p.name == name])
+
+
 def healthy(layout: Layout, ports: Ports) -> bool:
     tracked = processes.load(layout.state_file)
     if not tracked or not all(processes.is_alive(p) for p in tracked):
@@ -111,8 +133,8 @@ def up(layout: Layout, ports: Ports, node_count: int) -> None:
     components.write_kwok_config(bins, layout)
     tracked: list[processes.Tracked] = []
 
-    def launch(name: str, argv: list[str]) -> None:
-        tracked.append(processes.start(name, argv, layout.logs))
+    def launch(name: str, argv: list[str], stop_signal: str = "SIGTERM") -> None:
+        tracked.append(processes.start(name, argv, layout.logs, stop_signal=stop_signal))
         processes.save(layout.state_file, tracked)
 
     launch("etcd", components.etcd(bins, layout, ports))
@@ -124,7 +146,9 @@ def up(layout: Layout, ports: Ports, node_count: int) -> None:
              tracked, layout)
     launch("kube-controller-manager", components.controller_manager(bins, layout, ports))
     launch("kube-scheduler", components.scheduler(bins, layout, ports))
-    launch("kwok", components.kwok(bins, layout, ports))
+    # unshare ignores SIGTERM while it waits for its child; SIGKILL makes it SIGKILL the
+    # namespace's init (--kill-child), which takes every process in the namespace with it.
+    launch("kwok", components.kwok(bins, layout, ports), stop_signal="SIGKILL")
     create_nodes(layout, ports, node_count)
     wait_for("kube-controller-manager /healthz",
              lambda: _ok(f"https://127.0.0.1:{ports.controller_manager}/healthz", verify=False),
@@ -134,6 +158,10 @@ def up(layout: Layout, ports: Ports, node_count: int) -> None:
              tracked, layout)
     wait_for(f"{node_count} Ready kwok nodes and the default ServiceAccount",
              lambda: nodes_ready(layout, ports, node_count), tracked, layout)
+    notifier.register(bins, layout, ports)
+    launch("notifier-apiserver", notifier.server_argv(layout, ports))
+    wait_for(f"APIService {notifier.APISERVICE_NAME} Available",
+             lambda: apiservice_available(layout, ports), tracked, layout)
     elapsed = time.monotonic() - started_at
     for proc in tracked:
         print(f"cluster: started {proc.name} (pid {proc.pid}), log {layout.logs / proc.name}.log")

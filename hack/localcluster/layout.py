@@ -76,5 +76,10 @@ class Layout:
         return self.root / "kwok.yaml"
 
     @property
+    def notifier_kubeconfig(self) -> Path:
+        """The extension server's kubeconfig (its ServiceAccount's name, by client certificate)."""
+        return self.root / "notifier.kubeconfig"
+
+    @property
     def notifier_data(self) -> Path:
         return self.root / "notifier-data"

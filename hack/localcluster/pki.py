@@ -20,6 +20,12 @@ APISERVER_SANS = (
     "kubernetes.default.svc.cluster.local",
 )
 FRONT_PROXY_CLIENT_NAME = "front-proxy-client"
+NOTIFIER_NAMESPACE = "container-notifier"
+NOTIFIER_SERVICE = "container-notifier"
+NOTIFIER_USER = f"system:serviceaccount:{NOTIFIER_NAMESPACE}:{NOTIFIER_SERVICE}"
+"""The extension server's identity: a client certificate named like its ServiceAccount, so the
+RBAC in apiservice/ applies unchanged to the locally run server."""
+NOTIFIER_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{NOTIFIER_NAMESPACE}")
 
 
 def pair_paths(stem: Path) -> tuple[Path, Path]:
@@ -68,6 +74,12 @@ def ensure(layout: Layout, ports: Ports) -> None:
     _leaf(pki / "kwok-serving", lambda: issue(
         ca, "kwok", dns_names=("localhost",), ip_addresses=("127.0.0.1",), server=True))
 
+    notifier_ca = load_or_create_ca(pki, "notifier-ca", "container-notifier-serving-ca")
+    _leaf(pki / "notifier-serving", lambda: issue(
+        notifier_ca, NOTIFIER_SERVICE,
+        dns_names=(f"{NOTIFIER_SERVICE}.{NOTIFIER_NAMESPACE}.svc", "localhost"),
+        ip_addresses=("127.0.0.1",), server=True))
+
     sa_key = pki / "sa.key"
     if not sa_key.exists():
         key = ec.generate_private_key(ec.SECP256R1())
@@ -83,6 +95,7 @@ def ensure(layout: Layout, ports: Ports) -> None:
         ("admin", ("system:masters",), layout.kubeconfig),
         ("system:kube-controller-manager", (), layout.root / "controller-manager.kubeconfig"),
         ("system:kube-scheduler", (), layout.root / "scheduler.kubeconfig"),
+        (NOTIFIER_USER, NOTIFIER_GROUPS, layout.notifier_kubeconfig),
     ):
         cert, key = _leaf(pki / user.replace(":", "-"), lambda user=user, groups=groups: issue(
             ca, user, organizations=groups, client=True))

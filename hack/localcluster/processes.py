@@ -17,7 +17,13 @@ class Tracked:
 
     name: str
     pid: int
-    executable: str
+    argv: list[str]
+    stop_signal: str = "SIGTERM"
+    """What `stop` sends first; SIGKILL follows after the grace period."""
+
+    @property
+    def executable(self) -> str:
+        return self.argv[0]
 
 
 def load(state_file: Path) -> list[Tracked]:
@@ -42,7 +48,8 @@ def is_alive(proc: Tracked) -> bool:
     return state != "Z" and cmdline[0].decode(errors="replace") == proc.executable
 
 
-def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Tracked:
+def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None,
+          stop_signal: str = "SIGTERM") -> Tracked:
     """Start argv in its own session, output appended to log_dir/<name>.log."""
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / f"{name}.log", "ab") as log:
@@ -50,18 +57,19 @@ def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None 
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, env={**os.environ, **(env or {})},
         )
-    return Tracked(name=name, pid=proc.pid, executable=argv[0])
+    return Tracked(name=name, pid=proc.pid, argv=argv, stop_signal=stop_signal)
 
 
 def stop(tracked: list[Tracked], grace_seconds: float = 10.0) -> list[str]:
-    """SIGTERM each live process (last started first), SIGKILL what is left after the grace period.
+    """Signal each live process (last started first) with its stop signal, then SIGKILL what is
+    left after the grace period.
 
     Returns the names of the processes that were running.
     """
     running = [p for p in reversed(tracked) if is_alive(p)]
     for proc in running:
         try:
-            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, signal.Signals[proc.stop_signal])
         except ProcessLookupError:
             continue
     deadline = time.monotonic() + grace_seconds

@@ -39,7 +39,7 @@ def test_up_is_idempotent_and_down_stops_everything(cluster: Cluster, tmp_path: 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "hack"), "CN_CLUSTER_DIR": str(state),
            "CN_ETCD_PORT": "33790", "CN_APISERVER_PORT": "36443",
            "CN_CONTROLLER_MANAGER_PORT": "30257", "CN_SCHEDULER_PORT": "30259",
-           "CN_KWOK_PORT": "30250"}
+           "CN_KWOK_PORT": "30250", "CN_NOTIFIER_PORT": "38443"}
 
     def localcluster(*args: str) -> str:
         result = subprocess.run([sys.executable, "-m", "localcluster", *args], env=env,
@@ -51,12 +51,13 @@ def test_up_is_idempotent_and_down_stops_everything(cluster: Cluster, tmp_path: 
         first = localcluster("up", "--nodes", "1")
         assert "cluster: up in" in first
         pids = [p["pid"] for p in json.loads((state / "processes.json").read_text())]
-        assert len(pids) == 5
+        assert len(pids) == 6
         second = localcluster("up", "--nodes", "1")
         assert "already running and healthy" in second
         assert [p["pid"] for p in json.loads((state / "processes.json").read_text())] == pids
     finally:
         stopped = localcluster("down")
-    assert "stopped kwok, kube-scheduler, kube-controller-manager, kube-apiserver, etcd" in stopped
+    assert ("stopped notifier-apiserver, kwok, kube-scheduler, kube-controller-manager, "
+            "kube-apiserver, etcd") in stopped
     assert not state.exists()
     assert _processes_mentioning(str(state)) == []
