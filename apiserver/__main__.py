@@ -21,6 +21,16 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="container-notifier-apiserver",
@@ -52,6 +62,27 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="DURATION",
                         help="how long 'denied' SubjectAccessReview answers are cached "
                         "(default: %(default)s)")
+    parser.add_argument("--data-dir", type=Path, default=Path("/var/lib/container-notifier"),
+                        help="directory of the embedded SQLite store; one server process per "
+                        "directory (default: %(default)s)")
+    parser.add_argument("--max-records-per-pod", type=_positive, default=10, metavar="K",
+                        help="PodNotifier records kept per pod; creating one more deletes the "
+                        "oldest finished ones, or answers 429 if K are unfinished "
+                        "(default: %(default)s)")
+    parser.add_argument("--max-timeout-seconds", type=_positive, default=600,
+                        help="upper bound of a notifier's timeoutSeconds (default: %(default)s)")
+    parser.add_argument("--default-ttl-seconds-after-finished", type=_positive, default=3600,
+                        help="how long finished records are kept when the request sets no "
+                        "spec.ttlSecondsAfterFinished (default: %(default)s)")
+    parser.add_argument("--max-concurrent-executions", type=_positive, default=64,
+                        help="notifier runs in flight across the server; a request beyond it "
+                        "gets 429 (default: %(default)s)")
+    parser.add_argument("--output-tail-bytes", type=_positive, default=4096,
+                        help="bytes of stdout and of stderr kept per container, from the end "
+                        "(default: %(default)s)")
+    parser.add_argument("--max-notification-parallelism", type=_positive, default=100,
+                        help="upper bound of a Notification's spec.parallelism "
+                        "(default: %(default)s)")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                         help="least severe level written to stderr as JSON lines "
                         "(default: %(default)s)")
@@ -69,6 +100,13 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         authorization_allowed_cache_ttl=args.authorization_allowed_cache_ttl,
         authorization_denied_cache_ttl=args.authorization_denied_cache_ttl,
         log_level=args.log_level,
+        data_dir=args.data_dir,
+        max_records_per_pod=args.max_records_per_pod,
+        max_timeout_seconds=args.max_timeout_seconds,
+        default_ttl_seconds_after_finished=args.default_ttl_seconds_after_finished,
+        max_concurrent_executions=args.max_concurrent_executions,
+        output_tail_bytes=args.output_tail_bytes,
+        max_notification_parallelism=args.max_notification_parallelism,
     )
 
 

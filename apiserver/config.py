@@ -37,3 +37,10 @@ class ServerOptions:
     authorization_allowed_cache_ttl: float = 10.0
     authorization_denied_cache_ttl: float = 10.0
     log_level: str = "info"
+    data_dir: Path = Path("/var/lib/container-notifier")
+    max_records_per_pod: int = 10
+    max_timeout_seconds: int = 600
+    default_ttl_seconds_after_finished: int = 3600
+    max_concurrent_executions: int = 64
+    output_tail_bytes: int = 4096
+    max_notification_parallelism: int = 100

@@ -19,6 +19,7 @@ from apiserver.api.routes import not_implemented_router
 from apiserver.authn.authenticator import Authenticator
 from apiserver.authz.sar import Authorizer
 from apiserver.kube import KubeUnavailable
+from apiserver.registry.errors import StoreError
 from apiserver.serving.access import AccessControlMiddleware
 from apiserver.serving.health import Readiness, health_router
 
@@ -46,10 +47,19 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
     app.add_exception_handler(HTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(KubeUnavailable, _kube_unavailable)
+    app.add_exception_handler(StoreError, _store_error)
     app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(AccessControlMiddleware, authenticator=authenticator,
                        authorizer=authorizer)
     return app
+
+
+async def _store_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StoreError)
+    body = error.as_status()
+    headers = ({"Retry-After": str(error.retry_after_seconds)}
+               if error.retry_after_seconds is not None else None)
+    return JSONResponse(body, status_code=error.code, headers=headers)
 
 
 async def _status_error(request: Request, error: Exception) -> JSONResponse:

@@ -22,7 +22,9 @@ from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
+from apiserver.handlers import resource_router
 from apiserver.kube import KubeClient
+from apiserver.services import Services
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
 from apiserver.serving.protocol import PeerCertH11Protocol
@@ -80,6 +82,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await Services.open(options, kube)
+        app.state.services = services
         watcher = asyncio.create_task(TrustWatcher(kube, trust).run(), name="trust-watcher")
         log.info("started", extra={"address": options.bind_address,
                                    "port": options.secure_port,
@@ -90,6 +94,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+            await services.close()
             await kube.aclose()
             log.info("stopped")
 
@@ -101,4 +106,5 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
             kube, allowed_ttl=options.authorization_allowed_cache_ttl,
             denied_ttl=options.authorization_denied_cache_ttl),
         readiness=readiness,
+        resource_router=resource_router(),
     )

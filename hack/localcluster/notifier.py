@@ -32,6 +32,7 @@ def server_argv(layout: Layout, ports: Ports) -> list[str]:
         f"--tls-cert-file={pki / 'notifier-serving.crt'}",
         f"--tls-private-key-file={pki / 'notifier-serving.key'}",
         f"--kubeconfig={layout.notifier_kubeconfig}",
+        f"--data-dir={layout.notifier_data}",
     ]
 
 
