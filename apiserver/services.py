@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
 from apiserver.config import ServerOptions
 from apiserver.kube import KubeClient
+from apiserver.notifier.exec_stream import KubeEndpoint
+from apiserver.notifier.pods import PodDirectory
+from apiserver.notifier.runner import Runner
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import ObjectStore
+from apiserver.serving.metrics import Metrics
 
 
 @dataclass
@@ -21,13 +25,27 @@ class Services:
     database: SqliteDatabase
     podnotifiers: ObjectStore
     notifications: ObjectStore
+    metrics: Metrics = field(default_factory=Metrics)
+    pods: PodDirectory = field(init=False)
+    runner: Runner = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pods = PodDirectory(self.kube)
+        self.runner = Runner(self.podnotifiers, self.exec_endpoint, self.pods, self.metrics,
+                             self.options.max_concurrent_executions)
+
+    def exec_endpoint(self) -> KubeEndpoint:
+        """Where runs exec, as the server's own identity (re-read: tokens rotate)."""
+        return KubeEndpoint(self.kube.base_url, self.kube.ssl_context, self.kube.auth_headers())
 
     @classmethod
-    async def open(cls, options: ServerOptions, kube: KubeClient) -> Services:
+    async def open(cls, options: ServerOptions, kube: KubeClient,
+                   metrics: Metrics | None = None) -> Services:
         database = await SqliteDatabase.open(options.data_dir)
         return cls(options=options, kube=kube, database=database,
                    podnotifiers=SqliteObjectStore(database, PODNOTIFIERS),
-                   notifications=SqliteObjectStore(database, NOTIFICATIONS))
+                   notifications=SqliteObjectStore(database, NOTIFICATIONS),
+                   metrics=metrics or Metrics())
 
     async def close(self) -> None:
         self.podnotifiers.close()

@@ -22,6 +22,7 @@ from apiserver.kube import KubeUnavailable
 from apiserver.registry.errors import StoreError
 from apiserver.serving.access import AccessControlMiddleware
 from apiserver.serving.health import Readiness, health_router
+from apiserver.serving.metrics import metrics_router
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
     app.include_router(health_router(readiness))
     app.include_router(discovery.router)
     app.include_router(openapi.router)
+    app.include_router(metrics_router())
     app.include_router(resource_router or not_implemented_router())
     app.add_exception_handler(status.StatusError, _status_error)
     app.add_exception_handler(HTTPException, _http_exception)

@@ -24,9 +24,11 @@ from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
 from apiserver.handlers import resource_router
 from apiserver.kube import KubeClient
+from apiserver.notifier import housekeeping
 from apiserver.services import Services
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
+from apiserver.serving.metrics import Metrics
 from apiserver.serving.protocol import PeerCertH11Protocol
 from apiserver.serving.tls import ServingTLS
 
@@ -79,32 +81,43 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
     readiness = Readiness()
     readiness.add("trust-material", lambda: trust.material is not None)
     readiness.add("kube-apiserver", lambda: kube.last_success is not None)
+    tokens = TokenReviewer(kube, options.authentication_token_cache_ttl)
+    authorizer = SubjectAccessReviewAuthorizer(
+        kube, allowed_ttl=options.authorization_allowed_cache_ttl,
+        denied_ttl=options.authorization_denied_cache_ttl)
+    metrics = Metrics()
+    metrics.watch_reviews(authorization=authorizer.counters, authentication=tokens.counters)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = await Services.open(options, kube)
+        services = await Services.open(options, kube, metrics)
         app.state.services = services
-        watcher = asyncio.create_task(TrustWatcher(kube, trust).run(), name="trust-watcher")
+        await housekeeping.recover_interrupted(services.podnotifiers)
+        background = [
+            asyncio.create_task(TrustWatcher(kube, trust).run(), name="trust-watcher"),
+            asyncio.create_task(services.pods.run(), name="pod-index"),
+            asyncio.create_task(housekeeping.collect_forever(
+                services.podnotifiers, services.pods,
+                options.default_ttl_seconds_after_finished), name="record-collector"),
+        ]
         log.info("started", extra={"address": options.bind_address,
                                    "port": options.secure_port,
                                    "kube_apiserver": kube.base_url})
         try:
             yield
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await services.runner.shutdown()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             await services.close()
             await kube.aclose()
             log.info("stopped")
 
     return create_app(
         lifespan=lifespan,
-        authenticator=Authenticator(
-            trust, TokenReviewer(kube, options.authentication_token_cache_ttl)),
-        authorizer=SubjectAccessReviewAuthorizer(
-            kube, allowed_ttl=options.authorization_allowed_cache_ttl,
-            denied_ttl=options.authorization_denied_cache_ttl),
+        authenticator=Authenticator(trust, tokens),
+        authorizer=authorizer,
         readiness=readiness,
         resource_router=resource_router(),
     )

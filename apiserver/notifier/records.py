@@ -1,0 +1,211 @@
+"""PodNotifier records: the object a notify request creates, and how its status evolves.
+
+Pure functions over JSON-shaped dicts, so that the runner, the handler and restart recovery
+write statuses the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from apiserver.authn.user import UserInfo
+from apiserver.notifier.exec_stream import ExecResult
+
+API_VERSION = "notifier.x-k8s.io/v1alpha1"
+KIND = "PodNotifier"
+POD_LABEL = "notifier.x-k8s.io/pod"
+NOTIFICATION_LABEL = "notifier.x-k8s.io/notification"
+
+PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+FINISHED_PHASES = (SUCCEEDED, FAILED)
+
+COMPLETED = "Completed"
+INTERRUPTED = "Interrupted"
+POD_DELETED = "PodDeleted"
+POD_NOT_RUNNING = "PodNotRunning"
+CONTAINER_NOT_RUNNING = "ContainerNotRunning"
+INTERRUPTED_MESSAGE = ("the server stopped while this notifier ran; it may or may not have "
+                       "completed in the container")
+
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_NAME_UNSAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def now() -> str:
+    return rfc3339(datetime.now(UTC))
+
+
+def rfc3339(moment: datetime) -> str:
+    """RFC 3339 in UTC with milliseconds: run times are often under a second, so status times
+    keep milliseconds (metav1.Time parsers accept fractional seconds)."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def generate_name(pod: str, notifier: str) -> str:
+    """`<pod>-<notifier>-`, made a valid name prefix (the store appends 5 characters)."""
+    safe = _NAME_UNSAFE.sub("-", notifier.rsplit("/", 1)[-1].lower()).strip("-") or "notify"
+    return f"{pod[:200]}-{safe[:40]}-"
+
+
+def pod_label(pod: str) -> dict[str, str]:
+    """The `notifier.x-k8s.io/pod` label, when the pod name fits a label value (63 chars).
+
+    Longer pod names are found with the field selector spec.podName instead."""
+    if len(pod) <= 63 and _LABEL_VALUE.fullmatch(pod):
+        return {POD_LABEL: pod}
+    return {}
+
+
+@dataclass(frozen=True)
+class RecordRequest:
+    """What a validated notify request asks for."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    notifier: str
+    containers: Sequence[str]
+    """The containers that will run it (those that declare it, or the requested subset)."""
+    requested_containers: Sequence[str] | None
+    timeout_seconds: int | None
+    ttl_seconds_after_finished: int
+    name: str
+    generate_name: str
+    labels: Mapping[str, str]
+    requested_by: UserInfo
+
+
+def new_record(request: RecordRequest) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"namespace": request.namespace,
+                                "labels": {**request.labels, **pod_label(request.pod)}}
+    if request.name:
+        metadata["name"] = request.name
+    else:
+        metadata["generateName"] = request.generate_name or generate_name(request.pod,
+                                                                          request.notifier)
+    spec: dict[str, Any] = {
+        "podName": request.pod,
+        "podUID": request.pod_uid,
+        "notifier": request.notifier,
+        "ttlSecondsAfterFinished": request.ttl_seconds_after_finished,
+        "requestedBy": {"username": request.requested_by.name,
+                        "uid": request.requested_by.uid,
+                        "groups": list(request.requested_by.groups)},
+    }
+    if request.requested_containers:
+        spec["containers"] = list(request.requested_containers)
+    if request.timeout_seconds is not None:
+        spec["timeoutSeconds"] = request.timeout_seconds
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata,
+        "spec": spec,
+        "status": {
+            "phase": PENDING,
+            "containers": [{"name": c, "phase": PENDING} for c in request.containers],
+        },
+    }
+
+
+def is_finished(record: Mapping[str, Any]) -> bool:
+    return record.get("status", {}).get("phase") in FINISHED_PHASES
+
+
+def mark_running(record: dict[str, Any], started: str) -> dict[str, Any]:
+    status = record.setdefault("status", {})
+    status["phase"] = RUNNING
+    status["startTime"] = started
+    for container in status.get("containers", []):
+        container["phase"] = RUNNING
+        container["startTime"] = started
+    return record
+
+
+def container_result(name: str, container_id: str, result: ExecResult) -> dict[str, Any]:
+    """A `status.containers[]` entry from one exec."""
+    succeeded = result.exit_code == 0
+    entry: dict[str, Any] = {
+        "name": name,
+        "phase": SUCCEEDED if succeeded else FAILED,
+        "startTime": rfc3339(result.started),
+        "completionTime": rfc3339(result.finished),
+        "reason": str(result.reason),
+        "message": result.message,
+        "stdout": result.stdout.decode("utf-8", errors="replace"),
+        "stderr": result.stderr.decode("utf-8", errors="replace"),
+        "stdoutTruncated": result.stdout_truncated,
+        "stderrTruncated": result.stderr_truncated,
+    }
+    if container_id:
+        entry["containerID"] = container_id
+    if result.exit_code is not None:
+        entry["exitCode"] = result.exit_code
+    return entry
+
+
+def container_failure(name: str, reason: str, message: str, at: str,
+                      container_id: str = "") -> dict[str, Any]:
+    """A `status.containers[]` entry for a container whose notifier did not run or finish."""
+    entry = {"name": name, "phase": FAILED, "completionTime": at, "reason": reason,
+             "message": message}
+    if container_id:
+        entry["containerID"] = container_id
+    return entry
+
+
+def set_container(record: dict[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Replace the container's entry, keeping its startTime if the new entry has none."""
+    containers = record.setdefault("status", {}).setdefault("containers", [])
+    for index, existing in enumerate(containers):
+        if existing["name"] == entry["name"]:
+            merged = dict(entry)
+            if "startTime" not in merged and "startTime" in existing:
+                merged["startTime"] = existing["startTime"]
+            containers[index] = merged
+            return record
+    containers.append(dict(entry))
+    return record
+
+
+def finish(record: dict[str, Any], at: str, reason: str = "", message: str = ""
+           ) -> dict[str, Any]:
+    """Set the record's final phase from its containers.
+
+    Succeeded if and only if every container succeeded. Unfinished containers end Failed with
+    `reason` (e.g. Interrupted, PodDeleted). The record's reason is Completed on success, else
+    `reason` if given, else the first failed container's.
+    """
+    status = record.setdefault("status", {})
+    containers = status.setdefault("containers", [])
+    for index, container in enumerate(containers):
+        if container.get("phase") not in FINISHED_PHASES:
+            containers[index] = {**container, **container_failure(
+                container["name"], reason or INTERRUPTED, message or "did not finish", at)}
+    failed = [c for c in containers if c.get("phase") != SUCCEEDED]
+    status["completionTime"] = at
+    status.setdefault("startTime", at)
+    if containers and not failed:
+        status["phase"] = SUCCEEDED
+        status["reason"] = COMPLETED
+        status["message"] = f"{len(containers)}/{len(containers)} containers succeeded"
+        return record
+    status["phase"] = FAILED
+    first = failed[0] if failed else {}
+    status["reason"] = reason or first.get("reason", "")
+    status["message"] = message or _failure_summary(failed, len(containers))
+    return record
+
+
+def _failure_summary(failed: Sequence[Mapping[str, Any]], total: int) -> str:
+    parts = []
+    for container in failed[:3]:
+        detail = (f"exit code {container['exitCode']}" if "exitCode" in container
+                  else container.get("reason", "failed"))
+        parts.append(f"{container['name']}: {detail}")
+    more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+    return f"{len(failed)}/{total} containers failed ({'; '.join(parts)}{more})"

@@ -1,0 +1,124 @@
+"""Prometheus metrics of the server, served at /metrics (documented in docs/metrics.md).
+
+`Metrics` owns its own CollectorRegistry (never prometheus_client's global one), so that every
+server, and every test, has independent metrics. /metrics is authorized like kube-apiserver's:
+a non-resource ``get`` on ``/metrics`` (SubjectAccessReview; RBAC grants it with
+``nonResourceURLs: ["/metrics"]``, e.g. through the ClusterRole system:monitoring).
+
+The authentication and authorization review counters are kept by the TokenReviewer and the
+authorizer as plain integers; a custom collector reads them at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+
+from apiserver.api import status
+from apiserver.authn.tokenreview import TokenReviewCounters
+from apiserver.authz.sar import ReviewCounters
+
+PREFIX = "container_notifier"
+METRICS_PATH = "/metrics"
+
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+"""Seconds; notifier timeouts are bounded by --max-timeout-seconds (default 600)."""
+
+
+class Metrics:
+    """The server's metrics. Label values must come from small fixed sets (phases, reasons)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._podnotifiers_finished = Counter(
+            f"{PREFIX}_podnotifiers_finished",
+            "PodNotifier runs that finished, by final phase and reason.",
+            ["phase", "reason"], registry=self.registry)
+        self._podnotifier_duration = Histogram(
+            f"{PREFIX}_podnotifier_duration_seconds",
+            "Time from the start of a PodNotifier run to its end, in seconds.",
+            buckets=DURATION_BUCKETS, registry=self.registry)
+        self._podnotifiers_in_flight = Gauge(
+            f"{PREFIX}_podnotifiers_in_flight",
+            "PodNotifier runs started and not finished yet.",
+            registry=self.registry)
+        self._notifications_finished = Counter(
+            f"{PREFIX}_notifications_finished",
+            "Notifications that finished, by final phase.",
+            ["phase"], registry=self.registry)
+
+    def run_started(self) -> None:
+        """A PodNotifier run started; pair it with exactly one `run_finished`."""
+        self._podnotifiers_in_flight.inc()
+
+    def run_finished(self, phase: str, reason: str, duration_seconds: float) -> None:
+        """A PodNotifier run that `run_started` counted ended in `phase` with `reason`."""
+        self._podnotifiers_in_flight.dec()
+        self._podnotifiers_finished.labels(phase=phase, reason=reason).inc()
+        self._podnotifier_duration.observe(max(duration_seconds, 0.0))
+
+    def notification_finished(self, phase: str) -> None:
+        self._notifications_finished.labels(phase=phase).inc()
+
+    def watch_reviews(self, authorization: ReviewCounters,
+                      authentication: TokenReviewCounters) -> None:
+        """Expose the authorizer's and the TokenReviewer's counters, read at scrape time."""
+        self.registry.register(_ReviewCollector(authorization, authentication))
+
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        """The metrics in the format `accept` asks for (Prometheus text by default, or
+        OpenMetrics), and its content type."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+
+class _ReviewCollector:
+    """Counters of SubjectAccessReviews (authorization) and TokenReviews (authentication)."""
+
+    def __init__(self, authorization: ReviewCounters, authentication: TokenReviewCounters):
+        self._sources = (
+            ("authorization", "SubjectAccessReview", authorization),
+            ("authentication", "TokenReview", authentication),
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+    def collect(self) -> Iterator[Metric]:
+        for kind, review, counters in self._sources:
+            yield CounterMetricFamily(
+                f"{PREFIX}_{kind}_reviews",
+                f"{review}s sent to kube-apiserver (cache misses), including those that failed.",
+                value=counters.reviews)
+            yield CounterMetricFamily(
+                f"{PREFIX}_{kind}_review_errors",
+                f"{review}s that got no usable answer (unreachable or an error status).",
+                value=counters.errors)
+            yield CounterMetricFamily(
+                f"{PREFIX}_{kind}_cache_hits",
+                f"{review} answers served from the cache.",
+                value=counters.cache_hits)
+            yield CounterMetricFamily(
+                f"{PREFIX}_{kind}_cache_misses",
+                f"{review} answers not in the cache (each sends a review).",
+                value=counters.cache_misses)
+
+
+def metrics_router() -> APIRouter:
+    """GET /metrics; access control (the middleware) has already authorized the caller."""
+    router = APIRouter()
+
+    @router.get(METRICS_PATH, include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        services = getattr(request.app.state, "services", None)
+        if services is None:
+            raise status.service_unavailable("metrics are not available until the server "
+                                             "has started")
+        body, content_type = services.metrics.exposition(request.headers.get("accept", ""))
+        return Response(body, media_type=content_type)
+
+    return router
