@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# make demo: bring up the local control plane and show it working; leaves it running.
+# make demo: bring up the local control plane with container-notifier, deploy a database whose
+# pod template declares notifiers, trigger them with kubectl and curl as an RBAC-limited user,
+# and show the records. Leaves the cluster running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/hack"
@@ -9,20 +11,58 @@ $py -m localcluster up
 bins="$(bash hack/build.sh 2>/dev/null)"
 export KUBECONFIG="$PWD/.cluster/kubeconfig"
 kubectl="$bins/kubectl"
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
+api=/apis/notifier.x-k8s.io/v1alpha1
+step() { printf '\n\033[1m$ %s\033[0m\n' "$*" >&2; "$@"; }
+say() { printf '\n\033[1m# %s\033[0m\n' "$*"; }
 
-step "$kubectl" get nodes -o wide
-"$kubectl" create namespace demo --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
-"$kubectl" -n demo create deployment web --image=fake.example/web:1 --replicas=3 \
-  --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
-step "$kubectl" -n demo rollout status deployment/web --timeout=60s
-step "$kubectl" -n demo get pods -o wide
-step "$kubectl" -n demo exec deployment/web -- sh -c 'echo "hello from $(hostname), pid $$"'
+say "The notifier API is served through kube-apiserver's aggregator"
+step "$kubectl" get apiservice v1alpha1.notifier.x-k8s.io
+step "$kubectl" api-resources --api-group=notifier.x-k8s.io
+
+say "A database whose pod template declares quiesce, unquiesce and reload"
+"$kubectl" apply -f hack/demo/workload.yaml >/dev/null
+step "$kubectl" -n demo rollout status deployment/db --timeout=60s
+pod="$("$kubectl" -n demo get pods -l app=db -o jsonpath='{.items[0].metadata.name}')"
+step "$kubectl" -n demo get pod "$pod" -o jsonpath='{.metadata.annotations.notifier\.x-k8s\.io/notifiers}'
+echo
+
+say "backup-bot may notify pods in 'demo' (ClusterRole container-notifier:notifier), not exec them"
+bot_kubeconfig="$($py -m localcluster user backup-bot)"
+"$kubectl" -n demo create rolebinding backup-bot --clusterrole=container-notifier:notifier \
+  --user=backup-bot --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+step "$kubectl" --kubeconfig="$bot_kubeconfig" -n demo auth can-i create pods/exec || true
+
+say "Quiesce with kubectl create --raw (waits up to 20 s for the result)"
+echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"quiesce"}}' |
+  step "$kubectl" --kubeconfig="$bot_kubeconfig" create --raw \
+    "$api/namespaces/demo/pods/$pod/notify?waitSeconds=20" -f - |
+  $py -c 'import json, sys; o = json.load(sys.stdin); print(json.dumps({"metadata.name": o["metadata"]["name"], "status": o["status"]}, indent=2))'
+
+say "Reload (SIGHUP to the container's PID 1) with curl, as the same user"
+cert="${bot_kubeconfig%.kubeconfig}"
+step curl -sS --cacert .cluster/pki/ca.crt --cert "$cert.crt" --key "$cert.key" \
+  -H 'Content-Type: application/json' \
+  -d '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"reload"}}' \
+  "https://127.0.0.1:${CN_APISERVER_PORT:-26443}$api/namespaces/demo/pods/$pod/notify?waitSeconds=20" \
+  -o /dev/null -w 'HTTP %{http_code}\n'
+step tail -n 1 .cluster/pid1-signals.log
+
+say "Unquiesce, then the records"
+echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"unquiesce"}}' |
+  "$kubectl" --kubeconfig="$bot_kubeconfig" create --raw \
+    "$api/namespaces/demo/pods/$pod/notify?waitSeconds=20" -f - >/dev/null
+step "$kubectl" -n demo get podnotifiers
+first="$("$kubectl" -n demo get podnotifiers --field-selector spec.notifier=quiesce -o jsonpath='{.items[0].metadata.name}')"
+step "$kubectl" -n demo get podnotifier "$first" -o yaml
 
 cat <<EOM
 
-The control plane keeps running. Next:
+The control plane and container-notifier keep running. Next:
   export KUBECONFIG=$KUBECONFIG
-  $kubectl get pods -A
-  make cluster-down      # stop everything and remove .cluster/
+  alias kubectl=$kubectl
+  kubectl -n demo get podnotifiers --watch          # in another terminal
+  echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"quiesce"}}' |
+    kubectl --kubeconfig=$bot_kubeconfig create --raw $api/namespaces/demo/pods/$pod/notify -f -
+  kubectl explain podnotifiers.status
+  make cluster-down                                  # stop everything, remove .cluster/
 EOM

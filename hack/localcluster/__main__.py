@@ -5,6 +5,8 @@ up      build missing binaries (hack/build.sh), start etcd, kube-apiserver, cont
         healthy; reuses a healthy running plane; prints what it started and how long it took.
 down    stop every process `up` started, by pid, and remove the state directory.
 status  print each process and whether it runs; exit 1 unless all run.
+user    issue a client certificate (CN NAME, O each --group) and print its kubeconfig path;
+        the certificate and key sit beside it as NAME.crt and NAME.key.
 """
 
 from __future__ import annotations
@@ -190,7 +192,10 @@ def status(layout: Layout) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "user"])
+    parser.add_argument("name", nargs="?", help="with `user`: the user name (certificate CN)")
+    parser.add_argument("--group", action="append", default=[],
+                        help="with `user`: a group (certificate O); repeatable")
     parser.add_argument("--nodes", type=int, default=NODE_COUNT,
                         help="kwok nodes to create (default: $CN_NODES or 3)")
     args = parser.parse_args(argv)
@@ -199,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         up(layout, ports, args.nodes)
     elif args.command == "down":
         down(layout)
+    elif args.command == "user":
+        if not args.name:
+            parser.error("user needs a NAME")
+        print(pki.user_kubeconfig(layout, ports, args.name, tuple(args.group)))
     else:
         return status(layout)
     return 0

@@ -125,6 +125,20 @@ class Cluster:
         })
         return self.wait_running_pods(namespace, f"app={name}", replicas)
 
+    def create_pod(self, namespace: str, name: str, containers: tuple[str, ...] = ("app",),
+                   annotations: dict[str, str] | None = None) -> dict:
+        """A bare pod (no controller) on a kwok node; returns it once Running."""
+        with self.admin() as kube:
+            response = kube.post(f"/api/v1/namespaces/{namespace}/pods", json={
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"bare": name},
+                             "annotations": annotations or {}},
+                "spec": {"containers": [{"name": c, "image": "fake.example/app:1"}
+                                        for c in containers]},
+            })
+            assert response.status_code == 201, response.text
+        return self.wait_running_pods(namespace, f"bare={name}", 1)[0]
+
     def wait_running_pods(self, namespace: str, selector: str, count: int,
                           timeout: float = 60.0) -> list[dict]:
         pods: list[dict] = []
@@ -150,3 +164,4 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0,
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+

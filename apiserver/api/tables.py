@@ -1,0 +1,261 @@
+"""``meta.k8s.io/v1`` Table output, as ``kubectl get`` asks for it, and the PodNotifier columns.
+
+kubectl sends ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io,...`` and prints the
+server's columns (names upper-cased) and cells as they come. Each row carries the object as a
+``PartialObjectMetadata`` (``includeObject=Metadata``, the default), the whole object
+(``Object``) or nothing (``None``); kubectl reads the namespace for ``-A`` from it.
+
+A watch answered as Table sends one single-row Table per event; like kube-apiserver, only the
+first carries ``columnDefinitions`` (the later ones have ``null``) and kubectl reuses the columns
+it has seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from apiserver.api import status
+from apiserver.registry.objects import FINISHED_PHASES, parse_timestamp
+
+Object = Mapping[str, Any]
+
+META_GROUP_VERSION = "meta.k8s.io/v1"
+
+NAME_DESCRIPTION = (
+    "Name must be unique within a namespace. Is required when creating resources, although some "
+    "resources may allow a client to request the generation of an appropriate name "
+    "automatically. Name is primarily intended for creation idempotence and configuration "
+    "definition. Cannot be updated. More info: "
+    "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
+)
+AGE_DESCRIPTION = (
+    "CreationTimestamp is a timestamp representing the server time when this object was "
+    "created. It is not guaranteed to be set in happens-before order across separate "
+    "operations. Clients may not set this value. It is represented in RFC3339 form and is in "
+    "UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
+)
+
+
+class IncludeObject(StrEnum):
+    """The ``includeObject`` query parameter of a Table request."""
+
+    METADATA = "Metadata"
+    OBJECT = "Object"
+    NONE = "None"
+
+    @classmethod
+    def parse(cls, value: str | None) -> IncludeObject:
+        """The parameter's value (default Metadata); 400 as kube-apiserver words it."""
+        if not value:
+            return cls.METADATA
+        try:
+            return cls(value)
+        except ValueError:
+            raise status.bad_request(
+                f'Unable to convert to Table as requested: includeObject: Invalid value: '
+                f'"{value}": must be \'Metadata\', \'Object\', \'None\', or empty'
+            ) from None
+
+
+@dataclass(frozen=True)
+class Column:
+    """One ``TableColumnDefinition`` and how to compute its cell from an object."""
+
+    name: str
+    """As kube names columns ("Name", "Age"); kubectl prints it upper-cased."""
+    cell: Callable[[Object, datetime], Any]
+    """The cell of an object, given the time of rendering (for ages and running durations)."""
+    type: str = "string"
+    """OpenAPI type: string, integer, number, boolean or date."""
+    format: str = ""
+    """e.g. "name" for the column that identifies the row."""
+    description: str = ""
+    priority: int = 0
+    """0: always shown; higher: only with ``-o wide``."""
+
+    def definition(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "format": self.format,
+                "description": self.description, "priority": self.priority}
+
+
+@dataclass(frozen=True)
+class TableConvertor:
+    """The columns of one resource, and the Tables made of them."""
+
+    columns: tuple[Column, ...]
+
+    def column_definitions(self) -> list[dict[str, Any]]:
+        return [column.definition() for column in self.columns]
+
+    def row(self, obj: Object, *, include: IncludeObject = IncludeObject.METADATA,
+            now: datetime | None = None) -> dict[str, Any]:
+        moment = now or datetime.now(UTC)
+        return {"cells": [column.cell(obj, moment) for column in self.columns],
+                "object": row_object(obj, include)}
+
+    def table(self, objects: Iterable[Object], *, resource_version: str = "",
+              continue_token: str = "", include: IncludeObject = IncludeObject.METADATA,
+              headers: bool = True, now: datetime | None = None) -> dict[str, Any]:
+        """A Table of ``objects``; its ``metadata`` is the list's (or the object's) ListMeta.
+
+        Without ``headers`` (watch events after the first), ``columnDefinitions`` is null.
+        """
+        moment = now or datetime.now(UTC)
+        meta: dict[str, Any] = {}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        if continue_token:
+            meta["continue"] = continue_token
+        return {
+            "kind": "Table",
+            "apiVersion": META_GROUP_VERSION,
+            "metadata": meta,
+            "columnDefinitions": self.column_definitions() if headers else None,
+            "rows": [self.row(obj, include=include, now=moment) for obj in objects],
+        }
+
+
+def partial_object_metadata(obj: Object) -> dict[str, Any]:
+    """The object's ``PartialObjectMetadata`` (kind, apiVersion meta.k8s.io/v1, metadata)."""
+    return {"kind": "PartialObjectMetadata", "apiVersion": META_GROUP_VERSION,
+            "metadata": dict(obj.get("metadata") or {})}
+
+
+def row_object(obj: Object, include: IncludeObject) -> dict[str, Any] | None:
+    if include is IncludeObject.OBJECT:
+        return dict(obj)
+    if include is IncludeObject.NONE:
+        return None
+    return partial_object_metadata(obj)
+
+
+# Cells
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's duration format (apimachinery ``duration.HumanDuration``): ~2-3 figures.
+
+    e.g. 5s, 119s, 2m5s, 10m, 3h, 7h59m, 2d, 7d23h, 30d, 2y15d, 9y. Up to one second in the
+    future reads "0s" (clock skew); further in the future "<invalid>".
+    """
+    whole = int(seconds)  # truncates toward zero, like Go's int()
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 120:
+        return f"{whole}s"
+    minutes = whole // 60
+    if minutes < 10:
+        rest = whole % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = whole // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        years, days = hours // 24 // 365, (hours // 24) % 365
+        return f"{years}y{days}d" if days else f"{years}y"
+    return f"{hours // 24 // 365}y"
+
+
+def age(obj: Object, now: datetime) -> str:
+    """Time since ``metadata.creationTimestamp``, or "<unknown>" as kubectl prints it."""
+    created = parse_timestamp(_get(obj, "metadata", "creationTimestamp"))
+    if created is None:
+        return "<unknown>"
+    return human_duration(now.timestamp() - created)
+
+
+def run_duration(status_: Any, now: datetime) -> str:
+    """completionTime - startTime, or now - startTime while running; "" before it starts.
+
+    As kubectl shows a Job's DURATION.
+    """
+    if not isinstance(status_, Mapping):
+        return ""
+    started = parse_timestamp(status_.get("startTime"))
+    if started is None:
+        return ""
+    completed = parse_timestamp(status_.get("completionTime"))
+    end = completed if completed is not None else now.timestamp()
+    return human_duration(end - started)
+
+
+def field(*path: str, default: str = "") -> Callable[[Object, datetime], Any]:
+    """A cell showing the value at ``path`` (e.g. "spec", "podName"), ``default`` if unset."""
+
+    def cell(obj: Object, now: datetime) -> Any:
+        value = _get(obj, *path)
+        return default if value is None else value
+
+    return cell
+
+
+def name_column() -> Column:
+    return Column("Name", field("metadata", "name"), format="name",
+                  description=NAME_DESCRIPTION)
+
+
+def age_column() -> Column:
+    return Column("Age", age, description=AGE_DESCRIPTION)
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for part in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+# PodNotifier
+
+
+def podnotifier_exit(obj: Object, now: datetime) -> str:
+    """One container: its exit code, or "-" until it has one. Several: "<finished>/<total>"."""
+    containers = _get(obj, "status", "containers")
+    if not isinstance(containers, list) or not containers:
+        return "-"
+    if len(containers) == 1:
+        code = containers[0].get("exitCode") if isinstance(containers[0], Mapping) else None
+        return "-" if code is None else str(code)
+    finished = sum(1 for c in containers
+                   if isinstance(c, Mapping) and c.get("phase") in FINISHED_PHASES)
+    return f"{finished}/{len(containers)}"
+
+
+def podnotifier_duration(obj: Object, now: datetime) -> str:
+    return run_duration(obj.get("status"), now)
+
+
+PODNOTIFIER_TABLE = TableConvertor((
+    name_column(),
+    Column("Pod", field("spec", "podName"), description="Name of the pod notified."),
+    Column("Notifier", field("spec", "notifier"), description="Name of the notifier run."),
+    Column("Phase", field("status", "phase"),
+           description="Pending, Running, Succeeded or Failed."),
+    Column("Exit", podnotifier_exit,
+           description="Exit code of the command when one container is notified, else "
+                       "finished/total containers; - until known."),
+    Column("Duration", podnotifier_duration,
+           description="How long the run took, or has been running; empty until it starts."),
+    age_column(),
+    Column("Reason", field("status", "reason"), priority=1,
+           description="Machine-readable reason for the phase."),
+))
+"""``kubectl get podnotifiers``: NAME POD NOTIFIER PHASE EXIT DURATION AGE (+ REASON wide)."""

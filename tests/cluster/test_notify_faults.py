@@ -1,0 +1,127 @@
+"""Faults lose no record: a deleted pod, a watch that follows a run, a server restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from typing import Any
+
+import httpx
+import pytest
+
+from localcluster import __main__ as localcluster
+from localcluster import processes
+from tests.support.kube import Cluster, wait_until
+from tests.support.notify import API, declare, exec_notifier, notify
+
+pytestmark = pytest.mark.cluster
+
+
+def _record(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    with cluster.admin() as kube:
+        response = kube.get(f"{API}/namespaces/{namespace}/podnotifiers/{name}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _phase(cluster: Cluster, namespace: str, name: str) -> str:
+    return _record(cluster, namespace, name)["status"]["phase"]
+
+
+def test_pod_deleted_mid_run_ends_podDeleted(cluster: Cluster, namespace: str) -> None:
+    annotations = declare(app=[exec_notifier("long", "sleep 30", timeout=60)])
+    pod = cluster.deploy(namespace, "doomed", annotations=annotations)[0]["metadata"]["name"]
+    with cluster.admin() as client:
+        name = notify(client, namespace, pod, "long", wait=0).json()["metadata"]["name"]
+        wait_until(lambda: _phase(cluster, namespace, name) == "Running", "run to start", 10)
+        deleted = client.delete(f"/api/v1/namespaces/{namespace}/pods/{pod}",
+                                params={"gracePeriodSeconds": "0"})
+        assert deleted.status_code == 200
+    wait_until(lambda: _phase(cluster, namespace, name) == "Failed", "PodDeleted", 20)
+    status = _record(cluster, namespace, name)["status"]
+    assert status["reason"] == "PodDeleted"
+    assert status["containers"][0]["reason"] == "PodDeleted"
+
+
+def test_watch_sees_pending_running_succeeded_in_order(cluster: Cluster, namespace: str) -> None:
+    annotations = declare(app=[exec_notifier("brief", "sleep 1; echo done")])
+    pod = cluster.deploy(namespace, "watched", annotations=annotations)[0]["metadata"]["name"]
+    phases: list[str] = []
+    with cluster.admin() as client:
+        with client.stream("GET", f"{API}/namespaces/{namespace}/podnotifiers",
+                           params={"watch": "true", "timeoutSeconds": "20"}) as stream:
+            name = notify(client, namespace, pod, "brief", wait=0).json()["metadata"]["name"]
+            for line in stream.iter_lines():
+                event = json.loads(line)
+                if event["object"]["metadata"]["name"] != name:
+                    continue
+                phase = event["object"]["status"]["phase"]
+                if not phases or phases[-1] != phase:
+                    phases.append(phase)
+                if phase in ("Succeeded", "Failed"):
+                    break
+    assert phases == ["Pending", "Running", "Succeeded"]
+
+
+def test_kubectl_get_watch_streams_rows(cluster: Cluster, namespace: str) -> None:
+    annotations = declare(app=[exec_notifier("brief", "sleep 1")])
+    pod = cluster.deploy(namespace, "kwatch", annotations=annotations)[0]["metadata"]["name"]
+    kubectl = subprocess.Popen(
+        [str(cluster.bins / "kubectl"), f"--kubeconfig={cluster.layout.kubeconfig}", "-n",
+         namespace, "get", "podnotifiers", "--watch", "--request-timeout=30s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with cluster.admin() as client:
+            wait_until(lambda: kubectl.poll() is None, "kubectl to start", 2)
+            notify(client, namespace, pod, "brief", wait=0)
+        lines = []
+        assert kubectl.stdout is not None
+        for line in kubectl.stdout:
+            lines.append(line.split())
+            if "Succeeded" in line:
+                break
+    finally:
+        kubectl.kill()
+    assert lines[0][:4] == ["NAME", "POD", "NOTIFIER", "PHASE"]
+    phases = [row[3] for row in lines[1:]]
+    assert phases[-1] == "Succeeded"
+    assert "Running" in phases
+
+
+def _server(cluster: Cluster) -> processes.Tracked:
+    (server,) = [p for p in processes.load(cluster.layout.state_file)
+                 if p.name == "notifier-apiserver"]
+    return server
+
+
+def _restart_server(cluster: Cluster, sig: signal.Signals) -> None:
+    os.kill(_server(cluster).pid, sig)
+    wait_until(lambda: not processes.is_alive(_server(cluster)), "server to stop", 30)
+    localcluster.restart(cluster.layout, "notifier-apiserver")
+
+    def served() -> bool:
+        try:
+            with cluster.admin(timeout=5) as kube:
+                return kube.get(f"{API}").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(served, "the restarted server behind the aggregator", 60)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["crash", "stop"])
+def test_restart_ends_running_records_as_interrupted(
+        cluster: Cluster, namespace: str, sig: signal.Signals) -> None:
+    annotations = declare(app=[exec_notifier("long", "sleep 20", timeout=60)])
+    pod = cluster.deploy(namespace, "restarted", annotations=annotations)[0]["metadata"]["name"]
+    with cluster.admin() as client:
+        name = notify(client, namespace, pod, "long", wait=0).json()["metadata"]["name"]
+    wait_until(lambda: _phase(cluster, namespace, name) == "Running", "run to start", 10)
+    _restart_server(cluster, sig)
+    status = _record(cluster, namespace, name)["status"]
+    assert status["phase"] == "Failed"
+    assert status["reason"] == "Interrupted"
+    assert status["completionTime"]
+    assert status["containers"][0]["reason"] == "Interrupted"

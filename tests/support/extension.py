@@ -1,0 +1,111 @@
+"""Helpers for tests of the extension server: its own port, its metrics, its request log,
+and the trust ConfigMap that kube-apiserver publishes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from certs.authority import KeyPair
+from tests.support.kube import Cluster
+
+API = "/apis/notifier.x-k8s.io/v1alpha1"
+TRUST_CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
+FORBIDDEN_OR_UNAUTHORIZED = (401, 403)
+
+
+def notify_path(namespace: str, pod: str) -> str:
+    return f"{API}/namespaces/{namespace}/pods/{pod}/notify"
+
+
+def notify_body(notifier: str = "reload") -> dict[str, Any]:
+    return {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
+            "spec": {"notifier": notifier}}
+
+
+def cluster_pair(cluster: Cluster, stem: str) -> KeyPair:
+    """A certificate and key of the local control plane's pki/ directory."""
+    return KeyPair.load(cluster.layout.pki / f"{stem}.crt", cluster.layout.pki / f"{stem}.key")
+
+
+def server_ssl_context(cluster: Cluster, cert: KeyPair | None = None) -> ssl.SSLContext:
+    """Trusts the extension server's serving CA; presents `cert` as the client certificate."""
+    context = ssl.create_default_context(cafile=str(cluster.layout.pki / "notifier-ca.crt"))
+    if cert is not None:
+        with tempfile.TemporaryDirectory(prefix="client-cert-") as directory:
+            cert_path, key_path = Path(directory) / "tls.crt", Path(directory) / "tls.key"
+            cert.write(cert_path, key_path)
+            context.load_cert_chain(cert_path, key_path)
+    return context
+
+
+def direct(cluster: Cluster, cert: KeyPair | None = None, timeout: float = 15.0) -> httpx.Client:
+    """A client of the extension server's own port (not through kube-apiserver)."""
+    return httpx.Client(base_url=f"https://127.0.0.1:{cluster.ports.notifier}",
+                        verify=server_ssl_context(cluster, cert), timeout=timeout)
+
+
+def scrape(cluster: Cluster) -> dict[str, float]:
+    """The server's unlabelled samples from /metrics, read as admin (system:masters, so the
+    scrape itself needs no SubjectAccessReview and moves no review counter)."""
+    with direct(cluster, cluster_pair(cluster, "admin")) as server:
+        response = server.get("/metrics")
+    assert response.status_code == 200, response.text
+    return {sample.name: sample.value
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples if not sample.labels}
+
+
+def logged_requests(cluster: Cluster, path: str) -> list[dict[str, Any]]:
+    """The server's access log entries (JSON lines) for `path`."""
+    entries = []
+    for line in (cluster.layout.logs / "notifier-apiserver.log").read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if entry.get("msg") == "request" and entry.get("path") == path:
+                entries.append(entry)
+    return entries
+
+
+def read_trust_configmap(cluster: Cluster) -> dict[str, Any]:
+    with cluster.admin() as kube:
+        response = kube.get(TRUST_CONFIGMAP)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def write_trust_data(cluster: Cluster, data: dict[str, str]) -> None:
+    """Replace the ConfigMap's data (retrying on conflicts with kube-apiserver's controller)."""
+    for _ in range(5):
+        configmap = read_trust_configmap(cluster)
+        configmap["data"] = data
+        with cluster.admin() as kube:
+            response = kube.put(TRUST_CONFIGMAP, json=configmap)
+        if response.status_code != 409:
+            assert response.status_code == 200, response.text
+            return
+    raise AssertionError("could not write the trust ConfigMap: conflicts")
+
+
+@contextlib.contextmanager
+def trust_configmap_restored(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """Yields the ConfigMap's data; puts it back as it was, whatever the test did."""
+    original = dict(read_trust_configmap(cluster)["data"])
+    try:
+        yield dict(original)
+    finally:
+        write_trust_data(cluster, original)
+
+
+def pem_certificates(bundle: str) -> set[str]:
+    """The PEM blocks of a bundle, normalised, for set comparisons."""
+    marker = "-----END CERTIFICATE-----"
+    return {block.strip() + "\n" + marker for block in bundle.split(marker) if block.strip()}

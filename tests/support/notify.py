@@ -1,0 +1,52 @@
+"""Helpers for notifier tests: declarations, notify requests, reading records."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from tests.support.kube import Cluster
+
+API = "/apis/notifier.x-k8s.io/v1alpha1"
+ANNOTATION = "notifier.x-k8s.io/notifiers"
+
+
+def exec_notifier(name: str, script: str, timeout: int | None = None) -> dict[str, Any]:
+    notifier: dict[str, Any] = {"name": name,
+                                "action": {"exec": {"command": ["/bin/sh", "-c", script]}}}
+    if timeout is not None:
+        notifier["timeoutSeconds"] = timeout
+    return notifier
+
+
+def signal_notifier(name: str, signal: str) -> dict[str, Any]:
+    return {"name": name, "action": {"signal": signal}}
+
+
+def declare(**containers: list[dict[str, Any]]) -> dict[str, str]:
+    """The pod annotations that declare these notifiers per container."""
+    return {ANNOTATION: json.dumps(containers)}
+
+
+def notify_path(namespace: str, pod: str) -> str:
+    return f"{API}/namespaces/{namespace}/pods/{pod}/notify"
+
+
+def body(notifier: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
+            "spec": {"notifier": notifier, **spec}}
+
+
+def notify(client: httpx.Client, namespace: str, pod: str, notifier: str, wait: int = 20,
+           **spec: Any) -> httpx.Response:
+    return client.post(notify_path(namespace, pod), params={"waitSeconds": str(wait)},
+                       json=body(notifier, **spec))
+
+
+def records(cluster: Cluster, namespace: str, **params: str) -> list[dict[str, Any]]:
+    with cluster.admin() as kube:
+        response = kube.get(f"{API}/namespaces/{namespace}/podnotifiers", params=params)
+    assert response.status_code == 200, response.text
+    return response.json()["items"]
