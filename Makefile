@@ -24,6 +24,9 @@ test: lint
 demo: venv
 	bash hack/demo.sh
 
+bench: venv
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR) $(PY) hack/bench.py
+
 cluster-up: venv
 	$(PY) -m localcluster up
 

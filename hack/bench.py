@@ -1,0 +1,182 @@
+"""make bench: container-notifier against raw pods/exec, measured in one run on the local
+control plane. Prints a table and writes bench-results/notify.json.
+
+Figures:
+- latency p50/p95 of one notify (waitSeconds, trivial command) through the aggregator, against
+  the same client running the same command by raw pods/exec through kube-apiserver (WebSocket);
+  the ratio notify/exec is the figure that matters;
+- throughput at 1, 8 and 32 concurrent callers, for both (each caller has its own pod, since a
+  notifier may not run twice at once on one pod);
+- the server's peak RSS (VmHWM) after 10,000 notifications, and records kept per pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import ssl
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+
+from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
+from localcluster import __main__ as localcluster
+from localcluster import pki, processes
+from localcluster.layout import REPO_ROOT, Layout, Ports
+from tests.support.kube import Cluster, User
+
+NAMESPACE = "bench"
+COMMAND = ["/bin/sh", "-c", "echo ok"]
+NOTIFIERS = json.dumps({"app": [{"name": "ping", "action": {"exec": {"command": COMMAND}}}]})
+API = "/apis/notifier.x-k8s.io/v1alpha1"
+BODY = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
+        "spec": {"notifier": "ping"}}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+class Bench:
+    def __init__(self, cluster: Cluster, user: User, pods: list[str]) -> None:
+        self.cluster, self.pods = cluster, pods
+        self.tls: ssl.SSLContext = user.ssl_context()
+        self.http = httpx.AsyncClient(base_url=cluster.server, verify=self.tls, timeout=70,
+                                      limits=httpx.Limits(max_connections=64))
+        self.endpoint = KubeEndpoint(cluster.server, self.tls)
+
+    async def notify(self, pod: str) -> None:
+        response = await self.http.post(f"{API}/namespaces/{NAMESPACE}/pods/{pod}/notify",
+                                         params={"waitSeconds": "30"}, json=BODY)
+        if response.status_code != 201 or response.json()["status"]["phase"] != "Succeeded":
+            raise RuntimeError(f"notify {pod}: {response.status_code} {response.text[:300]}")
+
+    async def exec(self, pod: str) -> None:
+        result = await exec_in_container(self.endpoint, NAMESPACE, pod, "app", COMMAND,
+                                         timeout_seconds=30)
+        if result.exit_code != 0:
+            raise RuntimeError(f"exec {pod}: {result.reason} {result.message}")
+
+    async def latencies(self, call: Callable[[str], Awaitable[None]], count: int) -> list[float]:
+        samples = []
+        for i in range(count):
+            start = time.perf_counter()
+            await call(self.pods[i % len(self.pods)])
+            samples.append(time.perf_counter() - start)
+        return samples
+
+    async def throughput(self, call: Callable[[str], Awaitable[None]], callers: int,
+                         total: int) -> float:
+        per_caller = max(1, total // callers)
+
+        async def caller(pod: str) -> None:
+            for _ in range(per_caller):
+                await call(pod)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(caller(self.pods[i]) for i in range(callers)))
+        return callers * per_caller / (time.perf_counter() - start)
+
+
+def server_memory(layout: Layout) -> dict[str, int]:
+    (server,) = [p for p in processes.load(layout.state_file) if p.name == "notifier-apiserver"]
+    fields = {}
+    for line in Path(f"/proc/{server.pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields
+
+
+def setup(cluster: Cluster, replicas: int) -> tuple[User, list[str]]:
+    cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+    user = cluster.user("bench-client")
+    cluster.grant(NAMESPACE, user, [
+        {"apiGroups": ["notifier.x-k8s.io"], "resources": ["pods/notify"], "verbs": ["create"]},
+        {"apiGroups": ["notifier.x-k8s.io"], "resources": ["podnotifiers"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+    ], name="bench-client")
+    pods = cluster.deploy(NAMESPACE, "target", replicas=replicas,
+                          annotations={"notifier.x-k8s.io/notifiers": NOTIFIERS})
+    return user, sorted(p["metadata"]["name"] for p in pods)
+
+
+async def run(args: argparse.Namespace) -> dict:
+    layout, ports = Layout.default(), Ports()
+    if not localcluster.healthy(layout, ports):
+        localcluster.up(layout, ports, localcluster.NODE_COUNT)
+    cluster = Cluster(layout, ports, localcluster.build_binaries())
+    pki.ensure(layout, ports)
+    user, pods = setup(cluster, max(args.concurrency))
+    bench = Bench(cluster, user, pods)
+    results: dict = {"latency_seconds": {}, "throughput_per_second": {}}
+    for name, call in (("notify", bench.notify), ("exec", bench.exec)):
+        await bench.latencies(call, 10)  # warm up connections and caches
+        samples = await bench.latencies(call, args.latency_samples)
+        results["latency_seconds"][name] = {"p50": percentile(samples, 0.5),
+                                            "p95": percentile(samples, 0.95),
+                                            "mean": statistics.fmean(samples)}
+    for callers in args.concurrency:
+        results["throughput_per_second"][str(callers)] = {
+            name: await bench.throughput(call, callers, args.throughput_requests)
+            for name, call in (("notify", bench.notify), ("exec", bench.exec))}
+    start = time.perf_counter()
+    done = 0
+    while done < args.notifications:
+        batch = min(len(pods), args.notifications - done)
+        await asyncio.gather(*(bench.notify(pod) for pod in pods[:batch]))
+        done += batch
+    results["bulk"] = {"notifications": done, "seconds": time.perf_counter() - start,
+                       **server_memory(layout)}
+    per_pod = []
+    for pod in pods:
+        listed = (await bench.http.get(f"{API}/namespaces/{NAMESPACE}/podnotifiers",
+                                       params={"fieldSelector": f"spec.podName={pod}"})).json()
+        per_pod.append(len(listed["items"]))
+    results["records_per_pod"] = {"max": max(per_pod), "min": min(per_pod)}
+    await bench.http.aclose()
+    return results
+
+
+def report(results: dict) -> str:
+    lat = results["latency_seconds"]
+    lines = ["| figure | notify (aggregated) | raw pods/exec | ratio notify/exec |",
+             "|---|---|---|---|"]
+    for key in ("p50", "p95"):
+        n, e = lat["notify"][key], lat["exec"][key]
+        lines.append(f"| latency {key} | {n * 1000:.1f} ms | {e * 1000:.1f} ms | {n / e:.2f} |")
+    for callers, row in results["throughput_per_second"].items():
+        lines.append(f"| throughput, {callers} callers | {row['notify']:.1f}/s | "
+                     f"{row['exec']:.1f}/s | {row['notify'] / row['exec']:.2f} |")
+    bulk = results["bulk"]
+    lines.append(f"| server peak RSS after {bulk['notifications']} notifications | "
+                 f"{bulk['VmHWM'] / 2**20:.1f} MiB (now {bulk['VmRSS'] / 2**20:.1f} MiB) | | |")
+    lines.append(f"| records kept per pod (max) | {results['records_per_pod']['max']} | | |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument("--throughput-requests", type=int, default=320,
+                        help="requests per throughput measurement, split across callers")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--notifications", type=int, default=10_000,
+                        help="notifications before reading the server's peak RSS")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench-results" / "notify.json")
+    args = parser.parse_args()
+    results = asyncio.run(run(args))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2))
+    print(report(results))
+    print(f"\nwritten to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,311 @@
+"""The extension server as kube-apiserver and its clients see it: registration, discovery,
+RBAC on pods/notify, impersonation, and delegated authentication on its own port.
+
+Requests go through kube-apiserver's aggregator unless a test is about the server's own port
+(https://127.0.0.1:$CN_NOTIFIER_PORT), where callers must present their own credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import uuid
+
+import httpx
+import pytest
+
+from certs.authority import issue, new_ca
+from localcluster import __main__ as localcluster
+from localcluster.notifier import APISERVICE_NAME
+from tests.support.extension import (
+    API,
+    FORBIDDEN_OR_UNAUTHORIZED,
+    cluster_pair,
+    direct,
+    logged_requests,
+    notify_body,
+    notify_path,
+    scrape,
+)
+from tests.support.kube import Cluster, wait_until
+
+pytestmark = pytest.mark.cluster
+
+NOTIFY_RULE = {"apiGroups": ["notifier.x-k8s.io"], "resources": ["pods/notify"],
+               "verbs": ["create"]}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def forbidden_message(user: str, namespace: str, pod: str) -> str:
+    """kube-apiserver's wording when RBAC denies create pods/notify."""
+    return (f'pods.notifier.x-k8s.io "{pod}" is forbidden: User "{user}" cannot create '
+            f'resource "pods/notify" in API group "notifier.x-k8s.io" in the namespace '
+            f'"{namespace}"')
+
+
+def assert_not_refused(response_code: int, body: dict) -> None:
+    """The caller got past authentication and authorization: whatever the handler answered
+    (501 while unimplemented, 404 for a missing pod, 201...) is a Status or a PodNotifier."""
+    assert response_code not in FORBIDDEN_OR_UNAUTHORIZED, body
+    assert body.get("kind") in ("Status", "PodNotifier"), body
+    if body["kind"] == "Status":
+        assert body.get("reason") not in ("Forbidden", "Unauthorized"), body
+
+
+# --- registration and discovery -------------------------------------------------------------
+
+
+def test_apiservice_is_available(cluster: Cluster) -> None:
+    assert localcluster.apiservice_available(cluster.layout, cluster.ports)
+    with cluster.admin() as kube:
+        apiservice = kube.get(
+            f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE_NAME}").json()
+    [available] = [c for c in apiservice["status"]["conditions"] if c["type"] == "Available"]
+    assert (available["status"], available["reason"]) == ("True", "Passed")
+    assert apiservice["spec"]["group"] == "notifier.x-k8s.io"
+    assert apiservice["spec"]["version"] == "v1alpha1"
+
+
+def test_kubectl_lists_the_resources_and_discovery_has_the_subresource(cluster: Cluster) -> None:
+    listed = cluster.kubectl("api-resources", "--api-group=notifier.x-k8s.io", "-o", "wide")
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+    # kubectl hides subresources: pods/notify is only in the discovery document.
+    assert sorted(rows) == ["notifications", "podnotifiers"]
+    assert rows["podnotifiers"][1:5] == ["pnot", "notifier.x-k8s.io/v1alpha1", "true",
+                                         "PodNotifier"]
+    assert rows["podnotifiers"][5] == "delete,deletecollection,get,list,watch"
+    assert rows["notifications"][1:4] == ["notifier.x-k8s.io/v1alpha1", "true", "Notification"]
+    assert rows["notifications"][4] == "create,delete,get,list,watch"
+
+    raw = cluster.kubectl("get", "--raw", API)
+    resources = {r["name"]: r for r in json.loads(raw.stdout)["resources"]}
+    assert resources["pods/notify"] == {"name": "pods/notify", "singularName": "",
+                                        "namespaced": True, "kind": "PodNotifier",
+                                        "verbs": ["create"]}
+
+
+def test_kubectl_explain_prints_the_spec_fields(cluster: Cluster) -> None:
+    explained = cluster.kubectl("explain", "podnotifiers.spec").stdout
+    assert re.search(r"^KIND:\s+PodNotifier$", explained, re.MULTILINE), explained
+    assert re.search(r"^GROUP:\s+notifier\.x-k8s\.io$", explained, re.MULTILINE), explained
+    assert re.search(r"^VERSION:\s+v1alpha1$", explained, re.MULTILINE), explained
+    fields = dict(re.findall(r"^  (\w+)\t<([^>]+)>", explained, re.MULTILINE))
+    assert fields == {"containers": "[]string", "notifier": "string", "podName": "string",
+                      "podUID": "string", "requestedBy": "RequestedBy",
+                      "timeoutSeconds": "integer", "ttlSecondsAfterFinished": "integer"}
+    assert re.search(r"^  notifier\t<string> -required-$", explained, re.MULTILINE)
+
+
+# --- RBAC on pods/notify, through the aggregator --------------------------------------------
+
+
+def test_notify_needs_create_on_pods_notify(cluster: Cluster, namespace: str) -> None:
+    allowed, denied = cluster.user(unique("notifier")), cluster.user(unique("bystander"))
+    cluster.grant(namespace, allowed, [NOTIFY_RULE])
+    path = notify_path(namespace, "p")
+
+    def allowed_gets_through() -> bool:
+        with cluster.client_for(allowed) as kube:
+            return kube.post(path, json=notify_body()).status_code not in (403,)
+
+    wait_until(allowed_gets_through, "the RoleBinding to take effect", timeout=15)
+    with cluster.client_for(allowed) as kube:
+        response = kube.post(path, json=notify_body())
+    assert_not_refused(response.status_code, response.json())
+    # The extension server saw the caller's own name (from the aggregator's headers).
+    assert {e["user"] for e in logged_requests(cluster, path)} == {allowed.name}
+
+    with cluster.client_for(denied) as kube:
+        refused = kube.post(path, json=notify_body())
+    assert refused.status_code == 403
+    from_kube = refused.json()
+    assert from_kube == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": forbidden_message(denied.name, namespace, "p"), "reason": "Forbidden",
+        "details": {"name": "p", "group": "notifier.x-k8s.io", "kind": "pods"}, "code": 403}
+
+    # kube-apiserver refused it itself. The extension server refuses the same identity, when it
+    # arrives through a front proxy, with exactly the same Status.
+    proxy = cluster_pair(cluster, "front-proxy-client")
+    with direct(cluster, proxy) as server:
+        ours = server.post(path, json=notify_body(), headers=[
+            ("X-Remote-User", denied.name), ("X-Remote-Group", "system:authenticated")])
+    assert ours.status_code == 403
+    assert ours.json() == from_kube
+
+
+def test_kubectl_impersonation_is_honoured(cluster: Cluster, namespace: str) -> None:
+    allowed, denied = unique("impersonated"), unique("impersonated-denied")
+    cluster.grant(namespace, cluster.user(allowed), [NOTIFY_RULE])
+    body = json.dumps(notify_body())
+
+    def as_user(user: str, pod: str):
+        return cluster.kubectl(f"--as={user}", "create", "--raw",
+                               notify_path(namespace, pod), "-f", "-", input=body, check=False)
+
+    wait_until(lambda: "(Forbidden)" not in as_user(allowed, "probe").stderr,
+               "the RoleBinding to take effect", timeout=15)
+    granted = as_user(allowed, "p")
+    refused = as_user(denied, "p")
+    # Allowed: whatever the handler says, it is not an authentication or authorization error.
+    assert "(Forbidden)" not in granted.stderr and "(Unauthorized)" not in granted.stderr
+    assert granted.returncode == 0 or "Error from server" in granted.stderr, granted
+    # The extension server saw the impersonated user, not the admin who impersonated.
+    assert {e["user"] for e in logged_requests(cluster, notify_path(namespace, "p"))} == {
+        allowed}
+    assert refused.returncode != 0
+    assert refused.stderr.strip() == (
+        f"Error from server (Forbidden): {forbidden_message(denied, namespace, 'p')}")
+
+
+# --- delegated authentication on the server's own port --------------------------------------
+
+
+def test_no_credentials_is_anonymous_and_forbidden(cluster: Cluster) -> None:
+    """No credentials at all is not a failed authentication (401): the caller is
+    system:anonymous, whom RBAC does not allow, so 403, exactly as kube-apiserver answers."""
+    path = notify_path("default", "p")
+    with direct(cluster) as server:
+        ours = server.post(path, json=notify_body())
+    kube_ca = ssl.create_default_context(cafile=str(cluster.layout.pki / "ca.crt"))
+    with httpx.Client(base_url=cluster.server, verify=kube_ca) as anonymous:
+        theirs = anonymous.post(path, json=notify_body())
+    assert ours.status_code == 403
+    assert ours.json()["message"] == forbidden_message("system:anonymous", "default", "p")
+    assert theirs.status_code == 403
+    assert ours.json() == theirs.json()
+
+
+def test_forged_identity_headers_are_not_trusted(cluster: Cluster) -> None:
+    """X-Remote-User counts only from a front-proxy certificate: without any certificate the
+    caller is anonymous; with a client-CA certificate it is that certificate's user, even if
+    its CN is the front proxy's name; Impersonate-User is not honoured either."""
+    path = notify_path("default", "p")
+    forged = [("X-Remote-User", "admin"), ("X-Remote-Group", "system:masters"),
+              ("Impersonate-User", "admin"), ("Impersonate-Group", "system:masters")]
+    with direct(cluster) as server:
+        anonymous = server.post(path, json=notify_body(), headers=forged)
+    lookalike = issue(cluster_pair(cluster, "ca"), "front-proxy-client", client=True)
+    with direct(cluster, lookalike) as server:
+        as_itself = server.post(path, json=notify_body(), headers=forged)
+    assert anonymous.status_code == 403
+    assert anonymous.json()["message"] == forbidden_message("system:anonymous", "default", "p")
+    assert as_itself.status_code == 403
+    assert as_itself.json()["message"] == forbidden_message("front-proxy-client", "default", "p")
+
+
+def test_front_proxy_ca_certificate_with_another_name_is_unauthorized(cluster: Cluster) -> None:
+    """Issued by the request-header CA but with a CN outside requestheader-allowed-names: the
+    headers are ignored, and the certificate is no client-CA certificate either: 401."""
+    path = notify_path("default", "p")
+    headers = [("X-Remote-User", "admin"), ("X-Remote-Group", "system:masters")]
+    not_the_proxy = issue(cluster_pair(cluster, "front-proxy-ca"), "not-the-front-proxy",
+                          client=True)
+    with direct(cluster, not_the_proxy) as server:
+        refused = server.post(path, json=notify_body(), headers=headers)
+    assert refused.status_code == 401
+    assert refused.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                              "status": "Failure", "message": "Unauthorized",
+                              "reason": "Unauthorized", "code": 401}
+    # Control: the real front proxy's certificate makes the same headers count.
+    with direct(cluster, cluster_pair(cluster, "front-proxy-client")) as server:
+        proxied = server.get("/metrics", headers=headers)
+    assert proxied.status_code == 200
+
+
+def test_certificate_from_an_unknown_ca_is_refused(cluster: Cluster) -> None:
+    stranger = issue(new_ca("unknown-ca"), "admin", organizations=("system:masters",),
+                     client=True)
+    with direct(cluster, stranger) as server, pytest.raises(httpx.TransportError):
+        # TLS 1.3: the server rejects the certificate after the client's handshake finished,
+        # so the client sees the connection closed without an answer.
+        server.get("/metrics")
+
+
+def test_bearer_token_is_checked_with_tokenreview(cluster: Cluster, namespace: str) -> None:
+    account = "token-bearer"
+    username = f"system:serviceaccount:{namespace}:{account}"
+    with cluster.admin() as kube:
+        created = kube.post(f"/api/v1/namespaces/{namespace}/serviceaccounts", json={
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}})
+        assert created.status_code == 201, created.text
+        requested = kube.post(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                  "spec": {"expirationSeconds": 600}})
+        assert requested.status_code == 201, requested.text
+    token = {"Authorization": f"Bearer {requested.json()['status']['token']}"}
+
+    before = scrape(cluster)
+    with direct(cluster) as server:
+        first = server.post(notify_path(namespace, "p"), json=notify_body(), headers=token)
+        again = server.post(notify_path(namespace, "p"), json=notify_body(), headers=token)
+        bad = server.post(notify_path(namespace, "p"), json=notify_body(),
+                          headers={"Authorization": f"Bearer {unique('not-a-token')}"})
+    after = scrape(cluster)
+    for response in (first, again):
+        assert response.status_code == 403
+        assert response.json()["message"] == forbidden_message(username, namespace, "p")
+    assert bad.status_code == 401
+    assert bad.json()["reason"] == "Unauthorized"
+    # Two tokens reviewed (the good one once, then from the cache), the bad one once.
+    reviews = "container_notifier_authentication_reviews_total"
+    hits = "container_notifier_authentication_cache_hits_total"
+    assert after[reviews] - before[reviews] == 2
+    assert after[hits] - before[hits] == 1
+
+    cluster.apply(
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "notify", "namespace": namespace}, "rules": [NOTIFY_RULE]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "notify", "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "notify"},
+         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]})
+    attempts = iter(range(1000))
+    answers: list = []
+
+    def allowed() -> bool:
+        # A new pod name each time: a denied answer is cached per request attributes.
+        with direct(cluster) as server:
+            response = server.post(notify_path(namespace, f"q{next(attempts)}"),
+                                   json=notify_body(), headers=token)
+        answers.append(response)
+        return response.status_code != 403
+
+    wait_until(allowed, "the RoleBinding to take effect", timeout=15)
+    assert_not_refused(answers[-1].status_code, answers[-1].json())
+
+
+# --- the authorization cache ----------------------------------------------------------------
+
+
+def test_repeated_identical_requests_make_one_subjectaccessreview(cluster: Cluster) -> None:
+    """N identical requests of a new user within the TTL: one review, N-1 cache hits.
+
+    The counters are server-wide, and kube-controller-manager's own requests (its garbage
+    collector lists and watches these resources) make reviews too, whenever its cached answers
+    expire. Such noise can only add reviews; so the check is repeated with a new user until one
+    round is free of it. A server without the cache would make N reviews every round."""
+    requests = 10
+    reviews = "container_notifier_authorization_reviews_total"
+    hits = "container_notifier_authorization_cache_hits_total"
+    rounds = []
+    for _ in range(5):
+        user = cluster.user(unique("cached"))
+        before = scrape(cluster)
+        with cluster.client_for(user) as kube:
+            codes = [kube.get(API).status_code for _ in range(requests)]
+        after = scrape(cluster)
+        assert codes == [200] * requests
+        served = [e for e in logged_requests(cluster, API) if e["user"] == user.name]
+        assert len(served) == requests  # every request reached the extension server
+        rounds.append((after[reviews] - before[reviews], after[hits] - before[hits]))
+        if rounds[-1][0] == 1:
+            break
+    made, cache_hits = rounds[-1]
+    assert made == 1, f"reviews and cache hits per round: {rounds}"
+    assert cache_hits >= requests - 1
