@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
@@ -17,6 +18,9 @@ from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import ObjectStore
 from apiserver.serving.metrics import Metrics
 
+if TYPE_CHECKING:
+    from apiserver.fanout.controller import FanoutManager
+
 
 @dataclass
 class Services:
@@ -28,6 +32,8 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     pods: PodDirectory = field(init=False)
     runner: Runner = field(init=False)
+    fanout: FanoutManager = field(init=False)
+    """Set by the server's lifespan, which has the authorizer it needs."""
 
     def __post_init__(self) -> None:
         self.pods = PodDirectory(self.kube)

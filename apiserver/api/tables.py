@@ -259,3 +259,38 @@ PODNOTIFIER_TABLE = TableConvertor((
            description="Machine-readable reason for the phase."),
 ))
 """``kubectl get podnotifiers``: NAME POD NOTIFIER PHASE EXIT DURATION AGE (+ REASON wide)."""
+
+
+# Notification
+
+
+def notification_progress(obj: Object, now: datetime) -> str:
+    counts = _get(obj, "status", "counts") or {}
+    return f"{counts.get('succeeded', 0)}/{counts.get('total', 0)}"
+
+
+def notification_count(name: str) -> Callable[[Object, datetime], int]:
+    """A cell showing one of status.counts (0 until set)."""
+
+    def cell(obj: Object, now: datetime) -> int:
+        return int((_get(obj, "status", "counts") or {}).get(name, 0))
+
+    return cell
+
+
+NOTIFICATION_TABLE = TableConvertor((
+    name_column(),
+    Column("Notifier", field("spec", "notifier"), description="Name of the notifier run."),
+    Column("Phase", field("status", "phase"),
+           description="Pending, Running, Succeeded or Failed."),
+    Column("Succeeded/Total", notification_progress,
+           description="Pods whose notifier succeeded, of the pods in scope."),
+    Column("Failed", notification_count("failed"), type="integer",
+           description="Pods whose notifier failed."),
+    age_column(),
+    Column("Skipped", notification_count("skipped"), type="integer",
+           priority=1, description="Pods that do not declare the notifier."),
+    Column("Rolled-back", notification_count("rolledBack"), type="integer",
+           priority=1, description="Pods whose rollback notifier succeeded."),
+))
+"""``kubectl get notifications``: NAME NOTIFIER PHASE SUCCEEDED/TOTAL FAILED AGE."""

@@ -323,9 +323,9 @@ class DeleteOptions:
 def _dry_run(values: list[Any]) -> bool:
     for value in values:
         if value != "All":
-            raise status.invalid("DeleteOptions", "", "", [status.Cause(
-                "NotSupported",
-                f'dryRun: Unsupported value: "{value}": supported values: "All"', "dryRun")])
+            message = f'dryRun: Unsupported value: "{value}": supported values: "All"'
+            raise status.StatusError(422, "Invalid", message, details={"causes": [
+                {"reason": "FieldValueNotSupported", "message": message, "field": "dryRun"}]})
     return bool(values)
 
 

@@ -33,7 +33,7 @@ ALLOWED_FIELDS: dict[str, Any] = {
 """Fields a client may send. podUID, requestedBy and status are accepted and ignored: the
 server sets them (kube-apiserver likewise drops status on create)."""
 
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 MAX_TTL_SECONDS = 30 * 24 * 3600
 
@@ -59,14 +59,14 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _unknown_fields(body: dict[str, Any], allowed: dict[str, Any], prefix: str = "") -> list[str]:
+def unknown_fields(body: dict[str, Any], allowed: dict[str, Any], prefix: str = "") -> list[str]:
     unknown = []
     for key, value in body.items():
         path = f"{prefix}{key}"
         if key not in allowed:
             unknown.append(path)
         elif isinstance(allowed[key], dict) and isinstance(value, dict):
-            unknown += _unknown_fields(value, allowed[key], f"{path}.")
+            unknown += unknown_fields(value, allowed[key], f"{path}.")
     return unknown
 
 
@@ -77,7 +77,7 @@ def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds
         raise status.bad_request(
             f'the body must be a {KIND} with apiVersion "{API_VERSION}"; got kind '
             f'{json.dumps(body.get("kind"))} and apiVersion {json.dumps(body.get("apiVersion"))}')
-    unknown = _unknown_fields(body, ALLOWED_FIELDS)
+    unknown = unknown_fields(body, ALLOWED_FIELDS)
     if unknown:
         error = status.bad_request("strict decoding error: " + ", ".join(
             f'unknown field "{path}"' for path in unknown))
@@ -99,25 +99,25 @@ def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds
     causes: list[Cause] = []
     name = _string(metadata, "name", "metadata.name", causes)
     generate_name = _string(metadata, "generateName", "metadata.generateName", causes)
-    if name and (len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name)):
-        causes.append(_invalid("metadata.name", name,
+    if name and (len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name)):
+        causes.append(invalid_cause("metadata.name", name,
                                "a lowercase RFC 1123 subdomain must consist of lower case "
                                "alphanumeric characters, '-' or '.', and must start and end "
                                "with an alphanumeric character (e.g. 'example.com')"))
     if generate_name and (len(generate_name) > 248
-                          or not _DNS1123_SUBDOMAIN.fullmatch(generate_name.rstrip("-"))):
-        causes.append(_invalid("metadata.generateName", generate_name,
+                          or not DNS1123_SUBDOMAIN.fullmatch(generate_name.rstrip("-"))):
+        causes.append(invalid_cause("metadata.generateName", generate_name,
                                "must be a lowercase RFC 1123 subdomain prefix"))
-    labels = _labels(metadata.get("labels"), causes)
+    labels = validate_labels(metadata.get("labels"), causes)
 
     notifier = spec.get("notifier")
     if not notifier:
         causes.append(Cause("FieldValueRequired", "spec.notifier: Required value: name the "
                             "notifier to run, as the pod declares it", "spec.notifier"))
     elif not isinstance(notifier, str):
-        causes.append(_invalid("spec.notifier", notifier, "must be a string"))
+        causes.append(invalid_cause("spec.notifier", notifier, "must be a string"))
     else:
-        causes += [_invalid("spec.notifier", notifier, problem)
+        causes += [invalid_cause("spec.notifier", notifier, problem)
                    for problem in qualified_name_errors(notifier)]
     containers = _containers(spec.get("containers"), causes)
     timeout = _bounded_int(spec, "timeoutSeconds", 1, max_timeout_seconds, causes)
@@ -136,7 +136,7 @@ def _object(body: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def _invalid(field: str, value: Any, detail: str) -> Cause:
+def invalid_cause(field: str, value: Any, detail: str) -> Cause:
     return Cause("FieldValueInvalid", f"{field}: Invalid value: {json.dumps(value)}: {detail}",
                  field)
 
@@ -146,16 +146,16 @@ def _string(obj: dict[str, Any], key: str, field: str, causes: list[Cause]) -> s
     if value is None:
         return ""
     if not isinstance(value, str):
-        causes.append(_invalid(field, value, "must be a string"))
+        causes.append(invalid_cause(field, value, "must be a string"))
         return ""
     return value
 
 
-def _labels(value: Any, causes: list[Cause]) -> dict[str, str]:
+def validate_labels(value: Any, causes: list[Cause]) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        causes.append(_invalid("metadata.labels", value, "must be a map of strings"))
+        causes.append(invalid_cause("metadata.labels", value, "must be a map of strings"))
         return {}
     labels = {}
     for key, item in value.items():
@@ -166,7 +166,7 @@ def _labels(value: Any, causes: list[Cause]) -> dict[str, str]:
                             "'_' or '.', starting and ending with an alphanumeric character")
         if key.startswith("notifier.x-k8s.io/"):
             problems.append("the notifier.x-k8s.io/ label prefix is reserved for the server")
-        causes += [_invalid(field, item, problem) for problem in problems]
+        causes += [invalid_cause(field, item, problem) for problem in problems]
         if not problems:
             labels[key] = item
     return labels
@@ -176,7 +176,7 @@ def _containers(value: Any, causes: list[Cause]) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(c, str) and c for c in value):
-        causes.append(_invalid("spec.containers", value,
+        causes.append(invalid_cause("spec.containers", value,
                                "must be a list of container names (or left out for all)"))
         return None
     return list(dict.fromkeys(value))
@@ -189,9 +189,9 @@ def _bounded_int(spec: dict[str, Any], key: str, low: int, high: int, causes: li
         return None
     field = f"spec.{key}"
     if isinstance(value, bool) or not isinstance(value, int):
-        causes.append(_invalid(field, value, "must be a whole number"))
+        causes.append(invalid_cause(field, value, "must be a whole number"))
         return None
     if not low <= value <= high:
-        causes.append(_invalid(field, value, f"must be between {low} and {high}, inclusive"))
+        causes.append(invalid_cause(field, value, f"must be between {low} and {high}, inclusive"))
         return None
     return value

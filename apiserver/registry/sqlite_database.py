@@ -67,6 +67,20 @@ CREATE TABLE IF NOT EXISTS events (
     name TEXT NOT NULL,
     type TEXT NOT NULL
 );
+-- The pod set of each Notification, kept by the server rather than in the object: one row per
+-- pod, in the order pods joined the scope, with how far its run got (see apiserver/fanout).
+CREATE TABLE IF NOT EXISTS notification_pods (
+    notification_uid TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    pod TEXT NOT NULL,
+    pod_uid TEXT NOT NULL,
+    state TEXT NOT NULL,
+    record TEXT NOT NULL DEFAULT '',
+    reason TEXT NOT NULL DEFAULT '',
+    rollback TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (notification_uid, pod_uid)
+);
+CREATE INDEX IF NOT EXISTS notification_pods_by_seq ON notification_pods (notification_uid, seq);
 """
 
 T = TypeVar("T")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 
@@ -22,7 +23,9 @@ from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
+from apiserver.fanout.controller import FanoutManager
 from apiserver.handlers import resource_router
+from apiserver.handlers.collection import stop_watches
 from apiserver.kube import KubeClient
 from apiserver.notifier import housekeeping
 from apiserver.services import Services
@@ -65,8 +68,22 @@ async def serve(options: ServerOptions) -> None:
             else KubeClient.in_cluster())
     tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
     app = build_app(options, kube, tls)
-    await uvicorn.Server(uvicorn_config(app, tls, options.bind_address,
-                                        options.secure_port)).serve()
+    await _Server(uvicorn_config(app, tls, options.bind_address, options.secure_port),
+                  app).serve()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, ending open watches as shutdown starts: uvicorn waits for open responses
+    before the lifespan shutdown, and a watch would otherwise hold it for the whole grace
+    period."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        stop_watches(self._app)
+        await super().shutdown(sockets)
 
 
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> FastAPI:
@@ -93,6 +110,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
         services = await Services.open(options, kube, metrics)
         app.state.services = services
         await housekeeping.recover_interrupted(services.podnotifiers)
+        services.fanout = FanoutManager(services, authorizer)
+        await services.fanout.resume()
         background = [
             asyncio.create_task(TrustWatcher(kube, trust).run(), name="trust-watcher"),
             asyncio.create_task(services.pods.run(), name="pod-index"),
@@ -106,6 +125,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
         try:
             yield
         finally:
+            await services.fanout.shutdown()
             await services.runner.shutdown()
             for task in background:
                 task.cancel()

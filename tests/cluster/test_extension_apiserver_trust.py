@@ -64,7 +64,10 @@ def test_requests_needing_a_review_get_503_while_kube_apiserver_is_down(
             with direct(cluster, fresh) as server:
                 answers = [server.get(API), server.get(f"{API}/namespaces/default/podnotifiers"),
                            server.post(notify_path("default", "p"), json=notify_body())]
-            errors_after = scrape(cluster)[errors]
+            with direct(cluster) as server:
+                token = {"Authorization": f"Bearer never-seen-{uuid.uuid4().hex}"}
+                with_token = server.get(API, headers=token)
+            after = scrape(cluster)
         finally:
             localcluster.restart(cluster.layout, "kube-apiserver")
             wait_until(lambda: kube_apiserver_ready(cluster), "kube-apiserver /readyz", 60)
@@ -76,7 +79,12 @@ def test_requests_needing_a_review_get_503_while_kube_apiserver_is_down(
             assert body["reason"] == "ServiceUnavailable"
             assert body["message"].startswith(
                 "cannot authorize the request: kube-apiserver is unavailable")
-        assert errors_after - errors_before == len(answers)
+        assert after[errors] - errors_before == len(answers)
+        # A bearer token cannot be checked either (TokenReview): 503 too, not 401.
+        assert with_token.status_code == 503, with_token.text
+        assert with_token.json()["message"].startswith(
+            "cannot authenticate the request: kube-apiserver is unavailable")
+        assert after["container_notifier_authentication_review_errors_total"] >= 1
 
         merged = read_trust_configmap(cluster)["data"]
         for key, certificates in own.items():

@@ -695,7 +695,8 @@ async def test_client_disconnect_releases_the_store_watch(served: httpx.AsyncCli
                                                           store: TrackedStore) -> None:
     await store.create(record("a"))
     async with served.stream("GET", f"{NS}?watch=true") as response:
-        await read_event(response.aiter_lines())
+        lines = response.aiter_lines()
+        await read_event(lines)
         assert not await is_closed(store.watches[0])
 
     for _ in range(100):
@@ -787,13 +788,15 @@ async def test_falling_behind_is_an_error_event(served: httpx.AsyncClient,
                                                 database: SqliteDatabase, app: FastAPI) -> None:
     slow = TrackedStore(database, PODNOTIFIERS, max_queued_events=2)
     app.state.services = SimpleNamespace(podnotifiers=slow)
-    async with served.stream("GET", f"{NS}?watch=true&resourceVersion=0") as response:
+    for name in "abcd":
+        await slow.create(record(name))
+    async with served.stream("GET", f"{NS}?watch=true&resourceVersion=4") as response:
         lines = response.aiter_lines()
         while not slow.watches:
             await asyncio.sleep(0.01)
-        for name in "abcd":  # written faster than anyone reads: the queue overflows
-            await slow.create(record(name))
+        await slow.delete_collection("ns")  # four changes at once: the queue overflows
         events = [json.loads(line) async for line in lines]
 
-    assert events[-1]["type"] == "ERROR"
-    assert events[-1]["object"]["code"] == 410
+    assert [e["type"] for e in events] == ["ERROR"]
+    assert events[0]["object"]["code"] == 410
+    assert events[0]["object"]["reason"] == "Expired"

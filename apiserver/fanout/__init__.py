@@ -1,0 +1,1 @@
+"""Notification: a notifier fanned out over the pods a label selector matches."""
