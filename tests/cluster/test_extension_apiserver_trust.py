@@ -71,6 +71,9 @@ def test_requests_needing_a_review_get_503_while_kube_apiserver_is_down(
         finally:
             localcluster.restart(cluster.layout, "kube-apiserver")
             wait_until(lambda: kube_apiserver_ready(cluster), "kube-apiserver /readyz", 60)
+            # Its informers would take 15-25 s (client-go backoff) to catch up with the new
+            # kube-apiserver, stalling the next tests' namespaces and pods: start it afresh.
+            localcluster.restart(cluster.layout, "kube-controller-manager")
             wait_until(lambda: localcluster.apiservice_available(cluster.layout, cluster.ports),
                        "the APIService to be Available again", 60)
         for response in answers:

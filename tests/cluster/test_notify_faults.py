@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from typing import Any
 
-import httpx
 import pytest
 
-from localcluster import __main__ as localcluster
-from localcluster import processes
 from tests.support.kube import Cluster, wait_until
 from tests.support.notify import API, declare, exec_notifier, notify
 
@@ -90,27 +86,6 @@ def test_kubectl_get_watch_streams_rows(cluster: Cluster, namespace: str) -> Non
     assert "Running" in phases
 
 
-def _server(cluster: Cluster) -> processes.Tracked:
-    (server,) = [p for p in processes.load(cluster.layout.state_file)
-                 if p.name == "notifier-apiserver"]
-    return server
-
-
-def _restart_server(cluster: Cluster, sig: signal.Signals) -> None:
-    os.kill(_server(cluster).pid, sig)
-    wait_until(lambda: not processes.is_alive(_server(cluster)), "server to stop", 30)
-    localcluster.restart(cluster.layout, "notifier-apiserver")
-
-    def served() -> bool:
-        try:
-            with cluster.admin(timeout=5) as kube:
-                return kube.get(f"{API}").status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(served, "the restarted server behind the aggregator", 60)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["crash", "stop"])
 def test_restart_ends_running_records_as_interrupted(
         cluster: Cluster, namespace: str, sig: signal.Signals) -> None:
@@ -119,7 +94,7 @@ def test_restart_ends_running_records_as_interrupted(
     with cluster.admin() as client:
         name = notify(client, namespace, pod, "long", wait=0).json()["metadata"]["name"]
     wait_until(lambda: _phase(cluster, namespace, name) == "Running", "run to start", 10)
-    _restart_server(cluster, sig)
+    cluster.restart_notifier(sig)
     status = _record(cluster, namespace, name)["status"]
     assert status["phase"] == "Failed"
     assert status["reason"] == "Interrupted"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import ssl
 import subprocess
 import time
@@ -14,7 +16,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from localcluster import admin, pki
+from localcluster import __main__ as localcluster
+from localcluster import admin, pki, processes
 from localcluster.layout import Layout, Ports
 
 
@@ -125,13 +128,32 @@ class Cluster:
         })
         return self.wait_running_pods(namespace, f"app={name}", replicas)
 
+    def restart_notifier(self, sig: signal.Signals) -> None:
+        """Stop the extension server with `sig` (SIGKILL: a crash), start it again, and wait
+        until the aggregator reaches it."""
+        (server,) = [p for p in processes.load(self.layout.state_file)
+                     if p.name == "notifier-apiserver"]
+        os.kill(server.pid, sig)
+        wait_until(lambda: not processes.is_alive(server), "the server to stop", 30)
+        localcluster.restart(self.layout, "notifier-apiserver")
+
+        def served() -> bool:
+            try:
+                with self.admin(timeout=5) as kube:
+                    return kube.get("/apis/notifier.x-k8s.io/v1alpha1").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(served, "the restarted server behind the aggregator", 60)
+
     def create_pod(self, namespace: str, name: str, containers: tuple[str, ...] = ("app",),
-                   annotations: dict[str, str] | None = None) -> dict:
+                   annotations: dict[str, str] | None = None,
+                   labels: dict[str, str] | None = None) -> dict:
         """A bare pod (no controller) on a kwok node; returns it once Running."""
         with self.admin() as kube:
             response = kube.post(f"/api/v1/namespaces/{namespace}/pods", json={
                 "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "labels": {"bare": name},
+                "metadata": {"name": name, "labels": {"bare": name, **(labels or {})},
                              "annotations": annotations or {}},
                 "spec": {"containers": [{"name": c, "image": "fake.example/app:1"}
                                         for c in containers]},

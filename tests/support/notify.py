@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -50,3 +51,34 @@ def records(cluster: Cluster, namespace: str, **params: str) -> list[dict[str, A
         response = kube.get(f"{API}/namespaces/{namespace}/podnotifiers", params=params)
     assert response.status_code == 200, response.text
     return response.json()["items"]
+
+
+def notification(name: str, notifier: str, selector: dict[str, str], **spec: Any
+                 ) -> dict[str, Any]:
+    return {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": selector}, "notifier": notifier, **spec}}
+
+
+def create_notification(client: httpx.Client, namespace: str, obj: dict[str, Any]
+                        ) -> httpx.Response:
+    return client.post(f"{API}/namespaces/{namespace}/notifications", json=obj)
+
+
+def get_notification(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    with cluster.admin() as kube:
+        response = kube.get(f"{API}/namespaces/{namespace}/notifications/{name}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_finished(cluster: Cluster, namespace: str, name: str, timeout: float = 60
+                  ) -> dict[str, Any]:
+    """The Notification once its phase is Succeeded or Failed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        obj = get_notification(cluster, namespace, name)
+        if obj.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return obj
+        time.sleep(0.25)
+    raise AssertionError(f"notification {name} did not finish in {timeout} s: {obj['status']}")
