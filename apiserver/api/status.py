@@ -176,11 +176,6 @@ def internal_error(message: str) -> StatusError:
                        details=_details(causes=[Cause("", message)]))
 
 
-def not_implemented(message: str) -> StatusError:
-    """501: the server does not implement this yet (metav1 has no such reason; clients go by
-    the code)."""
-    return StatusError(501, "NotImplemented", message)
-
 
 def service_unavailable(message: str, retry_after_seconds: int = 0) -> StatusError:
     details = _details(retry_after_seconds=retry_after_seconds) if retry_after_seconds else None

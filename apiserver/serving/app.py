@@ -15,7 +15,6 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from apiserver.api import discovery, openapi, status
-from apiserver.api.routes import not_implemented_router
 from apiserver.authn.authenticator import Authenticator
 from apiserver.authz.sar import Authorizer
 from apiserver.kube import KubeUnavailable
@@ -28,10 +27,10 @@ log = logging.getLogger(__name__)
 
 
 def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readiness: Readiness,
-               resource_router: APIRouter | None = None,
+               resource_router: APIRouter,
                lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
                ) -> FastAPI:
-    """The app. `resource_router` serves the resource paths (default: 501 placeholders);
+    """The app. `resource_router` serves the resource paths (apiserver.handlers);
     `lifespan` runs background work from startup to shutdown.
 
     Handlers get the caller and the authorizer by declaring parameters of the types
@@ -44,7 +43,7 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
     app.include_router(discovery.router)
     app.include_router(openapi.router)
     app.include_router(metrics_router())
-    app.include_router(resource_router or not_implemented_router())
+    app.include_router(resource_router)
     app.add_exception_handler(status.StatusError, _status_error)
     app.add_exception_handler(HTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _validation_error)

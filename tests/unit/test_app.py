@@ -6,6 +6,7 @@ import httpx
 import pytest
 from fastapi import APIRouter, Request
 
+from apiserver.api.routes import POD_NOTIFY_PATH
 from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustStore
@@ -86,7 +87,8 @@ def make_server(pki, fake_kube):
         for name in ready:
             readiness.add(name, lambda name=name: ready[name])
         app = create_app(authenticator=Authenticator(store, TokenReviewer(kube, 10)),
-                         authorizer=authorizer, readiness=readiness, resource_router=router)
+                         authorizer=authorizer, readiness=readiness,
+                         resource_router=router or APIRouter())
         return Server(app, store, authorizer, ready, [])
 
     return make
@@ -129,13 +131,19 @@ async def test_denied_notify_is_403_before_the_body_is_read(make_server, fake_ku
     assert sar["groups"] == ["team-c", "system:authenticated"]
 
 
-async def test_allowed_notify_reaches_the_placeholder(make_server, fake_kube):
+async def test_allowed_notify_reaches_the_handler_as_the_caller(make_server, fake_kube):
     fake_kube.allow = lambda spec: spec["user"] == "carol"
-    server = make_server()
+    router = APIRouter()
+
+    @router.post(POD_NOTIFY_PATH)
+    async def handler(user: CurrentUser) -> dict:
+        return {"user": user.name, "groups": user.groups}
+
+    server = make_server(router)
     async with server.client() as client:
         response = await client.post(NOTIFY, headers=TOKEN, json={})
-    body = assert_status(response, 501, "NotImplemented")
-    assert body["message"] == "create pods/notify is not implemented by this server yet"
+    assert response.status_code == 200
+    assert response.json() == {"user": "carol", "groups": ["team-c", "system:authenticated"]}
 
 
 async def test_repeated_requests_make_one_review(make_server, fake_kube):

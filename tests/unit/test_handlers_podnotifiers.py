@@ -21,7 +21,6 @@ import pytest
 import uvicorn
 from fastapi import APIRouter, FastAPI
 
-from apiserver.api.routes import not_implemented_router
 from apiserver.authn.user import UserInfo
 from apiserver.authz.sar import Decision
 from apiserver.handlers import podnotifiers
@@ -112,7 +111,6 @@ def store(database: SqliteDatabase) -> TrackedStore:
 def app(store: TrackedStore) -> FastAPI:
     router = APIRouter()
     router.include_router(podnotifiers.router)
-    router.include_router(not_implemented_router())
     app = create_app(authenticator=AllowAll(), authorizer=AllowAll(), readiness=Readiness(),
                      resource_router=router)  # type: ignore[arg-type]
     app.state.services = SimpleNamespace(podnotifiers=store)

@@ -8,6 +8,7 @@ import ssl
 from types import SimpleNamespace
 
 import httpx
+from fastapi import APIRouter
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -112,7 +113,7 @@ def _app(fake_kube, pki, metrics: Metrics | None):
     tokens = TokenReviewer(kube, 10)
     authorizer = SubjectAccessReviewAuthorizer(kube, allowed_ttl=10, denied_ttl=10)
     app = create_app(authenticator=Authenticator(store, tokens), authorizer=authorizer,
-                     readiness=Readiness())
+                     readiness=Readiness(), resource_router=APIRouter())
     if metrics is not None:
         metrics.watch_reviews(authorization=authorizer.counters, authentication=tokens.counters)
         app.state.services = SimpleNamespace(metrics=metrics)

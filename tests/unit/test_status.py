@@ -87,7 +87,6 @@ def test_codes_and_reasons():
         status.request_entity_too_large("1 MiB max"): (413, "RequestEntityTooLarge"),
         status.unsupported_media_type(["application/json"]): (415, "UnsupportedMediaType"),
         status.internal_error("boom"): (500, "InternalError"),
-        status.not_implemented("later"): (501, "NotImplemented"),
         status.service_unavailable("down"): (503, "ServiceUnavailable"),
     }
     for error, (code, reason) in cases.items():
