@@ -7,7 +7,11 @@ Figures:
   the ratio notify/exec is the figure that matters;
 - throughput at 1, 8 and 32 concurrent callers, for both (each caller has its own pod, since a
   notifier may not run twice at once on one pod);
-- the server's peak RSS (VmHWM) after 10,000 notifications, and records kept per pod.
+- the server's peak RSS (VmHWM) after 10,000 notifications, and records kept per pod;
+- a Notification over 1000 pods at parallelism 1, 10 and 50, against a sequential loop of raw
+  pods/exec (what a backup tool running hooks one by one does) and raw pods/exec at the same
+  concurrency (the limit); the server's peak RSS during those runs (the server is restarted
+  first, so the peak is theirs alone).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import ssl
 import statistics
 import time
@@ -83,6 +88,16 @@ class Bench:
         return callers * per_caller / (time.perf_counter() - start)
 
 
+async def exec_all(bench: Bench, pods: list[str], concurrency: int) -> None:
+    """Raw pods/exec on every pod, `concurrency` at a time (1: a sequential loop)."""
+
+    async def worker() -> None:
+        while pods:
+            await bench.exec(pods.pop())
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
 def server_memory(layout: Layout) -> dict[str, int]:
     (server,) = [p for p in processes.load(layout.state_file) if p.name == "notifier-apiserver"]
     fields = {}
@@ -99,6 +114,8 @@ def setup(cluster: Cluster, replicas: int) -> tuple[User, list[str]]:
     cluster.grant(NAMESPACE, user, [
         {"apiGroups": ["notifier.x-k8s.io"], "resources": ["pods/notify"], "verbs": ["create"]},
         {"apiGroups": ["notifier.x-k8s.io"], "resources": ["podnotifiers"], "verbs": ["list"]},
+        {"apiGroups": ["notifier.x-k8s.io"], "resources": ["notifications"],
+         "verbs": ["create", "get"]},
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
     ], name="bench-client")
     pods = cluster.deploy(NAMESPACE, "target", replicas=replicas,
@@ -139,8 +156,45 @@ async def run(args: argparse.Namespace) -> dict:
                                        params={"fieldSelector": f"spec.podName={pod}"})).json()
         per_pod.append(len(listed["items"]))
     results["records_per_pod"] = {"max": max(per_pod), "min": min(per_pod)}
+    if args.fanout_pods:
+        results["fanout"] = await fanout(cluster, bench, args)
     await bench.http.aclose()
     return results
+
+
+async def fanout(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> dict:
+    fleet = sorted(p["metadata"]["name"] for p in cluster.deploy(
+        NAMESPACE, "fleet", replicas=args.fanout_pods,
+        annotations={"notifier.x-k8s.io/notifiers": NOTIFIERS}))
+    cluster.restart_notifier(signal.SIGTERM)
+    out: dict = {"pods": len(fleet), "notification_seconds": {}, "exec_seconds": {}}
+    for parallelism in args.fanout_parallelism:
+        name = f"fleet-p{parallelism}"
+        body = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
+                "metadata": {"name": name},
+                "spec": {"selector": {"matchLabels": {"app": "fleet"}}, "notifier": "ping",
+                         "parallelism": parallelism}}
+        start = time.perf_counter()
+        created = await bench.http.post(f"{API}/namespaces/{NAMESPACE}/notifications",
+                                        json=body)
+        if created.status_code != 201:
+            raise RuntimeError(f"create {name}: {created.status_code} {created.text[:300]}")
+        while True:
+            await asyncio.sleep(0.2)
+            obj = (await bench.http.get(f"{API}/namespaces/{NAMESPACE}/notifications/{name}")
+                   ).json()
+            if obj["status"]["phase"] in ("Succeeded", "Failed"):
+                break
+        if obj["status"]["counts"]["succeeded"] != len(fleet):
+            raise RuntimeError(f"{name} ended {obj['status']}")
+        out["notification_seconds"][str(parallelism)] = time.perf_counter() - start
+        out["object_bytes"] = len(json.dumps(obj))
+    out["server_memory"] = server_memory(cluster.layout)
+    for concurrency in [1, *args.fanout_parallelism[1:]]:
+        start = time.perf_counter()
+        await exec_all(bench, list(fleet), concurrency)
+        out["exec_seconds"][str(concurrency)] = time.perf_counter() - start
+    return out
 
 
 def report(results: dict) -> str:
@@ -157,6 +211,20 @@ def report(results: dict) -> str:
     lines.append(f"| server peak RSS after {bulk['notifications']} notifications | "
                  f"{bulk['VmHWM'] / 2**20:.1f} MiB (now {bulk['VmRSS'] / 2**20:.1f} MiB) | | |")
     lines.append(f"| records kept per pod (max) | {results['records_per_pod']['max']} | | |")
+    if "fanout" in results:
+        fan = results["fanout"]
+        sequential = fan["exec_seconds"]["1"]
+        lines += ["", f"Fan-out over {fan['pods']} pods (wall time):", "",
+                  "| parallelism | Notification | raw exec, same concurrency | "
+                  "ratio to same-concurrency exec | ratio to sequential exec loop |",
+                  "|---|---|---|---|---|"]
+        for parallelism, seconds in fan["notification_seconds"].items():
+            same = fan["exec_seconds"].get(parallelism, sequential)
+            lines.append(f"| {parallelism} | {seconds:.1f} s | {same:.1f} s | "
+                         f"{seconds / same:.2f} | {seconds / sequential:.2f} |")
+        memory = fan["server_memory"]
+        lines.append(f"\nserver peak RSS during the fan-out runs: {memory['VmHWM'] / 2**20:.1f} "
+                     f"MiB; Notification object {fan['object_bytes']} bytes")
     return "\n".join(lines)
 
 
@@ -169,7 +237,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--notifications", type=int, default=10_000,
                         help="notifications before reading the server's peak RSS")
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench-results" / "notify.json")
+    parser.add_argument("--fanout-pods", type=int, default=1000,
+                        help="pods of the fan-out benchmark (0 skips it)")
+    parser.add_argument("--fanout-parallelism", type=int, nargs="+", default=[1, 10, 50])
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench-results" / "bench.json")
     args = parser.parse_args()
     results = asyncio.run(run(args))
     args.output.parent.mkdir(parents=True, exist_ok=True)

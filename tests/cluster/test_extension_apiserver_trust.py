@@ -71,9 +71,10 @@ def test_requests_needing_a_review_get_503_while_kube_apiserver_is_down(
         finally:
             localcluster.restart(cluster.layout, "kube-apiserver")
             wait_until(lambda: kube_apiserver_ready(cluster), "kube-apiserver /readyz", 60)
-            # Its informers would take 15-25 s (client-go backoff) to catch up with the new
-            # kube-apiserver, stalling the next tests' namespaces and pods: start it afresh.
+            # Their informers take 15-50 s (client-go backoff) to catch up with the new
+            # kube-apiserver, which would stall the next tests' namespaces and pods.
             localcluster.restart(cluster.layout, "kube-controller-manager")
+            localcluster.restart(cluster.layout, "kube-scheduler")
             wait_until(lambda: localcluster.apiservice_available(cluster.layout, cluster.ports),
                        "the APIService to be Available again", 60)
         for response in answers:
