@@ -55,6 +55,17 @@ step "$kubectl" -n demo get podnotifiers
 first="$("$kubectl" -n demo get podnotifiers --field-selector spec.notifier=quiesce -o jsonpath='{.items[0].metadata.name}')"
 step "$kubectl" -n demo get podnotifier "$first" -o yaml
 
+say "Fan out: quiesce every replica, two at a time, unquiescing all if one fails"
+"$kubectl" -n demo delete notification quiesce-all --ignore-not-found >/dev/null
+step "$kubectl" -n demo create -f hack/demo/notification.yaml
+for _ in $(seq 1 60); do
+  phase="$("$kubectl" -n demo get notification quiesce-all -o jsonpath='{.status.phase}')"
+  [[ $phase == Succeeded || $phase == Failed ]] && break
+  sleep 0.5
+done
+step "$kubectl" -n demo get notifications
+step "$kubectl" -n demo get podnotifiers -l notifier.x-k8s.io/notification=quiesce-all
+
 cat <<EOM
 
 The control plane and container-notifier keep running. Next:
