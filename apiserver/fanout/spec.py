@@ -16,12 +16,11 @@ from apiserver.definitions import qualified_name_errors
 from apiserver.notifier.request import (
     DNS1123_SUBDOMAIN,
     GROUP,
+    envelope,
     invalid_cause,
-    unknown_fields,
     validate_labels,
 )
 
-API_VERSION = "notifier.x-k8s.io/v1alpha1"
 KIND = "Notification"
 RESOURCE = "notifications"
 PRE_EXISTING_PODS, ALL_PODS = "PreExistingPods", "AllPods"
@@ -140,22 +139,7 @@ def _qualified(value: Any, field: str, causes: list[Cause]) -> str:
 
 def validate(body: dict[str, Any], namespace: str, *, max_parallelism: int,
              max_timeout_seconds: int) -> NotificationRequest:
-    if body.get("apiVersion") != API_VERSION or body.get("kind") != KIND:
-        raise status.bad_request(
-            f'the body must be a {KIND} with apiVersion "{API_VERSION}"; got kind '
-            f'{json.dumps(body.get("kind"))} and apiVersion {json.dumps(body.get("apiVersion"))}')
-    unknown = unknown_fields(body, ALLOWED_FIELDS)
-    if unknown:
-        raise status.bad_request("strict decoding error: " + ", ".join(
-            f'unknown field "{path}"' for path in unknown))
-    metadata = body.get("metadata") or {}
-    spec = body.get("spec") or {}
-    if not isinstance(metadata, dict) or not isinstance(spec, dict):
-        raise status.bad_request("metadata and spec must be JSON objects")
-    if metadata.get("namespace") not in (None, "", namespace):
-        raise status.bad_request(
-            f'metadata.namespace "{metadata["namespace"]}" does not match the namespace '
-            f'"{namespace}" in the URL; leave it empty or make them equal')
+    metadata, spec = envelope(body, kind=KIND, allowed=ALLOWED_FIELDS, namespace=namespace)
     causes: list[Cause] = []
     name, generate_name = metadata.get("name") or "", metadata.get("generateName") or ""
     if not name and not generate_name:

@@ -70,14 +70,15 @@ def unknown_fields(body: dict[str, Any], allowed: dict[str, Any], prefix: str = 
     return unknown
 
 
-def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds: int
-             ) -> NotifyRequest:
-    """The request, or a StatusError (400 or 422) saying what is wrong and how to fix it."""
-    if body.get("apiVersion") != API_VERSION or body.get("kind") != KIND:
+def envelope(body: dict[str, Any], *, kind: str, allowed: dict[str, Any], namespace: str
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metadata, spec) of a body that is a `kind` of this group, has no unknown fields and
+    names the URL's namespace (if any); else 400, as kube-apiserver answers."""
+    if body.get("apiVersion") != API_VERSION or body.get("kind") != kind:
         raise status.bad_request(
-            f'the body must be a {KIND} with apiVersion "{API_VERSION}"; got kind '
+            f'the body must be a {kind} with apiVersion "{API_VERSION}"; got kind '
             f'{json.dumps(body.get("kind"))} and apiVersion {json.dumps(body.get("apiVersion"))}')
-    unknown = unknown_fields(body, ALLOWED_FIELDS)
+    unknown = unknown_fields(body, allowed)
     if unknown:
         error = status.bad_request("strict decoding error: " + ", ".join(
             f'unknown field "{path}"' for path in unknown))
@@ -91,6 +92,13 @@ def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds
         raise status.bad_request(
             f'metadata.namespace "{metadata["namespace"]}" does not match the namespace '
             f'"{namespace}" in the URL; leave it empty or make them equal')
+    return metadata, spec
+
+
+def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds: int
+             ) -> NotifyRequest:
+    """The request, or a StatusError (400 or 422) saying what is wrong and how to fix it."""
+    metadata, spec = envelope(body, kind=KIND, allowed=ALLOWED_FIELDS, namespace=namespace)
     if spec.get("podName") not in (None, "", pod):
         raise status.bad_request(
             f'spec.podName "{spec["podName"]}" does not match the pod "{pod}" in the URL; '
