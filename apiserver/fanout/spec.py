@@ -7,6 +7,7 @@ time unless asked; quiesce-before-snapshot users raise it knowingly).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,15 @@ PRE_EXISTING_PODS, ALL_PODS = "PreExistingPods", "AllPods"
 ABORT, CONTINUE = "Abort", "Continue"
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_DEADLINE_SECONDS = 7 * 24 * 3600
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_LABEL_VALUE_PROBLEM = ("must be a label value: 63 characters or less, alphanumeric, '-', '_' "
+                       "or '.', starting and ending with an alphanumeric character")
+
+
+def _is_label_value(value: Any) -> bool:
+    """A valid label value: selector_string() writes values unquoted, so a ',' or ' ' in one
+    would change what the selector means."""
+    return isinstance(value, str) and len(value) <= 63 and bool(_LABEL_VALUE.fullmatch(value))
 
 ALLOWED_FIELDS: dict[str, Any] = {
     "apiVersion": None,
@@ -77,8 +87,8 @@ def _selector(value: Any, causes: list[Cause]) -> dict[str, Any]:
         match_labels = {}
     for key, item in match_labels.items():
         problems = qualified_name_errors(key)
-        if not isinstance(item, str) or len(item) > 63:
-            problems.append("must be a label value (a string of at most 63 characters)")
+        if not _is_label_value(item):
+            problems.append(_LABEL_VALUE_PROBLEM)
         causes += [invalid_cause(f"{field}.matchLabels[{key}]", item, p) for p in problems]
     expressions = value.get("matchExpressions") or []
     if not isinstance(expressions, list):
@@ -89,17 +99,19 @@ def _selector(value: Any, causes: list[Cause]) -> dict[str, Any]:
         if not isinstance(expression, dict) or not isinstance(expression.get("key"), str):
             causes.append(invalid_cause(path, expression, "must be {key, operator, values}"))
             continue
+        causes += [invalid_cause(f"{path}.key", expression["key"], p)
+                   for p in qualified_name_errors(expression["key"])]
         operator, values = expression.get("operator"), expression.get("values") or []
         if operator not in SELECTOR_OPERATORS:
             causes.append(Cause("FieldValueNotSupported",
                                 f"{path}.operator: Unsupported value: {json.dumps(operator)}: "
                                 f"supported values: {', '.join(SELECTOR_OPERATORS)}",
                                 f"{path}.operator"))
-        elif (operator in ("In", "NotIn")) != bool(values) or not all(
-                isinstance(v, str) for v in values):
+        elif (not isinstance(values, list) or (operator in ("In", "NotIn")) != bool(values)
+              or not all(v and _is_label_value(v) for v in values)):
             causes.append(invalid_cause(f"{path}.values", values,
-                                   "must be non-empty strings for In and NotIn, and empty for "
-                                   "Exists and DoesNotExist"))
+                                   "must be a non-empty list of label values for In and NotIn, "
+                                   "and empty for Exists and DoesNotExist"))
     return {"matchLabels": match_labels, "matchExpressions": expressions}
 
 

@@ -73,7 +73,7 @@ async def create(namespace: str, http: Request, user: CurrentUser, authorizer: C
     pods = await pods_in_scope(svc, namespace, notification_spec.selector_string(
         ask.spec["selector"]))
     obj: dict[str, Any] = {
-        "apiVersion": notification_spec.API_VERSION,
+        "apiVersion": records.API_VERSION,
         "kind": notification_spec.KIND,
         "metadata": ask.metadata,
         "spec": {**ask.spec, "requestedBy": {"username": user.name, "uid": user.uid,

@@ -48,7 +48,7 @@ def rfc3339(moment: datetime) -> str:
 def generate_name(pod: str, notifier: str) -> str:
     """`<pod>-<notifier>-`, made a valid name prefix (the store appends 5 characters)."""
     safe = _NAME_UNSAFE.sub("-", notifier.rsplit("/", 1)[-1].lower()).strip("-") or "notify"
-    return f"{pod[:200]}-{safe[:40]}-"
+    return f"{pod[:200].rstrip('.')}-{safe[:40]}-"
 
 
 def pod_label(pod: str) -> dict[str, str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import ssl
 import uuid
 
 import httpx
@@ -23,6 +22,7 @@ from tests.support.extension import (
     FORBIDDEN_OR_UNAUTHORIZED,
     cluster_pair,
     direct,
+    kube_apiserver,
     logged_requests,
     notify_body,
     notify_path,
@@ -49,7 +49,7 @@ def forbidden_message(user: str, namespace: str, pod: str) -> str:
 
 def assert_not_refused(response_code: int, body: dict) -> None:
     """The caller got past authentication and authorization: whatever the handler answered
-    (501 while unimplemented, 404 for a missing pod, 201...) is a Status or a PodNotifier."""
+    (404 for a missing pod, 201, ...) is a Status or a PodNotifier."""
     assert response_code not in FORBIDDEN_OR_UNAUTHORIZED, body
     assert body.get("kind") in ("Status", "PodNotifier"), body
     if body["kind"] == "Status":
@@ -178,8 +178,7 @@ def test_no_credentials_is_anonymous_and_forbidden(cluster: Cluster) -> None:
     path = notify_path("default", "p")
     with direct(cluster) as server:
         ours = server.post(path, json=notify_body())
-    kube_ca = ssl.create_default_context(cafile=str(cluster.layout.pki / "ca.crt"))
-    with httpx.Client(base_url=cluster.server, verify=kube_ca) as anonymous:
+    with kube_apiserver(cluster) as anonymous:
         theirs = anonymous.post(path, json=notify_body())
     assert ours.status_code == 403
     assert ours.json()["message"] == forbidden_message("system:anonymous", "default", "p")
@@ -259,7 +258,8 @@ def test_bearer_token_is_checked_with_tokenreview(cluster: Cluster, namespace: s
         assert response.json()["message"] == forbidden_message(username, namespace, "p")
     assert bad.status_code == 401
     assert bad.json()["reason"] == "Unauthorized"
-    # Two tokens reviewed (the good one once, then from the cache), the bad one once.
+    # Two TokenReviews: the good token's (its second use came from the cache) and the bad
+    # one's. Nothing else sends tokens to this port: the aggregator strips Authorization.
     reviews = "container_notifier_authentication_reviews_total"
     hits = "container_notifier_authentication_cache_hits_total"
     assert after[reviews] - before[reviews] == 2
@@ -285,6 +285,49 @@ def test_bearer_token_is_checked_with_tokenreview(cluster: Cluster, namespace: s
 
     wait_until(allowed, "the RoleBinding to take effect", timeout=15)
     assert_not_refused(answers[-1].status_code, answers[-1].json())
+
+
+def test_metrics_is_authorized_like_kube_apiservers(cluster: Cluster) -> None:
+    """Non-resource ``get /metrics`` by SubjectAccessReview: the built-in ClusterRole
+    system:monitoring (bound to the group system:monitoring) allows it; others get 403."""
+    ca = cluster_pair(cluster, "ca")
+    name = unique("nobody")
+    monitor = issue(ca, unique("monitor"), organizations=("system:monitoring",), client=True)
+    nobody = issue(ca, name, client=True)
+    with direct(cluster, monitor) as server:
+        scraped = server.get("/metrics")
+    with direct(cluster, nobody) as server:
+        refused = server.get("/metrics")
+    with kube_apiserver(cluster, nobody) as kube:
+        refused_by_kube = kube.get("/metrics")
+    assert scraped.status_code == 200
+    assert scraped.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# TYPE container_notifier_authorization_reviews_total counter" in scraped.text
+    assert refused.status_code == 403
+    assert refused.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                              "status": "Failure", "reason": "Forbidden", "details": {},
+                              "message": f'forbidden: User "{name}" cannot get path "/metrics"',
+                              "code": 403}
+    assert refused.json() == refused_by_kube.json()
+
+
+def test_metrics_count_a_finished_notifier_run(cluster: Cluster, namespace: str) -> None:
+    annotations = {"notifier.x-k8s.io/notifiers": json.dumps({"app": [
+        {"name": "hello", "action": {"exec": {"command": ["/bin/sh", "-c", "echo hello"]}}}]})}
+    [pod] = cluster.deploy(namespace, "counted", annotations=annotations)
+    finished = ('container_notifier_podnotifiers_finished_total'
+                '{phase="Succeeded",reason="Completed"}')
+    duration = "container_notifier_podnotifier_duration_seconds_count"
+    before = scrape(cluster)
+    with cluster.admin() as kube:
+        response = kube.post(notify_path(namespace, pod["metadata"]["name"]),
+                             params={"waitSeconds": "20"}, json=notify_body("hello"))
+    assert response.status_code == 201, response.text
+    assert response.json()["status"]["phase"] == "Succeeded", response.text
+    wait_until(lambda: scrape(cluster).get(finished, 0) == before.get(finished, 0) + 1,
+               "the finished run to be counted", timeout=5)
+    after = scrape(cluster)
+    assert after[duration] == before[duration] + 1
 
 
 # --- the authorization cache ----------------------------------------------------------------
@@ -345,11 +388,16 @@ def test_list_limited_to_one_name_needs_the_name_field_selector(
     with direct(cluster, cluster_pair(cluster, "front-proxy-client")) as server:
         direct_allowed = server.get(path, params=one, headers=headers)
         direct_everything = server.get(path, headers=headers)
+        direct_other = server.get(path, params={"fieldSelector": "metadata.name=another"},
+                                  headers=headers)
     assert direct_allowed.status_code == 200
-    for refused in (everything, other, direct_everything):
-        assert refused.status_code == 403
-        assert refused.json()["message"] == (
-            f'podnotifiers.notifier.x-k8s.io is forbidden: User "{user.name}" cannot list '
-            f'resource "podnotifiers" in API group "notifier.x-k8s.io" in the namespace '
-            f'"{namespace}"')
-    assert "another" in other.json()["details"].get("name", "another")
+    assert direct_allowed.json()["items"] == []
+    denial = (f'User "{user.name}" cannot list resource "podnotifiers" in API group '
+              f'"notifier.x-k8s.io" in the namespace "{namespace}"')
+    assert everything.status_code == 403
+    assert everything.json()["message"] == f"podnotifiers.notifier.x-k8s.io is forbidden: {denial}"
+    assert other.status_code == 403
+    assert other.json()["message"] == (
+        f'podnotifiers.notifier.x-k8s.io "another" is forbidden: {denial}')
+    assert direct_everything.json() == everything.json()
+    assert direct_other.json() == other.json()

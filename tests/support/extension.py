@@ -36,9 +36,11 @@ def cluster_pair(cluster: Cluster, stem: str) -> KeyPair:
     return KeyPair.load(cluster.layout.pki / f"{stem}.crt", cluster.layout.pki / f"{stem}.key")
 
 
-def server_ssl_context(cluster: Cluster, cert: KeyPair | None = None) -> ssl.SSLContext:
-    """Trusts the extension server's serving CA; presents `cert` as the client certificate."""
-    context = ssl.create_default_context(cafile=str(cluster.layout.pki / "notifier-ca.crt"))
+def server_ssl_context(cluster: Cluster, cert: KeyPair | None = None,
+                       ca: str = "notifier-ca") -> ssl.SSLContext:
+    """Trusts the extension server's serving CA (or pki/<ca>.crt); presents `cert` as the
+    client certificate."""
+    context = ssl.create_default_context(cafile=str(cluster.layout.pki / f"{ca}.crt"))
     if cert is not None:
         with tempfile.TemporaryDirectory(prefix="client-cert-") as directory:
             cert_path, key_path = Path(directory) / "tls.crt", Path(directory) / "tls.key"
@@ -53,15 +55,25 @@ def direct(cluster: Cluster, cert: KeyPair | None = None, timeout: float = 15.0)
                         verify=server_ssl_context(cluster, cert), timeout=timeout)
 
 
+def kube_apiserver(cluster: Cluster, cert: KeyPair | None = None) -> httpx.Client:
+    """A client of kube-apiserver that presents `cert` (or no credentials)."""
+    return httpx.Client(base_url=cluster.server, verify=server_ssl_context(cluster, cert, "ca"),
+                        timeout=15.0)
+
+
 def scrape(cluster: Cluster) -> dict[str, float]:
-    """The server's unlabelled samples from /metrics, read as admin (system:masters, so the
-    scrape itself needs no SubjectAccessReview and moves no review counter)."""
+    """The server's samples from /metrics, keyed ``name`` or ``name{label="value",...}``
+    (labels sorted), read as admin (system:masters, so the scrape itself needs no
+    SubjectAccessReview and moves no review counter)."""
     with direct(cluster, cluster_pair(cluster, "admin")) as server:
         response = server.get("/metrics")
     assert response.status_code == 200, response.text
-    return {sample.name: sample.value
-            for family in text_string_to_metric_families(response.text)
-            for sample in family.samples if not sample.labels}
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            labels = ",".join(f'{key}="{value}"' for key, value in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
 
 
 def logged_requests(cluster: Cluster, path: str) -> list[dict[str, Any]]:
