@@ -30,7 +30,7 @@ SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_DEADLINE_SECONDS = 7 * 24 * 3600
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL_VALUE_PROBLEM = ("must be a label value: 63 characters or less, alphanumeric, '-', '_' "
-                       "or '.', starting and ending with an alphanumeric character")
+                        "or '.', starting and ending with an alphanumeric character")
 
 
 def _is_label_value(value: Any) -> bool:

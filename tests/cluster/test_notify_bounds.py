@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.kube import Cluster
+from tests.support.kube import Cluster, wait_until
 from tests.support.notify import declare, exec_notifier, notify, records
 
 pytestmark = pytest.mark.cluster
@@ -40,3 +40,30 @@ def test_ten_times_k_notifications_leave_at_most_k_records(
     kept = records(cluster, namespace, fieldSelector=f"spec.podName={pod}")
     assert len(kept) == K
     assert all(r["status"]["phase"] == "Succeeded" for r in kept)
+
+
+def test_finished_records_expire_after_their_ttl(cluster: Cluster, namespace: str) -> None:
+    annotations = declare(app=[exec_notifier("ping", "echo pong")])
+    pod = cluster.deploy(namespace, "brief", annotations=annotations)[0]["metadata"]["name"]
+    with cluster.admin() as client:
+        kept = notify(client, namespace, pod, "ping", ttlSecondsAfterFinished=3600).json()
+        short = notify(client, namespace, pod, "ping", ttlSecondsAfterFinished=1).json()
+    assert short["status"]["phase"] == "Succeeded"
+
+    def names() -> set[str]:
+        return {r["metadata"]["name"] for r in records(cluster, namespace)}
+
+    wait_until(lambda: short["metadata"]["name"] not in names(), "the record to expire", 30)
+    assert kept["metadata"]["name"] in names()
+
+
+def test_records_of_deleted_pods_are_collected(cluster: Cluster, namespace: str) -> None:
+    annotations = declare(app=[exec_notifier("ping", "echo pong")])
+    pod = cluster.create_pod(namespace, "short-lived", annotations=annotations)
+    with cluster.admin() as client:
+        assert notify(client, namespace, "short-lived", "ping").json()["status"][
+            "phase"] == "Succeeded"
+        client.delete(f"/api/v1/namespaces/{namespace}/pods/short-lived",
+                      params={"gracePeriodSeconds": "0"})
+    assert pod["metadata"]["uid"]
+    wait_until(lambda: records(cluster, namespace) == [], "the orphaned record to go", 30)

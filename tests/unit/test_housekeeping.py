@@ -1,0 +1,191 @@
+"""Restart recovery and garbage collection of PodNotifier records, on a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apiserver.notifier import records
+from apiserver.notifier.housekeeping import collect_once, recover_interrupted
+from apiserver.registry.errors import NotFound
+from apiserver.registry.resources import PODNOTIFIERS
+from apiserver.registry.sqlite_database import SqliteDatabase
+from apiserver.registry.sqlite_store import SqliteObjectStore
+
+DEFAULT_TTL = 3600
+
+
+class FakePods:
+    """Stands in for PodDirectory: `alive` maps (namespace, name) to the current pod UID."""
+
+    def __init__(self, alive: dict[tuple[str, str], str], synced: bool = True) -> None:
+        self.alive = alive
+        self.synced = asyncio.Event()
+        if synced:
+            self.synced.set()
+        self.asked: list[tuple[str, str, str]] = []
+
+    def gone(self, namespace: str, name: str, uid: str) -> bool:
+        self.asked.append((namespace, name, uid))
+        return self.synced.is_set() and self.alive.get((namespace, name)) != uid
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:
+    opened = await SqliteDatabase.open(tmp_path / "data")
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def store(database: SqliteDatabase) -> SqliteObjectStore:
+    return SqliteObjectStore(database, PODNOTIFIERS)
+
+
+def record(name: str, phase: str, *, pod: str = "db-0", pod_uid: str = "uid-0",
+           containers: list[dict[str, Any]] | None = None, completed: datetime | None = None,
+           ttl: int | None = None, namespace: str = "prod") -> dict[str, Any]:
+    spec: dict[str, Any] = {"podName": pod, "podUID": pod_uid, "notifier": "quiesce"}
+    if ttl is not None:
+        spec["ttlSecondsAfterFinished"] = ttl
+    status: dict[str, Any] = {"phase": phase, "containers": containers or []}
+    if completed is not None:
+        status["completionTime"] = records.rfc3339(completed)
+    return {"apiVersion": records.API_VERSION, "kind": records.KIND,
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": status}
+
+
+def finished(name: str, *, ago: timedelta = timedelta(seconds=1), **kwargs: Any
+             ) -> dict[str, Any]:
+    return record(name, "Succeeded", completed=datetime.now(UTC) - ago,
+                  containers=[{"name": "db", "phase": "Succeeded", "exitCode": 0}], **kwargs)
+
+
+async def names(store: SqliteObjectStore) -> set[str]:
+    return {obj["metadata"]["name"] for obj in (await store.list(None)).items}
+
+
+# recover_interrupted
+
+
+async def test_recover_marks_unfinished_records_interrupted(store: SqliteObjectStore) -> None:
+    await store.create(record("pending", "Pending", containers=[
+        {"name": "db", "phase": "Pending"}]))
+    await store.create(record("running", "Running", containers=[
+        {"name": "db", "phase": "Succeeded", "exitCode": 0, "reason": "Completed",
+         "startTime": "2026-01-01T00:00:00.000Z"},
+        {"name": "wal", "phase": "Running", "startTime": "2026-01-01T00:00:00.000Z"}]))
+
+    assert await recover_interrupted(store) == 2
+
+    pending = await store.get("prod", "pending")
+    assert pending["status"]["phase"] == "Failed"
+    assert pending["status"]["reason"] == "Interrupted"
+    assert pending["status"]["message"] == records.INTERRUPTED_MESSAGE
+    assert pending["status"]["completionTime"].endswith("Z")
+    [db] = pending["status"]["containers"]
+    assert (db["phase"], db["reason"], db["message"]) == ("Failed", "Interrupted",
+                                                          records.INTERRUPTED_MESSAGE)
+
+    running = await store.get("prod", "running")
+    assert running["status"]["phase"] == "Failed"
+    assert running["status"]["reason"] == "Interrupted"
+    db, wal = running["status"]["containers"]
+    assert db["phase"] == "Succeeded"
+    assert (wal["phase"], wal["reason"]) == ("Failed", "Interrupted")
+    assert wal["startTime"] == "2026-01-01T00:00:00.000Z"
+    assert await store.unfinished() == []
+
+
+async def test_recover_leaves_finished_records_alone(store: SqliteObjectStore) -> None:
+    done = await store.create(finished("done"))
+    failed = await store.create(record("failed", "Failed", completed=datetime.now(UTC),
+                                       containers=[{"name": "db", "phase": "Failed",
+                                                    "reason": "Timeout"}]))
+
+    assert await recover_interrupted(store) == 0
+
+    assert await store.get("prod", "done") == done
+    assert await store.get("prod", "failed") == failed
+
+
+async def test_recover_with_nothing_to_do(store: SqliteObjectStore) -> None:
+    assert await recover_interrupted(store) == 0
+
+
+async def test_recover_skips_a_record_deleted_meanwhile(store: SqliteObjectStore) -> None:
+    await store.create(record("a", "Running"))
+    await store.create(record("b", "Running"))
+    original = store.guaranteed_update
+
+    async def deleting_first(namespace: str, name: str, mutate: Any) -> Any:
+        if name == "a":
+            await store.delete(namespace, name)
+            raise NotFound("gone")
+        return await original(namespace, name, mutate)
+
+    store.guaranteed_update = deleting_first  # type: ignore[method-assign]
+
+    assert await recover_interrupted(store) == 1
+    assert (await store.get("prod", "b"))["status"]["reason"] == "Interrupted"
+
+
+# collect_once
+
+
+async def test_collect_deletes_expired_records(store: SqliteObjectStore) -> None:
+    await store.create(finished("old-default", ago=timedelta(seconds=DEFAULT_TTL + 5)))
+    await store.create(finished("old-own-ttl", ago=timedelta(seconds=20), ttl=10))
+    await store.create(finished("zero-ttl", ttl=0))
+    await store.create(finished("fresh", ago=timedelta(seconds=20)))
+    await store.create(finished("long-ttl", ago=timedelta(seconds=DEFAULT_TTL + 5), ttl=7200))
+    pods = FakePods({("prod", "db-0"): "uid-0"})
+
+    assert await collect_once(store, pods, DEFAULT_TTL) == (3, 0)
+
+    assert await names(store) == {"fresh", "long-ttl"}
+
+
+async def test_collect_deletes_finished_records_of_gone_pods(store: SqliteObjectStore) -> None:
+    await store.create(finished("alive", pod="db-0", pod_uid="uid-0"))
+    await store.create(finished("deleted-pod", pod="db-1", pod_uid="uid-1"))
+    await store.create(finished("replaced-pod", pod="db-2", pod_uid="old-uid"))
+    await store.create(finished("other-namespace", pod="db-0", pod_uid="uid-0",
+                                namespace="staging"))
+    await store.create(record("failed-gone", "Failed", pod="db-1", pod_uid="uid-1",
+                              completed=datetime.now(UTC)))
+    await store.create(record("running-gone", "Running", pod="db-1", pod_uid="uid-1"))
+    await store.create(record("pending-gone", "Pending", pod="db-1", pod_uid="uid-1"))
+    pods = FakePods({("prod", "db-0"): "uid-0", ("prod", "db-2"): "new-uid"})
+
+    assert await collect_once(store, pods, DEFAULT_TTL) == (0, 4)
+
+    assert await names(store) == {"alive", "running-gone", "pending-gone"}
+    assert {name for _, name, _ in pods.asked} == {"db-0", "db-1", "db-2"}
+
+
+async def test_collect_waits_for_the_pod_index(store: SqliteObjectStore) -> None:
+    await store.create(finished("gone", pod="db-1", pod_uid="uid-1"))
+    await store.create(finished("expired", ago=timedelta(seconds=DEFAULT_TTL + 1)))
+    pods = FakePods({}, synced=False)
+
+    assert await collect_once(store, pods, DEFAULT_TTL) == (1, 0)
+
+    assert await names(store) == {"gone"}
+    assert pods.asked == []
+
+
+async def test_collect_pages_through_many_records(store: SqliteObjectStore) -> None:
+    """More than one page (500) of records; the deletions stay within the event retention."""
+    for index in range(503):
+        await store.create(finished(f"r-{index:03}", pod=f"p-{index}", pod_uid=f"u-{index}"))
+    alive = {("prod", "p-7"): "u-7", ("prod", "p-502"): "u-502"}
+
+    assert await collect_once(store, FakePods(alive), DEFAULT_TTL) == (0, 501)
+
+    assert await names(store) == {"r-007", "r-502"}
