@@ -26,6 +26,11 @@ TOKEN_REREAD_SECONDS = 60.0
 UNAVAILABLE_CODES = frozenset({502, 503, 504})
 
 
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""Accept header for lists of metadata only; a watch with it streams PartialObjectMetadata."""
+METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
 class KubeUnavailable(Exception):
     """kube-apiserver could not be reached or could not answer."""
 
@@ -119,23 +124,30 @@ class KubeClient:
         """Headers that authenticate a request (empty when a client certificate does)."""
         return {"Authorization": f"Bearer {self._token()}"} if self._token else {}
 
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
-        return await self._request("GET", path, params=params)
+    async def get(self, path: str, params: Mapping[str, str] | None = None,
+                  accept: str | None = None) -> dict[str, Any]:
+        """GET `path`; `accept` overrides the Accept header (e.g. METADATA_ONLY)."""
+        headers = {"Accept": accept} if accept else None
+        return await self._request("GET", path, params=params, headers=headers)
 
     async def post(self, path: str, body: Mapping[str, Any],
                    params: Mapping[str, str] | None = None) -> dict[str, Any]:
         return await self._request("POST", path, params=params, json=body)
 
-    async def watch(self, path: str, params: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def watch(self, path: str, params: Mapping[str, str], accept: str | None = None
+                    ) -> AsyncIterator[dict[str, Any]]:
         """Yield the watch events of `path` (a collection) until the server ends the stream.
 
-        Set ``timeoutSeconds`` in `params`: the read timeout allows it plus a margin.
+        Set ``timeoutSeconds`` in `params`: the read timeout allows it plus a margin. `accept`
+        overrides the Accept header (e.g. METADATA_ONLY).
         """
         query = {**params, "watch": "true"}
         read_timeout = float(query.get("timeoutSeconds", 300)) + 30
         timeout = httpx.Timeout(10.0, read=read_timeout)
         try:
-            async with self._client.stream("GET", path, params=query, timeout=timeout) as response:
+            headers = {"Accept": accept} if accept else None
+            async with self._client.stream("GET", path, params=query, timeout=timeout,
+                                           headers=headers) as response:
                 if response.status_code != 200:
                     await response.aread()
                     self._raise_for(response)

@@ -1,8 +1,9 @@
 """A live index of the cluster's pods, from one list and watch of all pods.
 
-It keeps only each pod's UID, so that runs learn at once when their pod is deleted (one watch
-for the whole server instead of one per run) and garbage collection can tell which records
-belong to pods that no longer exist.
+It reads metadata only (PartialObjectMetadata, a fraction of a pod's size) and keeps each pod's
+UID, so that runs learn at once when their pod is deleted (one watch for the whole server
+instead of one per run) and garbage collection can tell which records belong to pods that no
+longer exist.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from apiserver.kube import KubeClient, KubeError, KubeUnavailable
+from apiserver.kube import (
+    METADATA_ONLY,
+    METADATA_ONLY_WATCH,
+    KubeClient,
+    KubeError,
+    KubeUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +83,7 @@ class PodDirectory:
             params = {"limit": LIST_PAGE_SIZE}
             if token:
                 params["continue"] = token
-            page = await self._kube.get("/api/v1/pods", params=params)
+            page = await self._kube.get("/api/v1/pods", params=params, accept=METADATA_ONLY)
             for pod in page.get("items", []):
                 meta = pod["metadata"]
                 seen[(meta["namespace"], meta["name"])] = meta["uid"]
@@ -94,7 +101,8 @@ class PodDirectory:
         params = {"resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": WATCH_TIMEOUT_SECONDS}
         while True:
-            async for event in self._kube.watch("/api/v1/pods", params):
+            async for event in self._kube.watch("/api/v1/pods", params,
+                                                accept=METADATA_ONLY_WATCH):
                 kind, obj = event.get("type"), event.get("object", {})
                 if kind == "ERROR":
                     return  # usually 410 Expired: re-list
