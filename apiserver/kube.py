@@ -31,6 +31,11 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
+CONNECTION_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=128)
+"""Enough kept-alive connections for a fan-out's parallel reads (httpx keeps 20 by default;
+past that every request paid a new TLS handshake)."""
+
+
 class KubeUnavailable(Exception):
     """kube-apiserver could not be reached or could not answer."""
 
@@ -110,6 +115,7 @@ class KubeClient:
             auth=_BearerAuth(self._token) if self._token else None,
             transport=transport,
             headers={"Accept": "application/json", "User-Agent": "container-notifier-apiserver"},
+            limits=CONNECTION_LIMITS,
         )
 
     @classmethod

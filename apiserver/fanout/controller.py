@@ -31,6 +31,7 @@ from apiserver.services import Services
 
 log = logging.getLogger(__name__)
 
+STATUS_INTERVAL_SECONDS = 0.5
 RUN_WAIT_SECONDS = 24 * 3600
 """How long a pod's turn waits for its run; runs end by their own timeouts long before."""
 
@@ -59,11 +60,29 @@ class NotificationRun:
         self.owner_cache: dict[str, Any] = {}
         self.queue: asyncio.Queue[ScopedPod] = asyncio.Queue()
         self.requester = requester(notification)
+        self._pending_flush: asyncio.Task[None] | None = None
 
     # status
 
     async def _write_status(self, **changes: Any) -> None:
+        """Store the status: at once when `changes` (phase, times, conditions) are given; a
+        change of counts alone is coalesced with others for STATUS_INTERVAL_SECONDS, so a
+        1000-pod run writes its object tens of times, not thousands."""
         self.status.update(changes)
+        if changes:
+            if self._pending_flush is not None:
+                self._pending_flush.cancel()
+                self._pending_flush = None
+            await self._flush_status()
+        elif self._pending_flush is None:
+            self._pending_flush = asyncio.create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(STATUS_INTERVAL_SECONDS)
+        self._pending_flush = None
+        await self._flush_status()
+
+    async def _flush_status(self) -> None:
         self.status["counts"] = scope.counts(list(self.pods.values()))
         snapshot = dict(self.status)
         if self.deleted.is_set():
@@ -94,11 +113,12 @@ class NotificationRun:
                    if self.spec["policy"] == ALL_PODS else None)
         try:
             deadline_passed = await self._run_pods(started)
+            await self._finish(deadline_passed)
         finally:
-            if watcher:
-                watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
-        await self._finish(deadline_passed)
+            for task in (watcher, self._pending_flush):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
 
     async def _settle_started(self) -> None:
         """After a restart: a pod whose run had started is never run again; its record says how
