@@ -148,6 +148,23 @@ def container_result(name: str, container_id: str, result: ExecResult) -> dict[s
     return entry
 
 
+NO_KILL_HINT = ("delivering a signal execs `kill` in the container, and it could not run there "
+                "(the image may have no `kill` program); declare an exec notifier that signals "
+                "the process another way")
+
+
+def explain_signal_failure(entry: dict[str, Any]) -> dict[str, Any]:
+    """For a signal notifier: say why it failed when `kill` itself could not run (exit code
+    126 or 127, or an exec error naming the program), the common case of minimal images."""
+    message = entry.get("message", "")
+    missing = entry.get("exitCode") in (126, 127) or (
+        entry.get("phase") == FAILED and "exitCode" not in entry and "kill" in message
+        and ("not found" in message or "no such file" in message.lower()))
+    if missing:
+        return {**entry, "message": f"{NO_KILL_HINT}: {message}" if message else NO_KILL_HINT}
+    return entry
+
+
 def container_failure(name: str, reason: str, message: str, at: str,
                       container_id: str = "") -> dict[str, Any]:
     """A `status.containers[]` entry for a container whose notifier did not run or finish."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from apiserver.definitions import Notifier
+from apiserver.definitions import Notifier, SignalAction
 from apiserver.notifier import records
 from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
 from apiserver.notifier.pods import PodDirectory
@@ -187,7 +187,10 @@ class Runner:
         result = await exec_in_container(
             self._endpoint(), plan.namespace, plan.pod, container.name, container.notifier.argv,
             timeout_seconds=plan.timeout_seconds[container.name], tail_bytes=plan.tail_bytes)
-        return records.container_result(container.name, container.container_id, result)
+        entry = records.container_result(container.name, container.container_id, result)
+        if isinstance(container.notifier.action, SignalAction):
+            return records.explain_signal_failure(entry)
+        return entry
 
 
 async def _shielded(update: Any) -> None:

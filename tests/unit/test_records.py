@@ -362,3 +362,27 @@ def test_is_finished() -> None:
     assert not records.is_finished({"status": {"phase": "Running"}})
     assert not records.is_finished({})
     assert records.is_finished({"status": {"phase": "Failed"}})
+
+
+# explain_signal_failure
+
+
+def test_signal_failure_without_kill_explains_the_image() -> None:
+    entry = {"name": "db", "phase": "Failed", "exitCode": 127,
+             "message": "sh: kill: not found"}
+    explained = records.explain_signal_failure(entry)
+    assert explained["message"].startswith(records.NO_KILL_HINT)
+    assert explained["message"].endswith("sh: kill: not found")
+
+
+def test_signal_exec_error_naming_kill_is_explained() -> None:
+    entry = {"name": "db", "phase": "Failed", "reason": "ExecFailed",
+             "message": 'exec: "kill": executable file not found in $PATH'}
+    assert records.explain_signal_failure(entry)["message"].startswith(records.NO_KILL_HINT)
+
+
+def test_other_signal_failures_are_left_alone() -> None:
+    entry = {"name": "db", "phase": "Failed", "exitCode": 1, "message": "kill: (1) - No such"}
+    assert records.explain_signal_failure(entry) == entry
+    ok = {"name": "db", "phase": "Succeeded", "exitCode": 0, "message": ""}
+    assert records.explain_signal_failure(ok) == ok
