@@ -169,16 +169,16 @@ async def fanout(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> di
     cluster.restart_notifier(signal.SIGTERM)
     out: dict = {"pods": len(fleet), "notification_seconds": {}, "exec_seconds": {}}
     for parallelism in args.fanout_parallelism:
-        name = f"fleet-p{parallelism}"
         body = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
-                "metadata": {"name": name},
+                "metadata": {"generateName": f"fleet-p{parallelism}-"},
                 "spec": {"selector": {"matchLabels": {"app": "fleet"}}, "notifier": "ping",
                          "parallelism": parallelism}}
         start = time.perf_counter()
         created = await bench.http.post(f"{API}/namespaces/{NAMESPACE}/notifications",
                                         json=body)
         if created.status_code != 201:
-            raise RuntimeError(f"create {name}: {created.status_code} {created.text[:300]}")
+            raise RuntimeError(f"create: {created.status_code} {created.text[:300]}")
+        name = created.json()["metadata"]["name"]
         while True:
             await asyncio.sleep(0.2)
             obj = (await bench.http.get(f"{API}/namespaces/{NAMESPACE}/notifications/{name}")
