@@ -8,6 +8,7 @@ import pytest
 
 from apiserver.api.status import StatusError
 from apiserver.api.tables import (
+    NOTIFICATION_TABLE,
     PODNOTIFIER_TABLE,
     Column,
     IncludeObject,
@@ -203,3 +204,24 @@ def test_generic_convertor_with_other_columns() -> None:
     assert row["cells"] == ["n", 4]
     assert empty["cells"] == ["m", "0"]
     assert convertor.column_definitions()[1]["type"] == "integer"
+
+
+def test_notification_table_columns_and_cells() -> None:
+    obj = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
+           "metadata": {"name": "pre-snapshot", "namespace": "prod",
+                        "creationTimestamp": "2026-11-30T08:00:00Z"},
+           "spec": {"notifier": "quiesce"},
+           "status": {"phase": "Failed", "counts": {"total": 5, "succeeded": 3, "failed": 1,
+                                                    "skipped": 1, "rolledBack": 3}}}
+    table = NOTIFICATION_TABLE.table([obj])
+    names = [c["name"] for c in table["columnDefinitions"]]
+    assert names[:6] == ["Name", "Notifier", "Phase", "Succeeded/Total", "Failed", "Age"]
+    cells = table["rows"][0]["cells"]
+    assert cells[:5] == ["pre-snapshot", "quiesce", "Failed", "3/5", 1]
+    assert cells[6:] == [1, 3]
+    assert [c["priority"] for c in table["columnDefinitions"]][6:] == [1, 1]
+
+
+def test_notification_table_before_any_status() -> None:
+    row = NOTIFICATION_TABLE.row({"metadata": {"name": "n"}, "spec": {"notifier": "q"}})
+    assert row["cells"][2:5] == ["", "0/0", 0]
