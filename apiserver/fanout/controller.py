@@ -243,7 +243,7 @@ class NotificationRun:
         return scope.FAILED, name, record["status"].get("reason", "Failed")
 
     async def _watch_new_pods(self) -> None:
-        """AllPods: pods that start matching the selector later join the scope, once each."""
+        """AllPods: pods that later match the selector and run join the scope, once each."""
         path = f"/api/v1/namespaces/{self.namespace}/pods"
         params = {"labelSelector": selector_string(self.spec["selector"]),
                   "timeoutSeconds": "300"}
@@ -256,6 +256,8 @@ class NotificationRun:
                     params["resourceVersion"] = meta.get("resourceVersion", "")
                     if meta.get("deletionTimestamp") or meta["uid"] in self.pods:
                         continue
+                    if event["object"].get("status", {}).get("phase") != "Running":
+                        continue  # a new pod joins once it runs, not while it is created
                     if await self.scopes.add(self.uid, [(meta["name"], meta["uid"])]):
                         pod = ScopedPod(meta["name"], meta["uid"], scope.PENDING)
                         self.pods[pod.pod_uid] = pod

@@ -50,7 +50,7 @@ async def pods_in_scope(svc: Services, namespace: str, selector: str) -> list[tu
         if token:
             params["continue"] = token
         page = await svc.kube.get(f"/api/v1/namespaces/{namespace}/pods", params=params)
-        found += [(p["metadata"]["name"], p["metadata"]["uid"]) for p in page["items"]
+        found += [(p["metadata"]["name"], p["metadata"]["uid"]) for p in page.get("items") or []
                   if not p["metadata"].get("deletionTimestamp")]
         token = page["metadata"].get("continue", "")
         if not token:

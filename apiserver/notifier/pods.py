@@ -75,6 +75,9 @@ class PodDirectory:
                 log.warning("pod index: list/watch failed, retrying",
                             extra={"error": str(error)})
                 await asyncio.sleep(RETRY_SECONDS)
+            except Exception:
+                log.exception("pod index: unexpected failure, re-listing")
+                await asyncio.sleep(RETRY_SECONDS)
 
     async def _list(self) -> str:
         seen: dict[PodKey, str] = {}
@@ -84,7 +87,8 @@ class PodDirectory:
             if token:
                 params["continue"] = token
             page = await self._kube.get("/api/v1/pods", params=params, accept=METADATA_ONLY)
-            for pod in page.get("items", []):
+            # An empty PartialObjectMetadataList has "items": null.
+            for pod in page.get("items") or []:
                 meta = pod["metadata"]
                 seen[(meta["namespace"], meta["name"])] = meta["uid"]
             token = page.get("metadata", {}).get("continue", "")
