@@ -210,19 +210,6 @@ def qualified_name_errors(value: str) -> list[str]:
     return errors
 
 
-def validate_notifiers(
-    annotation: str,
-    *,
-    max_timeout_seconds: int = DEFAULT_MAX_TIMEOUT_SECONDS,
-    containers: Collection[str] | None = None,
-) -> list[FieldError]:
-    """Every problem in the annotation value; empty if it is valid.
-
-    ``containers``, if given, are the pod's container names: a declaration for any other name
-    is an error.
-    """
-    return _read(annotation, max_timeout_seconds, containers)[1]
-
 
 def parse_notifiers(
     annotation: str | None,
@@ -233,6 +220,8 @@ def parse_notifiers(
     """The declarations in the annotation value (none if the pod has no annotation).
 
     Raises ``InvalidNotifiers`` listing every problem if the value does not validate.
+    ``containers``, if given, are the pod's container names: a declaration for any other name
+    is an error.
     """
     if annotation is None:
         return {}

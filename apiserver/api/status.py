@@ -132,12 +132,6 @@ def not_acceptable(accepted: Sequence[str]) -> StatusError:
                        f"only the following media types are accepted: {', '.join(accepted)}")
 
 
-def already_exists(resource: str, group: str, name: str) -> StatusError:
-    return StatusError(409, "AlreadyExists",
-                       f'{_qualified(resource, group)} "{name}" already exists',
-                       details=_details(group=group, kind=resource, name=name))
-
-
 def conflict(resource: str, group: str, name: str, message: str) -> StatusError:
     return StatusError(
         409, "Conflict",

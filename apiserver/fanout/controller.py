@@ -157,7 +157,7 @@ class NotificationRun:
                 break
             if self.queue.empty() and not all_pods and not running:
                 break
-            pod = await self._next(remaining, running, all_pods)
+            pod = await self._next(remaining, running)
             if pod is None:
                 continue
             await slots.acquire()
@@ -171,8 +171,8 @@ class NotificationRun:
             await asyncio.gather(*running, return_exceptions=True)
         return deadline_passed
 
-    async def _next(self, remaining: float | None, running: set[asyncio.Task[None]],
-                    all_pods: bool) -> ScopedPod | None:
+    async def _next(self, remaining: float | None, running: set[asyncio.Task[None]]
+                    ) -> ScopedPod | None:
         """The next pending pod; None when woken without one (a pod finished, deletion,
         deadline), so the caller re-checks its conditions."""
         if not self.queue.empty():
@@ -188,12 +188,13 @@ class NotificationRun:
         finally:
             for waiter in waiters[1:]:
                 waiter.cancel()
-        if waiters[0] in done:
-            return waiters[0].result()
-        waiters[0].cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiters[0]
-        return None
+        getter = waiters[0]
+        if getter not in done:
+            getter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await getter
+        # The get may have completed while it was being cancelled: never drop a pod.
+        return None if getter.cancelled() else getter.result()
 
     async def _turn(self, pod: ScopedPod) -> None:
         await self._set_pod(ScopedPod(pod.pod, pod.pod_uid, scope.STARTED))

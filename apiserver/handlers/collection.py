@@ -218,13 +218,6 @@ class Renderer:
                 "metadata": meta}
 
 
-def object_response(collection: Collection, request: Request, obj: Mapping[str, Any],
-                    status_code: int = 200) -> JSONResponse:
-    """``obj`` in the representation the request asks for (e.g. for a create handler)."""
-    renderer = Renderer.for_request(collection, request, OBJECT)
-    return JSONResponse(renderer.object(obj), status_code=status_code)
-
-
 # Query parameters
 
 

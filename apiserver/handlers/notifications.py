@@ -20,7 +20,7 @@ from apiserver.api.tables import NOTIFICATION_TABLE
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.fanout import spec as notification_spec
 from apiserver.handlers.collection import Collection, collection_router, delete_object
-from apiserver.handlers.notify import read_json_body
+from apiserver.handlers.notify import dry_run, read_json_body
 from apiserver.notifier import records
 from apiserver.registry.resources import NOTIFICATIONS
 from apiserver.registry.store import ObjectStore
@@ -83,7 +83,7 @@ async def create(namespace: str, http: Request, user: CurrentUser, authorizer: C
                    "counts": {"total": len(pods), "pending": len(pods), "running": 0,
                               "succeeded": 0, "failed": 0, "skipped": 0, "rolledBack": 0}},
     }
-    if http.query_params.getlist("dryRun"):
+    if dry_run(http):
         return JSONResponse(obj, status_code=201)
     created = await svc.notifications.create(obj)
     await svc.fanout.scopes.add(created["metadata"]["uid"], pods)

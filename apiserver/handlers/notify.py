@@ -48,11 +48,16 @@ async def read_json_body(http: Request) -> dict[str, Any]:
     return request.parse_body(b"".join(chunks))
 
 
+def dry_run(http: Request) -> bool:
+    """Whether the query asks for dryRun=All; 400 for any other dryRun value."""
+    values = http.query_params.getlist("dryRun")
+    if any(value != "All" for value in values):
+        raise status.bad_request(f"dryRun: unsupported value {values!r}: use dryRun=All")
+    return bool(values)
+
+
 def query_options(http: Request) -> tuple[bool, int]:
     """(dryRun=All, waitSeconds) from the query, or 400."""
-    dry_run_values = http.query_params.getlist("dryRun")
-    if any(value != "All" for value in dry_run_values):
-        raise status.bad_request(f"dryRun: unsupported value {dry_run_values!r}: use dryRun=All")
     raw_wait = http.query_params.get("waitSeconds", "0")
     try:
         wait = int(raw_wait)
@@ -62,7 +67,7 @@ def query_options(http: Request) -> tuple[bool, int]:
         raise status.bad_request(
             f"waitSeconds: invalid value {raw_wait!r}: use a whole number from 0 to "
             f"{MAX_WAIT_SECONDS} (kube-apiserver ends requests after 60 s)")
-    return bool(dry_run_values), wait
+    return dry_run(http), wait
 
 
 @router.post(POD_NOTIFY_PATH, status_code=201)

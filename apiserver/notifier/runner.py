@@ -72,10 +72,6 @@ class Runner:
         self._max_concurrent = max_concurrent
         self._runs: dict[tuple[str, str], _Run] = {}
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._runs)
-
     def has_capacity(self) -> bool:
         return len(self._runs) < self._max_concurrent
 

@@ -12,6 +12,7 @@ from apiserver.definitions import (
     DEFAULT_TIMEOUT_SECONDS,
     CauseReason,
     ExecAction,
+    FieldError,
     InvalidNotifiers,
     Notifier,
     SignalAction,
@@ -19,7 +20,6 @@ from apiserver.definitions import (
     parse_notifiers,
     qualified_name_errors,
     select_containers,
-    validate_notifiers,
 )
 
 QUIESCE = {"name": "quiesce", "timeoutSeconds": 60, "action": {"exec": {"command": ["sync"]}}}
@@ -30,8 +30,17 @@ def annotation(value: object) -> str:
     return json.dumps(value)
 
 
+def errors_of(value: str, **kwargs: object) -> list[FieldError]:
+    """Every problem parse_notifiers reports in `value` (none if it parses)."""
+    try:
+        parse_notifiers(value, **kwargs)
+    except InvalidNotifiers as invalid:
+        return invalid.errors
+    return []
+
+
 def only_error(value: str, **kwargs: object):
-    errors = validate_notifiers(value, **kwargs)
+    errors = errors_of(value, **kwargs)
     assert len(errors) == 1, errors
     return errors[0]
 
@@ -154,7 +163,7 @@ def test_unknown_fields_are_errors_at_every_level() -> None:
         }
     )
 
-    errors = validate_notifiers(value)
+    errors = errors_of(value)
 
     assert {(e.reason, e.field) for e in errors} == {
         (CauseReason.NOT_SUPPORTED, f"{ANNOTATION_PATH}.db[0].extra"),
@@ -234,7 +243,7 @@ def test_timeout_out_of_range_or_not_whole(timeout: object) -> None:
 def test_timeout_bounds_follow_the_server_maximum() -> None:
     value = annotation({"db": [{**RELOAD, "timeoutSeconds": 900}]})
 
-    assert validate_notifiers(value, max_timeout_seconds=1000) == []
+    assert errors_of(value, max_timeout_seconds=1000) == []
     error = only_error(value, max_timeout_seconds=120)
     assert "between 1 and 120" in error.message
     assert (

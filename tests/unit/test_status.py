@@ -82,7 +82,6 @@ def test_codes_and_reasons():
         status.method_not_allowed(): (405, "MethodNotAllowed"),
         status.path_not_found(): (404, "NotFound"),
         status.not_acceptable(["application/json"]): (406, "NotAcceptable"),
-        status.already_exists("podnotifiers", G, "a"): (409, "AlreadyExists"),
         status.conflict("podnotifiers", G, "a", "busy"): (409, "Conflict"),
         status.request_entity_too_large("1 MiB max"): (413, "RequestEntityTooLarge"),
         status.unsupported_media_type(["application/json"]): (415, "UnsupportedMediaType"),
