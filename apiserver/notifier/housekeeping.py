@@ -34,14 +34,15 @@ async def recover_interrupted(store: ObjectStore) -> int:
     return count
 
 
-async def collect_once(store: ObjectStore, pods: PodDirectory, default_ttl_seconds: int
-                       ) -> tuple[int, int]:
-    """Delete expired finished records, and finished records of pods that no longer exist.
+async def collect_once(store: ObjectStore, pods: PodDirectory, default_ttl_seconds: int,
+                       scan_orphans: bool = True) -> tuple[int, int]:
+    """Delete expired finished records, and (if `scan_orphans`) finished records of pods that
+    no longer exist.
 
     Returns (expired, orphaned) counts."""
     expired = await store.delete_expired(datetime.now(UTC), default_ttl_seconds)
     orphaned = 0
-    if pods.synced.is_set():
+    if scan_orphans and pods.synced.is_set():
         token = ""
         while True:
             page = await store.list(None, field_selector="status.phase!=Pending,"
@@ -62,9 +63,16 @@ async def collect_once(store: ObjectStore, pods: PodDirectory, default_ttl_secon
 
 async def collect_forever(store: ObjectStore, pods: PodDirectory, default_ttl_seconds: int,
                           interval: float = COLLECT_INTERVAL_SECONDS) -> None:
+    """Collect every `interval` seconds; scan for orphans only after the pod index has seen a
+    deletion since the last scan (and once at start), not through every record each time."""
+    scanned_at: int | None = None
     while True:
         try:
-            expired, orphaned = await collect_once(store, pods, default_ttl_seconds)
+            deletions = pods.deletions
+            scan = pods.synced.is_set() and deletions != scanned_at
+            expired, orphaned = await collect_once(store, pods, default_ttl_seconds, scan)
+            if scan:
+                scanned_at = deletions
             if expired or orphaned:
                 log.info("collected records", extra={"expired": expired, "orphaned": orphaned})
         except Exception:

@@ -39,6 +39,9 @@ class PodDirectory:
         self._waiters: dict[tuple[str, str, str], set[asyncio.Event]] = {}
         self.synced = asyncio.Event()
         """Set once the first list has been read."""
+        self.deletions = 0
+        """How many pod deletions the index has seen; records can only become orphans when it
+        grows (or when the server starts)."""
 
     def uid(self, namespace: str, name: str) -> str | None:
         """The UID of the pod as last seen, or None if it does not exist (or not synced)."""
@@ -127,5 +130,6 @@ class PodDirectory:
                     self._uids[key] = meta["uid"]
 
     def _deleted(self, namespace: str, name: str, uid: str) -> None:
+        self.deletions += 1
         for event in self._waiters.get((namespace, name, uid), ()):
             event.set()

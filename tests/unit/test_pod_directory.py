@@ -97,3 +97,14 @@ async def test_bookmarks_and_unrelated_pods_do_not_fire() -> None:
         await run_until(directory, lambda: directory.uid("ns", "q") is None
                         and directory.synced.is_set(), fake)
         assert not deleted.is_set()
+
+
+async def test_deletions_are_counted_for_the_orphan_scan() -> None:
+    fake = FakeKube([pod("p", "u1"), pod("q", "u2")],
+                    [{"type": "DELETED", "object": pod("p", "u1", "12")},
+                     {"type": "MODIFIED", "object": pod("q", "u2", "13")}])
+    directory = PodDirectory(fake.client())
+    assert directory.deletions == 0
+    await run_until(directory, lambda: directory.synced.is_set()
+                    and directory.uid("ns", "p") is None, fake)
+    assert directory.deletions == 1
