@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from apiserver.api.status import Cause
+
 ANNOTATION = "notifier.x-k8s.io/notifiers"
 ANNOTATION_PATH = f"metadata.annotations[{ANNOTATION}]"
 
@@ -111,9 +113,10 @@ class FieldError:
             CauseReason.DUPLICATE, field, value, f"Duplicate value: {_show(value)}: {detail}"
         )
 
-    def as_cause(self) -> dict[str, str]:
-        """The ``metav1.StatusCause`` for ``details.causes``."""
-        return {"reason": self.reason.value, "message": self.message, "field": self.field}
+    def as_cause(self) -> Cause:
+        """The ``metav1.StatusCause`` for ``details.causes``: the message names the field, as
+        Go's field errors do."""
+        return Cause(self.reason.value, str(self), self.field)
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"

@@ -73,8 +73,8 @@ def bad_request(message: str) -> StatusError:
     return StatusError(400, "BadRequest", message)
 
 
-def unauthorized(message: str = "Unauthorized") -> StatusError:
-    return StatusError(401, "Unauthorized", message)
+def unauthorized() -> StatusError:
+    return StatusError(401, "Unauthorized", "Unauthorized")
 
 
 def forbidden(resource: str, group: str, name: str, message: str) -> StatusError:
@@ -171,6 +171,5 @@ def internal_error(message: str) -> StatusError:
 
 
 
-def service_unavailable(message: str, retry_after_seconds: int = 0) -> StatusError:
-    details = _details(retry_after_seconds=retry_after_seconds) if retry_after_seconds else None
-    return StatusError(503, "ServiceUnavailable", message, details=details)
+def service_unavailable(message: str) -> StatusError:
+    return StatusError(503, "ServiceUnavailable", message)

@@ -81,7 +81,7 @@ def plan_run(svc: Services, pod: dict[str, Any], ask: request.NotifyRequest
                                        containers=names)
     except InvalidNotifiers as error:
         raise status.invalid("pods", "", meta["name"], [
-            Cause(e.reason, f"{e.field}: {e.message}", e.field) for e in error.errors]) from None
+            e.as_cause() for e in error.errors]) from None
     selection = select_containers(declarations, ask.notifier, ask.containers)
     if selection.undeclared:
         raise status.invalid(request.RESOURCE, request.GROUP, ask.name or meta["name"], [

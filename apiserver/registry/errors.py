@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from apiserver.api.status import StatusError
 from apiserver.registry.resources import ResourceType
 
 
@@ -44,19 +45,12 @@ class StoreError(Exception):
             details["retryAfterSeconds"] = self.retry_after_seconds
         return details
 
+    def status_error(self) -> StatusError:
+        """The same error as the API layer's StatusError (one Status builder for both)."""
+        return StatusError(self.code, self.reason, self.message, details=self.details or None)
+
     def as_status(self) -> dict[str, Any]:
-        status: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details:
-            status["details"] = self.details
-        return status
+        return self.status_error().status
 
 
 class BadRequest(StoreError):

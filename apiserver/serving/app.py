@@ -57,10 +57,7 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
 
 async def _store_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StoreError)
-    body = error.as_status()
-    headers = ({"Retry-After": str(error.retry_after_seconds)}
-               if error.retry_after_seconds is not None else None)
-    return JSONResponse(body, status_code=error.code, headers=headers)
+    return error.status_error().response()
 
 
 async def _status_error(request: Request, error: Exception) -> JSONResponse:

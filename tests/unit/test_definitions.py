@@ -80,11 +80,9 @@ def test_empty_command_is_required_with_field_path() -> None:
     assert (
         error.field == "metadata.annotations[notifier.x-k8s.io/notifiers].db[0].action.exec.command"
     )
-    assert error.as_cause() == {
-        "reason": "FieldValueRequired",
-        "message": error.message,
-        "field": error.field,
-    }
+    cause = error.as_cause()
+    assert (cause.reason, cause.field) == ("FieldValueRequired", error.field)
+    assert cause.message == f"{error.field}: {error.message}"
     assert "argv" in error.message
 
 
