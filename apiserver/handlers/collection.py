@@ -10,8 +10,7 @@ columns); ``collection_router`` serves it the way kube-apiserver serves a custom
 - ``DELETE .../namespaces/<ns>/<plural>/<name>``: delete; the body may be DeleteOptions with
   ``preconditions`` {uid, resourceVersion} and ``dryRun: ["All"]``. Like kube-apiserver for a
   custom resource without finalizers, the answer is 200 with a ``Status`` of ``Success`` whose
-  details name the deleted object (``return_deleted_object=True`` answers the object instead,
-  as kube does for pods).
+  details name the deleted object.
 - ``DELETE .../namespaces/<ns>/<plural>``: deletecollection with label/field selectors; the
   answer is the list of deleted objects.
 
@@ -87,15 +86,12 @@ class Collection:
     """The resource's store, e.g. ``lambda request: services(request).podnotifiers``."""
     table: TableConvertor
     """The columns of ``kubectl get`` (apiserver.api.tables)."""
-    version: str = VERSION
     deletecollection: bool = True
     """Serve DELETE on the collection (the resource's discovery verbs must agree)."""
-    return_deleted_object: bool = False
-    """DELETE answers the deleted object instead of a Success Status."""
 
     @property
     def api_version(self) -> str:
-        return f"{self.resource.group}/{self.version}"
+        return f"{self.resource.group}/{VERSION}"
 
     @property
     def list_kind(self) -> str:
@@ -358,7 +354,7 @@ async def list_or_watch(collection: Collection, request: Request, namespace: str
 
 async def delete_object(collection: Collection, request: Request, namespace: str, name: str
                         ) -> Response:
-    renderer = Renderer.for_request(collection, request, OBJECT)
+    Renderer.for_request(collection, request, OBJECT)  # 406 before deleting, if unanswerable
     options = await DeleteOptions.from_request(request)
     store = collection.store(request)
     if options.dry_run:
@@ -367,8 +363,6 @@ async def delete_object(collection: Collection, request: Request, namespace: str
     else:
         deleted = await store.delete(namespace, name, resource_version=options.resource_version,
                                      uid=options.uid)
-    if collection.return_deleted_object:
-        return JSONResponse(renderer.object(deleted))
     meta = deleted.get("metadata") or {}
     details = {"name": meta.get("name", name), "group": collection.resource.group,
                "kind": collection.resource.plural, "uid": meta.get("uid", "")}
@@ -406,8 +400,8 @@ async def delete_collection(collection: Collection, request: Request, namespace:
     deleted = await store.delete_collection(
         namespace, label_selector=options.label_selector,
         field_selector=options.field_selector)
-    versions = [int(rv) for rv in map(_resource_version, deleted) if rv.isdigit()]
-    return JSONResponse(renderer.list(deleted, str(max(versions)) if versions else ""))
+    # Each deletion takes the next resourceVersion, in order: the last is the list's.
+    return JSONResponse(renderer.list(deleted, _resource_version(deleted[-1]) if deleted else ""))
 
 
 # Watch

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GROUP = "notifier.x-k8s.io"
-VERSION = "v1alpha1"
+from apiserver.api.resources import GROUP
 
 METADATA_FIELDS = ("metadata.name", "metadata.namespace")
 

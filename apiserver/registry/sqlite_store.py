@@ -228,14 +228,6 @@ class SqliteObjectStore(ObjectStore):
             self._hub.add(watch)
         return watch
 
-    async def count_for_pod(self, namespace: str, pod: str) -> int:
-        return await self._database.run(lambda c: _count_for_pod(c, self.resource, namespace, pod))
-
-    async def oldest_finished_for_pod(self, namespace: str, pod: str, limit: int) -> list[Object]:
-        return await self._database.run(
-            lambda c: _oldest_finished(c, self.resource, namespace, pod, limit)
-        )
-
     async def unfinished(self) -> list[Object]:
         rows = await self._database.run(
             lambda c: c.execute(

@@ -131,14 +131,6 @@ class ObjectStore(ABC):
         """
 
     @abstractmethod
-    async def count_for_pod(self, namespace: str, pod: str) -> int:
-        """Records whose ``spec.podName`` is ``pod``."""
-
-    @abstractmethod
-    async def oldest_finished_for_pod(self, namespace: str, pod: str, limit: int) -> list[Object]:
-        """Up to ``limit`` Succeeded or Failed records of the pod, oldest created first."""
-
-    @abstractmethod
     async def delete_expired(self, now: datetime, default_ttl_seconds: int) -> list[Object]:
         """Delete finished records whose completionTime plus TTL is not after ``now``.
 

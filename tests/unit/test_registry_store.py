@@ -468,6 +468,11 @@ async def test_malformed_continue_token(store: SqliteObjectStore, token: str) ->
         await store.list("ns", limit=1, continue_token=token)
 
 
+async def pod_records(store: SqliteObjectStore, pod: str) -> list[str]:
+    """Names of the pod's records, in name order."""
+    return names((await store.list("ns", field_selector=f"spec.podName={pod}")).items)
+
+
 async def test_bounded_create_evicts_oldest_finished(store: SqliteObjectStore) -> None:
     made = []
     for i in range(3):
@@ -478,9 +483,9 @@ async def test_bounded_create_evicts_oldest_finished(store: SqliteObjectStore) -
 
     assert names(result.evicted) == ["old0"]
     assert result.object["metadata"]["name"].startswith("web-0-n9-")
-    assert await store.count_for_pod("ns", "web-0") == 3
-    assert await store.count_for_pod("ns", "web-1") == 1
-    assert names(await store.oldest_finished_for_pod("ns", "web-0", 10)) == ["old1", "old2"]
+    kept = await pod_records(store, "web-0")
+    assert kept[:2] == ["old1", "old2"] and len(kept) == 3
+    assert len(await pod_records(store, "web-1")) == 1
 
 
 async def test_bounded_create_refuses_when_all_are_unfinished(store: SqliteObjectStore) -> None:
@@ -493,7 +498,7 @@ async def test_bounded_create_refuses_when_all_are_unfinished(store: SqliteObjec
 
     assert raised.value.code == 429
     assert raised.value.as_status()["details"]["retryAfterSeconds"] == 5
-    assert await store.count_for_pod("ns", "web-0") == 3
+    assert len(await pod_records(store, "web-0")) == 3
 
 
 async def test_bounded_create_refuses_the_same_notifier_twice(store: SqliteObjectStore) -> None:
@@ -516,7 +521,7 @@ async def test_bounded_create_is_atomic_under_concurrency(store: SqliteObjectSto
     created = [r for r in results if not isinstance(r, Exception)]
     assert len(created) == 4
     assert all(isinstance(r, TooManyRequests) for r in results if isinstance(r, Exception))
-    assert await store.count_for_pod("ns", "web-0") == 4
+    assert len(await pod_records(store, "web-0")) == 4
 
 
 async def test_bounded_create_requires_pod_and_notifier(store: SqliteObjectStore) -> None:
@@ -556,11 +561,15 @@ async def test_unfinished(store: SqliteObjectStore) -> None:
     assert names(await store.unfinished()) == ["p", "r"]
 
 
-async def test_returned_objects_are_copies(store: SqliteObjectStore) -> None:
+async def test_returned_objects_are_not_shared_with_watchers(store: SqliteObjectStore) -> None:
+    start = (await store.list("ns")).resource_version
+    watch = await store.watch("ns", resource_version=start)
     created = await store.create(record("a"))
     created["spec"]["podName"] = "changed"
 
-    assert (await store.get("ns", "a"))["spec"]["podName"] == "web-0"
+    event = await asyncio.wait_for(anext(watch), 2)
+    assert event.object["spec"]["podName"] == "web-0"
+    watch.close()
 
 
 async def test_cancelled_caller_does_not_undo_a_write(store: SqliteObjectStore) -> None:
