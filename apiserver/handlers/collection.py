@@ -49,7 +49,7 @@ from apiserver.api.tables import (
     TableConvertor,
     partial_object_metadata,
 )
-from apiserver.registry.errors import BadRequest, StoreError
+from apiserver.registry.errors import BadRequest, StoreError, check_preconditions
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.store import ListResult, ObjectStore
 from apiserver.registry.watch import WatchEvent
@@ -359,7 +359,7 @@ async def delete_object(collection: Collection, request: Request, namespace: str
     store = collection.store(request)
     if options.dry_run:
         deleted = await store.get(namespace, name)
-        _check_preconditions(collection, deleted, options)
+        check_preconditions(collection.resource, deleted, options.resource_version, options.uid)
     else:
         deleted = await store.delete(namespace, name, resource_version=options.resource_version,
                                      uid=options.uid)
@@ -368,23 +368,6 @@ async def delete_object(collection: Collection, request: Request, namespace: str
                "kind": collection.resource.plural, "uid": meta.get("uid", "")}
     return JSONResponse({"kind": "Status", "apiVersion": "v1", "metadata": {},
                          "status": "Success", "details": details})
-
-
-def _check_preconditions(collection: Collection, obj: Mapping[str, Any],
-                         options: DeleteOptions) -> None:
-    """The store's precondition check, for a dry run (which must not reach the store)."""
-    meta = obj.get("metadata") or {}
-    name = meta.get("name", "")
-    if options.uid and options.uid != meta.get("uid"):
-        raise status.conflict(
-            collection.resource.plural, collection.resource.group, name,
-            f"Precondition failed: UID in precondition: {options.uid}, UID in object meta: "
-            f"{meta.get('uid')}")
-    if options.resource_version and options.resource_version != meta.get("resourceVersion"):
-        raise status.conflict(
-            collection.resource.plural, collection.resource.group, name,
-            "the object has been modified; please apply your changes to the latest version "
-            "and try again")
 
 
 async def delete_collection(collection: Collection, request: Request, namespace: str

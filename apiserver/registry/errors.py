@@ -123,3 +123,18 @@ class ResourceVersionTooLarge(StoreError):
 
 class DataDirInUse(RuntimeError):
     """Another process holds the registry database."""
+
+
+def check_preconditions(resource: ResourceType, obj: Mapping[str, Any], resource_version: str,
+                        uid: str) -> None:
+    """Conflict unless the object has the given uid and resourceVersion (each if set), worded
+    as kube-apiserver words failed preconditions."""
+    meta = obj.get("metadata") or {}
+    name = meta.get("name", "")
+    prefix = f'Operation cannot be fulfilled on {resource.qualified} "{name}": '
+    if uid and uid != meta.get("uid"):
+        raise Conflict(f"{prefix}Precondition failed: UID in precondition: {uid}, UID in object "
+                       f"meta: {meta.get('uid')}", resource=resource, name=name)
+    if resource_version and resource_version != meta.get("resourceVersion"):
+        raise Conflict(f"{prefix}the object has been modified; please apply your changes to the "
+                       "latest version and try again", resource=resource, name=name)

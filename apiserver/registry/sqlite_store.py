@@ -25,6 +25,7 @@ from apiserver.registry.errors import (
     ResourceVersionTooLarge,
     TooLarge,
     TooManyRequests,
+    check_preconditions,
 )
 from apiserver.registry.objects import (
     FINISHED_PHASES,
@@ -92,8 +93,9 @@ class SqliteObjectStore(ObjectStore):
 
         def replace(tx: _Transaction) -> Object:
             stored = tx.require(namespace, name)
-            self._check_preconditions(
-                stored, str(meta.get("resourceVersion") or ""), str(meta.get("uid") or "")
+            check_preconditions(
+                self.resource, stored.object, str(meta.get("resourceVersion") or ""),
+                str(meta.get("uid") or "")
             )
             return tx.replace(stored, desired)
 
@@ -113,7 +115,7 @@ class SqliteObjectStore(ObjectStore):
     ) -> Object:
         def remove(tx: _Transaction) -> Object:
             stored = tx.require(namespace, name)
-            self._check_preconditions(stored, resource_version, uid)
+            check_preconditions(self.resource, stored.object, resource_version, uid)
             return tx.remove(stored)
 
         return await self._write(remove)
@@ -293,24 +295,6 @@ class SqliteObjectStore(ObjectStore):
             parse_label_selector(labels),
             parse_field_selector(fields, self.resource.selectable_fields),
         )
-
-    def _check_preconditions(self, stored: _Stored, resource_version: str, uid: str) -> None:
-        name = metadata(stored.object)["name"]
-        prefix = f'Operation cannot be fulfilled on {self.resource.qualified} "{name}": '
-        if uid and uid != metadata(stored.object)["uid"]:
-            raise Conflict(
-                f"{prefix}Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                f"{metadata(stored.object)['uid']}",
-                resource=self.resource,
-                name=name,
-            )
-        if resource_version and resource_version != str(stored.rv):
-            raise Conflict(
-                f"{prefix}the object has been modified; please apply your changes to the latest "
-                "version and try again",
-                resource=self.resource,
-                name=name,
-            )
 
     def _list_page(
         self,
