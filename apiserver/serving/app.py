@@ -21,17 +21,17 @@ from apiserver.kube import KubeUnavailable
 from apiserver.registry.errors import StoreError
 from apiserver.serving.access import AccessControlMiddleware
 from apiserver.serving.health import Readiness, health_router
-from apiserver.serving.metrics import metrics_router
+from apiserver.serving.metrics import Metrics, metrics_router
 
 log = logging.getLogger(__name__)
 
 
 def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readiness: Readiness,
-               resource_router: APIRouter,
+               resource_router: APIRouter, metrics: Metrics | None = None,
                lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
                ) -> FastAPI:
-    """The app. `resource_router` serves the resource paths (apiserver.handlers);
-    `lifespan` runs background work from startup to shutdown.
+    """The app. `resource_router` serves the resource paths (apiserver.handlers); `metrics`,
+    if given, is served at /metrics; `lifespan` runs background work from startup to shutdown.
 
     Handlers get the caller and the authorizer by declaring parameters of the types
     ``CurrentUser`` and ``CurrentAuthorizer`` (apiserver.serving.access).
@@ -42,7 +42,8 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
     app.include_router(health_router(readiness))
     app.include_router(discovery.router)
     app.include_router(openapi.router)
-    app.include_router(metrics_router())
+    if metrics is not None:
+        app.include_router(metrics_router(metrics))
     app.include_router(resource_router)
     app.add_exception_handler(status.StatusError, _status_error)
     app.add_exception_handler(HTTPException, _http_exception)

@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from apiserver.api import status
 from apiserver.authn.tokenreview import TokenReviewCounters
 from apiserver.authz.sar import ReviewCounters
 
@@ -108,17 +107,13 @@ class _ReviewCollector:
                 value=counters.cache_misses)
 
 
-def metrics_router() -> APIRouter:
+def metrics_router(registry: Metrics) -> APIRouter:
     """GET /metrics; access control (the middleware) has already authorized the caller."""
     router = APIRouter()
 
     @router.get(METRICS_PATH, include_in_schema=False)
     async def metrics(request: Request) -> Response:
-        services = getattr(request.app.state, "services", None)
-        if services is None:
-            raise status.service_unavailable("metrics are not available until the server "
-                                             "has started")
-        body, content_type = services.metrics.exposition(request.headers.get("accept", ""))
+        body, content_type = registry.exposition(request.headers.get("accept", ""))
         return Response(body, media_type=content_type)
 
     return router

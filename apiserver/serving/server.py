@@ -140,4 +140,5 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
         authorizer=authorizer,
         readiness=readiness,
         resource_router=resource_router(),
+        metrics=metrics,
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from types import SimpleNamespace
 
 import httpx
 from fastapi import APIRouter
@@ -113,10 +112,9 @@ def _app(fake_kube, pki, metrics: Metrics | None):
     tokens = TokenReviewer(kube, 10)
     authorizer = SubjectAccessReviewAuthorizer(kube, allowed_ttl=10, denied_ttl=10)
     app = create_app(authenticator=Authenticator(store, tokens), authorizer=authorizer,
-                     readiness=Readiness(), resource_router=APIRouter())
+                     readiness=Readiness(), resource_router=APIRouter(), metrics=metrics)
     if metrics is not None:
         metrics.watch_reviews(authorization=authorizer.counters, authentication=tokens.counters)
-        app.state.services = SimpleNamespace(metrics=metrics)
     return app
 
 
@@ -149,15 +147,6 @@ async def test_metrics_is_authorized_as_the_non_resource_path(fake_kube, pki):
     scraped = samples(allowed.text)
     assert scraped[("container_notifier_authorization_reviews_total", ())] == 2
     assert scraped[("container_notifier_authentication_reviews_total", ())] == 1
-
-
-async def test_metrics_before_services_exist_is_503(fake_kube, pki):
-    app = _app(fake_kube, pki, None)
-    headers = {"x-remote-user": "admin", "x-remote-group": "system:masters"}
-    async with _client(app, pki.der(pki.front_proxy)) as client:
-        response = await client.get("/metrics", headers=headers)
-    assert response.status_code == 503
-    assert response.json()["reason"] == "ServiceUnavailable"
 
 
 async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
