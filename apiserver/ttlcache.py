@@ -1,9 +1,10 @@
-"""A small bounded cache whose entries expire after a per-entry time to live."""
+"""A small bounded cache whose entries expire, and the counters of the reviews it caches."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -34,3 +35,13 @@ class TTLCache(Generic[V]):
         while len(self._entries) >= self._max_entries:
             del self._entries[next(iter(self._entries))]
         self._entries[key] = (self._clock() + ttl, value)
+
+
+@dataclass
+class ReviewCounters:
+    """Totals since start: reviews sent, cache hits and misses, reviews that got no answer."""
+
+    reviews: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    errors: int = 0

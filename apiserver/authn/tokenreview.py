@@ -12,17 +12,9 @@ from typing import Any
 
 from apiserver.authn.user import UserInfo
 from apiserver.kube import KubeClient
-from apiserver.ttlcache import TTLCache
+from apiserver.ttlcache import ReviewCounters, TTLCache
 
 TOKENREVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
-
-
-@dataclass
-class TokenReviewCounters:
-    reviews: int = 0
-    cache_hits: int = 0
-    cache_misses: int = 0
-    errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -37,7 +29,7 @@ class TokenReviewer:
         self._cache: TTLCache[_Answer] = TTLCache(clock=clock)
         # Cache keys are keyed hashes, so that raw tokens are not kept as keys.
         self._key = os.urandom(32)
-        self.counters = TokenReviewCounters()
+        self.counters = ReviewCounters()
 
     async def review(self, token: str) -> UserInfo | None:
         """The token's user, or None if kube-apiserver rejected it.

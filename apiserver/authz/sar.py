@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.kube import KubeClient
-from apiserver.ttlcache import TTLCache
+from apiserver.ttlcache import ReviewCounters, TTLCache
 
 SUBJECTACCESSREVIEWS_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 SYSTEM_MASTERS = "system:masters"
@@ -30,16 +30,6 @@ class Decision:
 
 class Authorizer(Protocol):
     async def authorize(self, user: UserInfo, attributes: RequestAttributes) -> Decision: ...
-
-
-@dataclass
-class ReviewCounters:
-    """Totals since start: reviews sent, cache hits and misses, reviews that got no answer."""
-
-    reviews: int = 0
-    cache_hits: int = 0
-    cache_misses: int = 0
-    errors: int = 0
 
 
 def review_spec(user: UserInfo, attributes: RequestAttributes) -> dict[str, Any]:

@@ -18,8 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from apiserver.authn.tokenreview import TokenReviewCounters
-from apiserver.authz.sar import ReviewCounters
+from apiserver.ttlcache import ReviewCounters
 
 PREFIX = "container_notifier"
 METRICS_PATH = "/metrics"
@@ -64,7 +63,7 @@ class Metrics:
         self._notifications_finished.labels(phase=phase).inc()
 
     def watch_reviews(self, authorization: ReviewCounters,
-                      authentication: TokenReviewCounters) -> None:
+                      authentication: ReviewCounters) -> None:
         """Expose the authorizer's and the TokenReviewer's counters, read at scrape time."""
         self.registry.register(_ReviewCollector(authorization, authentication))
 
@@ -78,7 +77,7 @@ class Metrics:
 class _ReviewCollector:
     """Counters of SubjectAccessReviews (authorization) and TokenReviews (authentication)."""
 
-    def __init__(self, authorization: ReviewCounters, authentication: TokenReviewCounters):
+    def __init__(self, authorization: ReviewCounters, authentication: ReviewCounters):
         self._sources = (
             ("authorization", "SubjectAccessReview", authorization),
             ("authentication", "TokenReview", authentication),

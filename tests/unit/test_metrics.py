@@ -12,9 +12,9 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from apiserver.authn.authenticator import Authenticator
-from apiserver.authn.tokenreview import TokenReviewCounters, TokenReviewer
+from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustStore
-from apiserver.authz.sar import ReviewCounters, SubjectAccessReviewAuthorizer
+from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
 from apiserver.kube import Connection, KubeClient
 from apiserver.serving.app import create_app
@@ -22,6 +22,7 @@ from apiserver.serving.health import Readiness
 from apiserver.serving.metrics import Metrics
 from apiserver.serving.server import build_app
 from apiserver.serving.tls import ServingTLS
+from apiserver.ttlcache import ReviewCounters
 
 SAR = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 TOKEN = {"authorization": "Bearer good"}
@@ -63,7 +64,7 @@ def test_notifications_are_counted_by_phase():
 
 
 def test_review_counters_are_read_at_scrape_time():
-    authorization, authentication = ReviewCounters(), TokenReviewCounters()
+    authorization, authentication = ReviewCounters(), ReviewCounters()
     metrics = Metrics()
     metrics.watch_reviews(authorization=authorization, authentication=authentication)
     before = samples(metrics.exposition()[0].decode())
