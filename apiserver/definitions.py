@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from apiserver.api.status import Cause
+from apiserver.errors import Cause
 
 ANNOTATION = "notifier.x-k8s.io/notifiers"
 ANNOTATION_PATH = f"metadata.annotations[{ANNOTATION}]"

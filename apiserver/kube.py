@@ -1,7 +1,7 @@
 """A small async client for kube-apiserver, configured from a kubeconfig or in-cluster.
 
 Errors come in two kinds: `KubeUnavailable` (no usable answer: connection failure, timeout, 502,
-503, 504), which callers turn into 503 to fail closed, and `KubeError` (kube-apiserver answered
+503, 504), which callers turn into 503 to fail closed, and `KubeRejected` (kube-apiserver answered
 with another error status).
 """
 
@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import yaml
 
+from apiserver.errors import InternalError, ServiceUnavailable
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_SECONDS = 60.0
 UNAVAILABLE_CODES = frozenset({502, 503, 504})
@@ -36,21 +38,25 @@ CONNECTION_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=
 past that every request paid a new TLS handshake)."""
 
 
-class KubeUnavailable(Exception):
-    """kube-apiserver could not be reached or could not answer."""
+class KubeUnavailable(ServiceUnavailable):
+    """kube-apiserver could not be reached or could not answer (the server fails closed)."""
 
 
-class KubeError(Exception):
-    """kube-apiserver answered with an error status."""
+class KubeRejected(InternalError):
+    """kube-apiserver answered with an error status (`status_code`, its Status in `answer`).
 
-    def __init__(self, code: int, status: Mapping[str, Any]):
-        self.code = code
-        self.status = dict(status)
-        super().__init__(f"kube-apiserver answered {code}: {self.status.get('message', '')}")
+    Callers that expect some answers (a 404 for an object that may be gone, a 410 for an
+    expired watch) catch it and look at `status_code`; any other is the server's failure."""
+
+    def __init__(self, status_code: int, answer: Mapping[str, Any]):
+        self.status_code = status_code
+        self.answer = dict(answer)
+        super().__init__(f"kube-apiserver answered {status_code}: "
+                         f"{self.answer.get('message', '')}")
 
     @property
-    def reason(self) -> str:
-        return str(self.status.get("reason", ""))
+    def answer_reason(self) -> str:
+        return str(self.answer.get("reason", ""))
 
 
 class KubeconfigError(ValueError):
@@ -188,7 +194,7 @@ class KubeClient:
             status = {"message": str(status)[:200]}
         if code in UNAVAILABLE_CODES:
             raise KubeUnavailable(f"kube-apiserver answered {code}: {status.get('message', '')}")
-        raise KubeError(code, status)
+        raise KubeRejected(code, status)
 
 
 def in_cluster_connection(directory: Path = SERVICE_ACCOUNT_DIR) -> Connection:

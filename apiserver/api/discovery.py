@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from apiserver.api import status
+from apiserver import errors
 from apiserver.api.media import is_plain_json, parse_accept
 from apiserver.api.resources import API_PATH, GROUP, GROUP_VERSION, RESOURCES, VERSION
 
@@ -115,7 +115,7 @@ router = APIRouter()
 async def get_apis(request: Request) -> JSONResponse:
     choice = wants_aggregated_discovery(request.headers.get("accept"))
     if choice is None:
-        raise status.not_acceptable([AGGREGATED_V2, "application/json"])
+        raise errors.not_acceptable([AGGREGATED_V2, "application/json"])
     if choice:
         return JSONResponse(aggregated_discovery(), media_type=AGGREGATED_V2,
                             headers={"Vary": "Accept"})

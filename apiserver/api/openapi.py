@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from apiserver.api import status
+from apiserver import errors
 from apiserver.api.media import is_plain_json, parse_accept
 from apiserver.api.resources import API_PATH, GROUP, GROUP_VERSION, VERSION
 from apiserver.api.types import META, OURS, SCHEMAS, Schema, ref
@@ -233,7 +233,7 @@ def accepts_json(accept: str | None) -> bool:
 
 def _document_response(document: str, request: Request) -> Response:
     if not accepts_json(request.headers.get("accept")):
-        raise status.not_acceptable(["application/json"])
+        raise errors.not_acceptable(["application/json"])
     body, digest = _encoded(document)
     immutable = request.query_params.get("hash") == digest
     headers = {

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from apiserver.api import status
+from apiserver import errors
 from apiserver.registry.objects import FINISHED_PHASES, parse_timestamp
 
 Object = Mapping[str, Any]
@@ -56,7 +56,7 @@ class IncludeObject(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise status.bad_request(
+            raise errors.bad_request(
                 f'Unable to convert to Table as requested: includeObject: Invalid value: '
                 f'"{value}": must be \'Metadata\', \'Object\', \'None\', or empty'
             ) from None

@@ -54,7 +54,7 @@ class Authenticator:
 
     async def authenticate(self, headers: Headers, client_cert_der: bytes | None) -> UserInfo:
         """The request's user. Raises AuthenticationFailed, TrustNotLoaded, or, when a
-        TokenReview gets no answer, KubeUnavailable or KubeError."""
+        TokenReview gets no answer, KubeUnavailable or KubeRejected."""
         material = self._trust.material
         if material is None:
             raise TrustNotLoaded()

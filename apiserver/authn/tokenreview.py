@@ -34,7 +34,7 @@ class TokenReviewer:
     async def review(self, token: str) -> UserInfo | None:
         """The token's user, or None if kube-apiserver rejected it.
 
-        Raises KubeUnavailable or KubeError when there is no answer.
+        Raises KubeUnavailable or KubeRejected when there is no answer.
         """
         key = hmac.new(self._key, token.encode(), hashlib.sha256).digest()
         cached = self._cache.get(key)

@@ -18,7 +18,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from apiserver.kube import KubeClient, KubeError, KubeUnavailable
+from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class TrustWatcher:
                     resource_version = await self._watch(resource_version)
             except _WatchExpired:
                 log.info("trust ConfigMap watch expired; listing again")
-            except (KubeUnavailable, KubeError, ValueError) as error:
+            except (KubeUnavailable, KubeRejected, ValueError) as error:
                 log.warning("trust ConfigMap list/watch failed; retrying",
                             extra={"error": str(error), "retry_seconds": backoff})
                 await asyncio.sleep(backoff)
@@ -168,14 +168,14 @@ class TrustWatcher:
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise _WatchExpired()
-                    raise KubeError(int(obj.get("code") or 500), obj)
+                    raise KubeRejected(int(obj.get("code") or 500), obj)
                 resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
                 if kind in ("ADDED", "MODIFIED"):
                     self._apply(obj)
                 elif kind == "DELETED":
                     log.warning("trust ConfigMap deleted; keeping the last trust material")
-        except KubeError as error:
-            if error.code == 410:
+        except KubeRejected as error:
+            if error.status_code == 410:
                 raise _WatchExpired() from None
             raise
         return resource_version

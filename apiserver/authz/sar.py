@@ -1,7 +1,7 @@
 """Authorization by SubjectAccessReview, with allowed and denied answers cached separately.
 
 The cache key is the whole review spec (user, uid, groups, extra and attributes). Errors are
-never cached and propagate (KubeUnavailable, KubeError): the caller fails closed.
+never cached and propagate (KubeUnavailable, KubeRejected): the caller fails closed.
 """
 
 from __future__ import annotations

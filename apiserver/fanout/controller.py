@@ -16,13 +16,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from apiserver.api.status import StatusError
 from apiserver.authn.user import UserInfo
 from apiserver.authz.sar import Authorizer
+from apiserver.errors import APIError
 from apiserver.fanout import scope
 from apiserver.fanout.scope import ScopedPod, ScopeStore
 from apiserver.fanout.spec import ABORT, ALL_PODS, selector_string
-from apiserver.kube import KubeError, KubeUnavailable
+from apiserver.kube import KubeRejected, KubeUnavailable
 from apiserver.notifier import admission, records
 from apiserver.notifier.request import NotifyRequest
 from apiserver.registry.errors import NotFound, StoreError
@@ -212,8 +212,8 @@ class NotificationRun:
         try:
             pod_object = await self.svc.kube.get(
                 f"/api/v1/namespaces/{self.namespace}/pods/{pod.pod}")
-        except KubeError as error:
-            if error.code == 404:
+        except KubeRejected as error:
+            if error.status_code == 404:
                 return scope.FAILED, "", records.POD_DELETED
             return scope.FAILED, "", "InternalError"
         except KubeUnavailable:
@@ -224,10 +224,10 @@ class NotificationRun:
             admitted = await admission.admit(self.svc, self.authorizer, self.requester,
                                              pod_object, ask, self.owner_cache)
             created = await admission.start(self.svc, admitted)
-        except StatusError as error:
+        except APIError as error:
             if error.code == 404:
                 return scope.SKIPPED, "", "NotifierNotDeclared"
-            return scope.FAILED, "", error.status.get("reason", "Failed")
+            return scope.FAILED, "", error.reason
         except StoreError as error:
             return scope.FAILED, "", error.reason
         except KubeUnavailable:
@@ -264,7 +264,7 @@ class NotificationRun:
                         self.pods[pod.pod_uid] = pod
                         self.queue.put_nowait(pod)
                         await self._write_status()
-            except (KubeError, KubeUnavailable) as error:
+            except (KubeRejected, KubeUnavailable) as error:
                 log.warning("notification pod watch failed; retrying",
                             extra={"notification": self.name, "error": str(error)})
                 params.pop("resourceVersion", None)

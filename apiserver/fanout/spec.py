@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver.api import status
-from apiserver.api.status import Cause
+from apiserver import errors
 from apiserver.definitions import qualified_name_errors
+from apiserver.errors import Cause
 from apiserver.notifier.request import (
     DNS1123_SUBDOMAIN,
     GROUP,
@@ -191,7 +191,7 @@ def validate(body: dict[str, Any], namespace: str, *, max_parallelism: int,
         if value is not None:
             clean[key] = value
     if causes:
-        raise status.invalid(RESOURCE, GROUP, name or generate_name, causes)
+        raise errors.invalid(RESOURCE, GROUP, name or generate_name, causes)
     meta: dict[str, Any] = {"namespace": namespace, "labels": labels}
     if name:
         meta["name"] = name

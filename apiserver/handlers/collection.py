@@ -40,6 +40,7 @@ from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from apiserver import errors
 from apiserver.api import status
 from apiserver.api.media import parse_accept
 from apiserver.api.resources import API_PATH, VERSION
@@ -136,10 +137,8 @@ def negotiate(accept: str | None, metadata_kind: str) -> Output:
             return Output.TABLE
         if kind == metadata_kind:
             return Output.METADATA
-    raise status.StatusError(
-        406, "NotAcceptable",
-        "406: Not Acceptable\n\nAvailable representations: " + ", ".join(SERVED_MEDIA_TYPES),
-        details={})
+    raise errors.NotAcceptable(
+        "406: Not Acceptable\n\nAvailable representations: " + ", ".join(SERVED_MEDIA_TYPES))
 
 
 # Rendering
@@ -250,9 +249,9 @@ def _integer(query: Mapping[str, str], name: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise status.bad_request(f'invalid {name} "{text}": must be an integer') from None
+        raise errors.bad_request(f'invalid {name} "{text}": must be an integer') from None
     if value < 0:
-        raise status.bad_request(f"{name} must not be negative, got {value}")
+        raise errors.bad_request(f"{name} must not be negative, got {value}")
     return value
 
 
@@ -262,7 +261,7 @@ def _boolean(query: Mapping[str, str], name: str) -> bool:
         return True
     if text in _FALSE or text == "":
         return False
-    raise status.bad_request(f'invalid {name} "{text}": must be true or false')
+    raise errors.bad_request(f'invalid {name} "{text}": must be true or false')
 
 
 @dataclass(frozen=True)
@@ -284,26 +283,26 @@ class DeleteOptions:
             return cls(dry_run=dry_run)
         content_type = request.headers.get("content-type", JSON_MEDIA_TYPE)
         if content_type.split(";")[0].strip().lower() not in (JSON_MEDIA_TYPE, ""):
-            raise status.unsupported_media_type([JSON_MEDIA_TYPE])
+            raise errors.unsupported_media_type([JSON_MEDIA_TYPE])
         try:
             options = json.loads(body)
         except ValueError as error:
-            raise status.bad_request(f"the body is not valid JSON DeleteOptions: {error}"
+            raise errors.bad_request(f"the body is not valid JSON DeleteOptions: {error}"
                                      ) from None
         if not isinstance(options, dict):
-            raise status.bad_request("the body must be a DeleteOptions object")
+            raise errors.bad_request("the body must be a DeleteOptions object")
         if options.get("kind", "DeleteOptions") != "DeleteOptions":
-            raise status.bad_request(
+            raise errors.bad_request(
                 f'the body must be a DeleteOptions, not a {options.get("kind")!r}')
         preconditions = options.get("preconditions") or {}
         if not isinstance(preconditions, dict) or not all(
                 isinstance(preconditions.get(key, ""), str | None)
                 for key in ("uid", "resourceVersion")):
-            raise status.bad_request(
+            raise errors.bad_request(
                 "preconditions must be an object with string uid and resourceVersion")
         body_dry_run = options.get("dryRun") or []
         if not isinstance(body_dry_run, list):
-            raise status.bad_request("dryRun must be a list")
+            raise errors.bad_request("dryRun must be a list")
         return cls(uid=preconditions.get("uid") or "",
                    resource_version=preconditions.get("resourceVersion") or "",
                    dry_run=dry_run or _dry_run(body_dry_run))
@@ -313,8 +312,8 @@ def _dry_run(values: list[Any]) -> bool:
     for value in values:
         if value != "All":
             message = f'dryRun: Unsupported value: "{value}": supported values: "All"'
-            raise status.StatusError(422, "Invalid", message, details={"causes": [
-                {"reason": "FieldValueNotSupported", "message": message, "field": "dryRun"}]})
+            raise errors.Invalid(message, causes=[
+                errors.Cause("FieldValueNotSupported", message, "dryRun")])
     return bool(values)
 
 
@@ -323,7 +322,7 @@ async def _read_body(request: Request) -> bytes:
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_DELETE_OPTIONS_BYTES:
-            raise status.request_entity_too_large(
+            raise errors.request_entity_too_large(
                 f"DeleteOptions larger than {MAX_DELETE_OPTIONS_BYTES} bytes")
     return bytes(body)
 
@@ -446,7 +445,7 @@ def _line(event_type: str, obj: Any) -> bytes:
 
 
 async def _error_only(error: StoreError) -> AsyncIterator[bytes]:
-    yield _line("ERROR", error.as_status())
+    yield _line("ERROR", status.status_body(error))
 
 
 async def _event_lines(renderer: Renderer, events: AsyncIterator[WatchEvent],
@@ -468,7 +467,7 @@ async def _event_lines(renderer: Renderer, events: AsyncIterator[WatchEvent],
         async for event in events:
             yield _line(event.type.value, render(event.object))
     except StoreError as error:
-        yield _line("ERROR", error.as_status())
+        yield _line("ERROR", status.status_body(error))
 
 
 class WatchResponse(Response):

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from apiserver.api import status
+from apiserver import errors
 from apiserver.api.routes import POD_NOTIFY_PATH
 from apiserver.notifier import admission, request
 from apiserver.registry.errors import NotFound
@@ -36,12 +36,12 @@ async def read_json_body(http: Request) -> dict[str, Any]:
     No Content-Type means JSON, as in kube-apiserver (`kubectl create --raw` sends none)."""
     media_type = http.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type and media_type not in JSON_MEDIA_TYPES:
-        raise status.unsupported_media_type(JSON_MEDIA_TYPES)
+        raise errors.unsupported_media_type(JSON_MEDIA_TYPES)
     chunks, size = [], 0
     async for chunk in http.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise status.request_entity_too_large(
+            raise errors.request_entity_too_large(
                 f"the request body is larger than {MAX_BODY_BYTES} bytes; a PodNotifier is "
                 "a few hundred bytes")
         chunks.append(chunk)
@@ -52,7 +52,7 @@ def dry_run(http: Request) -> bool:
     """Whether the query asks for dryRun=All; 400 for any other dryRun value."""
     values = http.query_params.getlist("dryRun")
     if any(value != "All" for value in values):
-        raise status.bad_request(f"dryRun: unsupported value {values!r}: use dryRun=All")
+        raise errors.bad_request(f"dryRun: unsupported value {values!r}: use dryRun=All")
     return bool(values)
 
 
@@ -64,7 +64,7 @@ def query_options(http: Request) -> tuple[bool, int]:
     except ValueError:
         wait = -1
     if not 0 <= wait <= MAX_WAIT_SECONDS:
-        raise status.bad_request(
+        raise errors.bad_request(
             f"waitSeconds: invalid value {raw_wait!r}: use a whole number from 0 to "
             f"{MAX_WAIT_SECONDS} (kube-apiserver ends requests after 60 s)")
     return dry_run(http), wait

@@ -1,7 +1,7 @@
 """Admitting one notifier run on one pod, shared by pods/notify and Notification fan-out.
 
 `admit` reads the pod's declarations, picks the containers, applies the trust rules and builds
-the record; `start` stores it (bounded per pod) and starts the run. Problems are StatusErrors
+the record; `start` stores it (bounded per pod) and starts the run. Problems are APIErrors
 that pods/notify answers as they are, and that a fan-out records as the pod's result.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver.api import status
-from apiserver.api.status import Cause
+from apiserver import errors
 from apiserver.authn.user import UserInfo
 from apiserver.authz.sar import Authorizer
 from apiserver.definitions import ANNOTATION, InvalidNotifiers, parse_notifiers, select_containers
-from apiserver.kube import KubeError
+from apiserver.errors import Cause
+from apiserver.kube import KubeRejected
 from apiserver.notifier import records, request, trust
 from apiserver.notifier.runner import ContainerPlan, Plan
 from apiserver.registry.sqlite_store import DEFAULT_MAX_OBJECT_BYTES
@@ -38,10 +38,10 @@ class Admitted:
 async def read_pod(svc: Services, namespace: str, pod: str) -> dict[str, Any]:
     try:
         return await svc.kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
-    except KubeError as error:
-        if error.code == 404:
-            raise status.not_found("pods", "", pod) from None
-        raise status.internal_error(f"reading pod {namespace}/{pod}: {error}") from None
+    except KubeRejected as error:
+        if error.status_code == 404:
+            raise errors.not_found("pods", "", pod) from None
+        raise errors.internal_error(f"reading pod {namespace}/{pod}: {error}") from None
 
 
 def pod_not_running(pod: dict[str, Any]) -> str:
@@ -74,28 +74,27 @@ def plan_run(svc: Services, pod: dict[str, Any], ask: request.NotifyRequest
                     f"container (it has {', '.join(names)})", f"spec.containers[{i}]")
               for i, c in enumerate(ask.containers or []) if c not in names]
     if causes:
-        raise status.invalid(request.RESOURCE, request.GROUP, ask.name or meta["name"], causes)
+        raise errors.invalid(request.RESOURCE, request.GROUP, ask.name or meta["name"], causes)
     try:
         declarations = parse_notifiers(meta.get("annotations", {}).get(ANNOTATION),
                                        max_timeout_seconds=svc.options.max_timeout_seconds,
                                        containers=names)
     except InvalidNotifiers as error:
-        raise status.invalid("pods", "", meta["name"], [
+        raise errors.invalid("pods", "", meta["name"], [
             e.as_cause() for e in error.errors]) from None
     selection = select_containers(declarations, ask.notifier, ask.containers)
     if selection.undeclared:
-        raise status.invalid(request.RESOURCE, request.GROUP, ask.name or meta["name"], [
+        raise errors.invalid(request.RESOURCE, request.GROUP, ask.name or meta["name"], [
             Cause("FieldValueInvalid", f'spec.containers: container "{c}" does not declare '
                   f'notifier "{ask.notifier}"; leave it out or declare the notifier in its '
                   f"{ANNOTATION} entry", "spec.containers")
             for c in selection.undeclared])
     if not selection.selected:
         declared = sorted({n.name for notifiers in declarations.values() for n in notifiers})
-        raise status.StatusError(
-            404, "NotFound",
+        raise errors.NotFound(
             f'notifier "{ask.notifier}" is not declared by pod "{meta["name"]}" (declared: '
             f"{', '.join(declared) or 'none'}; see its {ANNOTATION} annotation)",
-            details={"name": ask.notifier, "kind": "notifier"})
+            name=ask.notifier, resource="notifier")
     states = container_states(pod)
     plans, timeouts = [], {}
     for name, notifier in selection.selected.items():
@@ -111,11 +110,11 @@ def plan_run(svc: Services, pod: dict[str, Any], ask: request.NotifyRequest
 async def admit(svc: Services, authorizer: Authorizer, user: UserInfo, pod: dict[str, Any],
                 ask: request.NotifyRequest, owner_cache: trust.OwnerCache | None = None
                 ) -> Admitted:
-    """Decide whether `user` may run `ask` on `pod`, and how; raises StatusError if not."""
+    """Decide whether `user` may run `ask` on `pod`, and how; raises an APIError if not."""
     containers, timeouts, tail = plan_run(svc, pod, ask)
     decision = await trust.decide(svc.kube, authorizer, user, pod, owner_cache)
     if not decision.trusted:
-        raise status.forbidden("pods", "", pod["metadata"]["name"], decision.message)
+        raise errors.forbidden("pods", "", pod["metadata"]["name"], decision.message)
     meta = pod["metadata"]
     ttl = (ask.ttl_seconds_after_finished if ask.ttl_seconds_after_finished is not None
            else svc.options.default_ttl_seconds_after_finished)
@@ -131,7 +130,7 @@ async def admit(svc: Services, authorizer: Authorizer, user: UserInfo, pod: dict
 async def start(svc: Services, admitted: Admitted) -> dict[str, Any]:
     """Store the record (at most K per pod: 409, 429 otherwise) and start its run."""
     if not svc.runner.has_capacity():
-        raise status.too_many_requests(
+        raise errors.too_many_requests(
             f"the server is running its maximum of {svc.options.max_concurrent_executions} "
             "notifiers at once; retry shortly", RETRY_AFTER_SECONDS)
     created = (await svc.podnotifiers.create_bounded(

@@ -18,7 +18,7 @@ from apiserver.kube import (
     METADATA_ONLY,
     METADATA_ONLY_WATCH,
     KubeClient,
-    KubeError,
+    KubeRejected,
     KubeUnavailable,
 )
 
@@ -74,7 +74,7 @@ class PodDirectory:
             try:
                 resource_version = await self._list()
                 await self._watch(resource_version)
-            except (KubeUnavailable, KubeError) as error:
+            except (KubeUnavailable, KubeRejected) as error:
                 log.warning("pod index: list/watch failed, retrying",
                             extra={"error": str(error)})
                 await asyncio.sleep(RETRY_SECONDS)

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver.api import status
-from apiserver.api.status import Cause
+from apiserver import errors
 from apiserver.definitions import qualified_name_errors
+from apiserver.errors import Cause
 from apiserver.notifier.records import API_VERSION, KIND
 
 GROUP = "notifier.x-k8s.io"
@@ -53,9 +53,9 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
-        raise status.bad_request(f"the request body is not valid JSON: {error}") from None
+        raise errors.bad_request(f"the request body is not valid JSON: {error}") from None
     if not isinstance(body, dict):
-        raise status.bad_request("the request body must be a JSON object (a PodNotifier)")
+        raise errors.bad_request("the request body must be a JSON object (a PodNotifier)")
     return body
 
 
@@ -75,21 +75,18 @@ def envelope(body: dict[str, Any], *, kind: str, allowed: dict[str, Any], namesp
     """(metadata, spec) of a body that is a `kind` of this group, has no unknown fields and
     names the URL's namespace (if any); else 400, as kube-apiserver answers."""
     if body.get("apiVersion") != API_VERSION or body.get("kind") != kind:
-        raise status.bad_request(
+        raise errors.bad_request(
             f'the body must be a {kind} with apiVersion "{API_VERSION}"; got kind '
             f'{json.dumps(body.get("kind"))} and apiVersion {json.dumps(body.get("apiVersion"))}')
     unknown = unknown_fields(body, allowed)
     if unknown:
-        error = status.bad_request("strict decoding error: " + ", ".join(
-            f'unknown field "{path}"' for path in unknown))
-        error.status["details"] = {"causes": [
-            {"reason": "FieldValueInvalid", "message": f'unknown field "{path}"', "field": path}
-            for path in unknown]}
-        raise error
+        raise errors.BadRequest("strict decoding error: " + ", ".join(
+            f'unknown field "{path}"' for path in unknown), causes=[
+            Cause("FieldValueInvalid", f'unknown field "{path}"', path) for path in unknown])
     metadata = _object(body, "metadata")
     spec = _object(body, "spec")
     if metadata.get("namespace") not in (None, "", namespace):
-        raise status.bad_request(
+        raise errors.bad_request(
             f'metadata.namespace "{metadata["namespace"]}" does not match the namespace '
             f'"{namespace}" in the URL; leave it empty or make them equal')
     return metadata, spec
@@ -100,7 +97,7 @@ def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds
     """The request, or a StatusError (400 or 422) saying what is wrong and how to fix it."""
     metadata, spec = envelope(body, kind=KIND, allowed=ALLOWED_FIELDS, namespace=namespace)
     if spec.get("podName") not in (None, "", pod):
-        raise status.bad_request(
+        raise errors.bad_request(
             f'spec.podName "{spec["podName"]}" does not match the pod "{pod}" in the URL; '
             f"leave it empty or make them equal")
 
@@ -131,7 +128,7 @@ def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds
     timeout = _bounded_int(spec, "timeoutSeconds", 1, max_timeout_seconds, causes)
     ttl = _bounded_int(spec, "ttlSecondsAfterFinished", 0, MAX_TTL_SECONDS, causes)
     if causes:
-        raise status.invalid(RESOURCE, GROUP, name or pod, causes)
+        raise errors.invalid(RESOURCE, GROUP, name or pod, causes)
     return NotifyRequest(name=name, generate_name=generate_name, labels=labels,
                          notifier=str(notifier), containers=containers,
                          timeout_seconds=timeout, ttl_seconds_after_finished=ttl)
@@ -140,7 +137,7 @@ def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds
 def _object(body: dict[str, Any], key: str) -> dict[str, Any]:
     value = body.get(key) or {}
     if not isinstance(value, dict):
-        raise status.bad_request(f"{key} must be a JSON object")
+        raise errors.bad_request(f"{key} must be a JSON object")
     return value
 
 

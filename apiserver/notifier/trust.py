@@ -19,7 +19,7 @@ from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
 from apiserver.definitions import ANNOTATION, annotation_matches_template
-from apiserver.kube import KubeClient, KubeError
+from apiserver.kube import KubeClient, KubeRejected
 
 CONTROLLERS = {
     ("apps", "ReplicaSet"): "/apis/apps/v1/namespaces/{namespace}/replicasets/{name}",
@@ -58,8 +58,8 @@ async def _owner(kube: KubeClient, path: str, cache: OwnerCache | None) -> dict[
         return cache[path]
     try:
         owner: dict[str, Any] | None = await kube.get(path)
-    except KubeError as error:
-        if error.code != 404:
+    except KubeRejected as error:
+        if error.status_code != 404:
             raise
         owner = None
     if cache is not None:

@@ -1,19 +1,17 @@
-"""Storage errors, each carrying what its ``metav1.Status`` needs."""
+"""Storage errors: ``apiserver.errors`` kinds raised by the registry."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
-from apiserver.api.status import StatusError
+from apiserver import errors
+from apiserver.errors import Cause
 from apiserver.registry.resources import ResourceType
 
 
-class StoreError(Exception):
-    """Base of all registry errors; ``as_status()`` is the ``metav1.Status`` body to answer."""
-
-    code: ClassVar[int] = 500
-    reason: ClassVar[str] = "InternalError"
+class StoreError(errors.APIError):
+    """Base of all registry errors; each is also the ``apiserver.errors`` kind it names."""
 
     def __init__(
         self,
@@ -21,41 +19,21 @@ class StoreError(Exception):
         *,
         resource: ResourceType | None = None,
         name: str = "",
-        causes: Sequence[Mapping[str, str]] = (),
-        retry_after_seconds: int | None = None,
+        causes: Sequence[Cause] = (),
+        retry_after_seconds: int = 0,
     ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.resource = resource
-        self.name = name
-        self.causes = [dict(cause) for cause in causes]
-        self.retry_after_seconds = retry_after_seconds
-
-    @property
-    def details(self) -> dict[str, Any]:
-        details: dict[str, Any] = {}
-        if self.name:
-            details["name"] = self.name
-        if self.resource is not None:
-            details["group"] = self.resource.group
-            details["kind"] = self.resource.plural
-        if self.causes:
-            details["causes"] = self.causes
-        if self.retry_after_seconds is not None:
-            details["retryAfterSeconds"] = self.retry_after_seconds
-        return details
-
-    def status_error(self) -> StatusError:
-        """The same error as the API layer's StatusError (one Status builder for both)."""
-        return StatusError(self.code, self.reason, self.message, details=self.details or None)
-
-    def as_status(self) -> dict[str, Any]:
-        return self.status_error().status
+        super().__init__(
+            message,
+            group=resource.group if resource else "",
+            resource=resource.plural if resource else "",
+            name=name,
+            causes=causes,
+            retry_after_seconds=retry_after_seconds,
+        )
 
 
-class BadRequest(StoreError):
-    code = 400
-    reason = "BadRequest"
+class BadRequest(StoreError, errors.BadRequest):
+    pass
 
 
 class InvalidSelector(BadRequest):
@@ -65,60 +43,43 @@ class InvalidSelector(BadRequest):
     """
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(
-            message,
-            causes=[{"reason": "FieldValueInvalid", "message": message, "field": field}],
-        )
+        super().__init__(message, causes=[Cause("FieldValueInvalid", message, field)])
 
 
-class NotFound(StoreError):
-    code = 404
-    reason = "NotFound"
+class NotFound(StoreError, errors.NotFound):
+    pass
 
 
-class AlreadyExists(StoreError):
-    code = 409
-    reason = "AlreadyExists"
+class AlreadyExists(StoreError, errors.AlreadyExists):
+    pass
 
 
-class Conflict(StoreError):
-    code = 409
-    reason = "Conflict"
+class Conflict(StoreError, errors.Conflict):
+    pass
 
 
-class Expired(StoreError):
+class Expired(StoreError, errors.Gone):
     """The resourceVersion or continue token is older than the retained history (410 Gone)."""
 
-    code = 410
-    reason = "Expired"
+
+class TooLarge(StoreError, errors.RequestEntityTooLarge):
+    pass
 
 
-class TooLarge(StoreError):
-    code = 413
-    reason = "RequestEntityTooLarge"
+class Invalid(StoreError, errors.Invalid):
+    pass
 
 
-class Invalid(StoreError):
-    code = 422
-    reason = "Invalid"
+class TooManyRequests(StoreError, errors.TooManyRequests):
+    pass
 
 
-class TooManyRequests(StoreError):
-    code = 429
-    reason = "TooManyRequests"
-
-
-class ResourceVersionTooLarge(StoreError):
+class ResourceVersionTooLarge(StoreError, errors.Timeout):
     """A resourceVersion this store has not reached (e.g. from another data directory)."""
-
-    code = 504
-    reason = "Timeout"
 
     def __init__(self, message: str) -> None:
         super().__init__(
-            message,
-            causes=[{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-        )
+            message, causes=[Cause("ResourceVersionTooLarge", "Too large resource version")])
 
 
 class DataDirInUse(RuntimeError):

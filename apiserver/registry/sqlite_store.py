@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from apiserver.errors import Cause
 from apiserver.registry import sqlite_database as db
 from apiserver.registry.errors import (
     AlreadyExists,
@@ -567,8 +568,7 @@ def _required(resource: ResourceType, *fields: str, detail: str = "") -> Invalid
         f"{what} {'is' if len(fields) == 1 else 'are'} required",
         resource=resource,
         causes=[
-            {"reason": "FieldValueRequired", "message": "Required value", "field": field}
-            for field in fields
+            Cause("FieldValueRequired", "Required value", field) for field in fields
         ],
     )
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from apiserver import errors
 from apiserver.api import status
 from apiserver.authn.authenticator import (
     AuthenticationFailed,
@@ -25,7 +26,8 @@ from apiserver.authn.authenticator import (
 from apiserver.authn.user import UserInfo, anonymous
 from apiserver.authz.attributes import RequestAttributes, request_attributes
 from apiserver.authz.sar import ALWAYS_ALLOWED_PATHS, Authorizer
-from apiserver.kube import KubeError, KubeUnavailable
+from apiserver.errors import APIError
+from apiserver.kube import KubeRejected, KubeUnavailable
 from apiserver.serving.protocol import client_cert_der
 
 log = logging.getLogger(__name__)
@@ -72,9 +74,9 @@ class AccessControlMiddleware:
             else:
                 user = await self._authenticate(headers, client_cert_der(scope))
                 await self._authorize(user, attributes)
-        except status.StatusError as error:
-            await error.response()(scope, receive, send)
-            self._log(scope, user, attributes, error.code, started, error.status["message"])
+        except APIError as error:
+            await status.response(error)(scope, receive, send)
+            self._log(scope, user, attributes, error.code, started, error.message)
             return
 
         scope.setdefault("state", {}).update(user=user, attributes=attributes)
@@ -90,30 +92,30 @@ class AccessControlMiddleware:
         self._log(scope, user, attributes, code, started)
 
     async def _authenticate(self, headers: Headers, cert_der: bytes | None) -> UserInfo:
-        """The request's user, or a StatusError: 401, 503, or 500 if the TokenReview failed."""
+        """The request's user, or an APIError: 401, 503, or 500 if the TokenReview failed."""
         try:
             return await self._authenticator.authenticate(headers, cert_der)
         except AuthenticationFailed as error:
             log.info("authentication failed", extra={"error": str(error)})
             raise status.unauthorized() from None
         except TrustNotLoaded:
-            raise status.service_unavailable(
+            raise errors.service_unavailable(
                 "authentication is not ready: the trust material in "
                 "kube-system/extension-apiserver-authentication has not been loaded yet"
             ) from None
         except KubeUnavailable as error:
             raise _unavailable("authenticate", error) from None
-        except KubeError as error:
-            raise status.internal_error(f"TokenReview failed: {error}") from None
+        except KubeRejected as error:
+            raise errors.internal_error(f"TokenReview failed: {error}") from None
 
     async def _authorize(self, user: UserInfo, attributes: RequestAttributes) -> None:
-        """Return if allowed, else raise a StatusError: 403, 503, or 500 if the review failed."""
+        """Return if allowed, else raise an APIError: 403, 503, or 500 if the review failed."""
         try:
             decision = await self._authorizer.authorize(user, attributes)
         except KubeUnavailable as error:
             raise _unavailable("authorize", error) from None
-        except KubeError as error:
-            raise status.internal_error(f"SubjectAccessReview failed: {error}") from None
+        except KubeRejected as error:
+            raise errors.internal_error(f"SubjectAccessReview failed: {error}") from None
         if not decision.allowed:
             raise status.forbidden_request(user.name, attributes, decision.reason)
 
@@ -134,7 +136,7 @@ class AccessControlMiddleware:
         log.log(level, "request", extra=fields)
 
 
-def _unavailable(step: str, error: KubeUnavailable) -> status.StatusError:
+def _unavailable(step: str, error: KubeUnavailable) -> APIError:
     log.warning("kube-apiserver unavailable", extra={"step": step, "error": str(error)})
-    return status.service_unavailable(
+    return errors.service_unavailable(
         f"cannot {step} the request: kube-apiserver is unavailable ({error})")

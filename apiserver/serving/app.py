@@ -14,11 +14,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from apiserver import errors
 from apiserver.api import discovery, openapi, status
 from apiserver.authn.authenticator import Authenticator
 from apiserver.authz.sar import Authorizer
+from apiserver.errors import APIError
 from apiserver.kube import KubeUnavailable
-from apiserver.registry.errors import StoreError
 from apiserver.serving.access import AccessControlMiddleware
 from apiserver.serving.health import Readiness, health_router
 from apiserver.serving.metrics import Metrics, metrics_router
@@ -45,25 +46,22 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
     if metrics is not None:
         app.include_router(metrics_router(metrics))
     app.include_router(resource_router)
-    app.add_exception_handler(status.StatusError, _status_error)
+    app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(HTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(KubeUnavailable, _kube_unavailable)
-    app.add_exception_handler(StoreError, _store_error)
     app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(AccessControlMiddleware, authenticator=authenticator,
                        authorizer=authorizer)
     return app
 
 
-async def _store_error(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, StoreError)
-    return error.status_error().response()
-
-
-async def _status_error(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, status.StatusError)
-    return error.response()
+async def _api_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, APIError)
+    if isinstance(error, KubeUnavailable):
+        log.warning("kube-apiserver unavailable", extra={"error": str(error)})
+        return status.response(errors.service_unavailable(
+            f"kube-apiserver is unavailable ({error})"))
+    return status.response(error)
 
 
 async def _http_exception(request: Request, error: Exception) -> JSONResponse:
@@ -73,8 +71,8 @@ async def _http_exception(request: Request, error: Exception) -> JSONResponse:
     elif error.status_code == 405:
         result = status.method_not_allowed()
     else:
-        result = status.StatusError(error.status_code, "", str(error.detail))
-    response = result.response()
+        result = APIError(str(error.detail))
+    response = status.response(result)
     response.headers.update(error.headers or {})
     return response
 
@@ -85,14 +83,10 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
         f"{'.'.join(str(part) for part in item.get('loc', ()))}: {item.get('msg', '')}"
         for item in error.errors()
     )
-    return status.bad_request(f"invalid request: {problems}").response()
-
-
-async def _kube_unavailable(request: Request, error: Exception) -> JSONResponse:
-    log.warning("kube-apiserver unavailable", extra={"error": str(error)})
-    return status.service_unavailable(f"kube-apiserver is unavailable ({error})").response()
+    return status.response(errors.bad_request(f"invalid request: {problems}"))
 
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:
     # Starlette re-raises the error after this response, and uvicorn logs it with its traceback.
-    return status.internal_error("an unexpected error occurred; see the server log").response()
+    return status.response(
+        errors.internal_error("an unexpected error occurred; see the server log"))

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from apiserver.api.status import StatusError
+from apiserver.api.status import status_body
+from apiserver.errors import APIError
 from apiserver.notifier import admission
 
 
@@ -47,11 +48,11 @@ ADMITTED = admission.Admitted(
 
 async def test_full_server_answers_429_and_stores_nothing() -> None:
     svc = services(capacity=False)
-    with pytest.raises(StatusError) as raised:
+    with pytest.raises(APIError) as raised:
         await admission.start(svc, ADMITTED)  # type: ignore[arg-type]
     assert raised.value.code == 429
-    assert raised.value.status["details"]["retryAfterSeconds"] >= 1
-    assert "maximum of 2 notifiers at once" in raised.value.status["message"]
+    assert status_body(raised.value)["details"]["retryAfterSeconds"] >= 1
+    assert "maximum of 2 notifiers at once" in status_body(raised.value)["message"]
     assert svc.podnotifiers.created == []
     assert svc.runner.started == []
 

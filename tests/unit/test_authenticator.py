@@ -8,7 +8,7 @@ from apiserver.authn.authenticator import AuthenticationFailed, Authenticator, T
 from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustStore
 from apiserver.authn.user import UserInfo
-from apiserver.kube import KubeError, KubeUnavailable
+from apiserver.kube import KubeRejected, KubeUnavailable
 
 PROXY_HEADERS = [
     (b"x-remote-user", b"bob"),
@@ -145,7 +145,7 @@ async def test_token_review_errors_are_not_cached(make, fake_kube):
     with pytest.raises(KubeUnavailable):
         await authenticator.authenticate(headers, None)
     fake_kube.down, fake_kube.error_code = False, 403
-    with pytest.raises(KubeError):
+    with pytest.raises(KubeRejected):
         await authenticator.authenticate(headers, None)
     fake_kube.error_code = None
     assert (await authenticator.authenticate(headers, None)).name == "carol"

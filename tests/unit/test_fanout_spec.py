@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from apiserver.api.status import StatusError
+from apiserver.api.status import status_body
+from apiserver.errors import APIError
 from apiserver.fanout import spec as notification_spec
 from apiserver.fanout.spec import NotificationRequest, selector_string, validate
 
@@ -30,10 +31,10 @@ def check(obj: dict[str, Any], namespace: str = "prod") -> NotificationRequest:
 
 
 def rejected(obj: dict[str, Any], code: int = 422) -> dict[str, Any]:
-    with pytest.raises(StatusError) as caught:
+    with pytest.raises(APIError) as caught:
         check(obj)
-    assert caught.value.code == code, caught.value.status
-    return caught.value.status
+    assert caught.value.code == code, status_body(caught.value)
+    return status_body(caught.value)
 
 
 def invalid_fields(obj: dict[str, Any]) -> list[str]:

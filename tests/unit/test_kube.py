@@ -13,7 +13,7 @@ from apiserver.kube import (
     Connection,
     KubeClient,
     KubeconfigError,
-    KubeError,
+    KubeRejected,
     KubeUnavailable,
     TokenFile,
     connection_from_kubeconfig,
@@ -133,9 +133,9 @@ async def test_gateway_and_unavailable_codes_are_unavailable(code):
 
 async def test_error_status_is_kube_error():
     status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
-    with pytest.raises(KubeError) as caught:
+    with pytest.raises(KubeRejected) as caught:
         await client(lambda request: httpx.Response(403, json=status)).get("/x")
-    assert (caught.value.code, caught.value.reason) == (403, "Forbidden")
+    assert (caught.value.status_code, caught.value.answer_reason) == (403, "Forbidden")
 
 
 async def test_watch_yields_events():
@@ -156,7 +156,7 @@ async def test_watch_error_status_raises():
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(410, json={"kind": "Status", "code": 410, "reason": "Expired"})
 
-    with pytest.raises(KubeError) as caught:
+    with pytest.raises(KubeRejected) as caught:
         async for _ in client(handler).watch("/x", {}):
             pass
-    assert caught.value.code == 410
+    assert caught.value.status_code == 410

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from apiserver.api.status import StatusError
+from apiserver.api.status import status_body
+from apiserver.errors import APIError
 from apiserver.handlers.notify import (
     MAX_BODY_BYTES,
     MAX_WAIT_SECONDS,
@@ -38,11 +39,11 @@ def http_request(query: str = "", content_type: str | None = "application/json",
 
 
 def bad_request(query: str) -> dict[str, Any]:
-    with pytest.raises(StatusError) as caught:
+    with pytest.raises(APIError) as caught:
         query_options(http_request(query)[0])
     assert caught.value.code == 400
-    assert caught.value.status["reason"] == "BadRequest"
-    return caught.value.status
+    assert status_body(caught.value)["reason"] == "BadRequest"
+    return status_body(caught.value)
 
 
 # query_options
@@ -95,11 +96,11 @@ async def test_body_in_several_chunks() -> None:
     "application/merge-patch+json"])
 async def test_other_media_type_is_415(content_type: str) -> None:
     request, read = http_request(content_type=content_type)
-    with pytest.raises(StatusError) as caught:
+    with pytest.raises(APIError) as caught:
         await read_json_body(request)
     assert caught.value.code == 415
-    assert caught.value.status["reason"] == "UnsupportedMediaType"
-    assert caught.value.status["message"].endswith("accepted media types include: "
+    assert status_body(caught.value)["reason"] == "UnsupportedMediaType"
+    assert status_body(caught.value)["message"].endswith("accepted media types include: "
                                                    "application/json")
     assert read == []
 
@@ -115,11 +116,11 @@ async def test_body_of_exactly_the_limit_is_read() -> None:
 async def test_body_over_the_limit_is_413_without_reading_the_rest() -> None:
     chunk = b" " * (256 * 1024)
     request, read = http_request(chunks=[chunk] * 4 + [b" "] + [chunk] * 10)
-    with pytest.raises(StatusError) as caught:
+    with pytest.raises(APIError) as caught:
         await read_json_body(request)
     assert caught.value.code == 413
-    assert caught.value.status["reason"] == "RequestEntityTooLarge"
-    assert f"larger than {MAX_BODY_BYTES} bytes" in caught.value.status["message"]
+    assert status_body(caught.value)["reason"] == "RequestEntityTooLarge"
+    assert f"larger than {MAX_BODY_BYTES} bytes" in status_body(caught.value)["message"]
     assert len(read) == 5
 
 
@@ -130,7 +131,7 @@ async def test_body_over_the_limit_is_413_without_reading_the_rest() -> None:
 ])
 async def test_body_not_a_json_object_is_400(raw: bytes, message: str) -> None:
     request, _ = http_request(content_type=None, chunks=[raw])
-    with pytest.raises(StatusError) as caught:
+    with pytest.raises(APIError) as caught:
         await read_json_body(request)
     assert caught.value.code == 400
-    assert message in caught.value.status["message"]
+    assert message in status_body(caught.value)["message"]

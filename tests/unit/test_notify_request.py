@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from apiserver.api.status import StatusError
+from apiserver.api.status import status_body
+from apiserver.errors import APIError
 from apiserver.notifier import request
 from apiserver.notifier.request import NotifyRequest, parse_body, validate
 
@@ -24,11 +25,11 @@ def check(obj: dict[str, Any], namespace: str = "prod", pod: str = "db-0") -> No
 
 
 def rejected(obj: dict[str, Any], code: int) -> dict[str, Any]:
-    with pytest.raises(StatusError) as caught:
+    with pytest.raises(APIError) as caught:
         check(obj)
-    assert caught.value.code == code, caught.value.status
-    assert caught.value.status["code"] == code
-    return caught.value.status
+    assert caught.value.code == code, status_body(caught.value)
+    assert status_body(caught.value)["code"] == code
+    return status_body(caught.value)
 
 
 def invalid_fields(obj: dict[str, Any]) -> list[str]:
@@ -49,19 +50,19 @@ def test_parse_body_object() -> None:
 
 @pytest.mark.parametrize("raw", [b"", b"{", b"kind: PodNotifier", b"\xff\xfe{}"])
 def test_parse_body_not_json(raw: bytes) -> None:
-    with pytest.raises(StatusError) as caught:
+    with pytest.raises(APIError) as caught:
         parse_body(raw)
     assert caught.value.code == 400
-    assert caught.value.status["reason"] == "BadRequest"
-    assert "not valid JSON" in caught.value.status["message"]
+    assert status_body(caught.value)["reason"] == "BadRequest"
+    assert "not valid JSON" in status_body(caught.value)["message"]
 
 
 @pytest.mark.parametrize("raw", [b"[]", b'"PodNotifier"', b"42", b"null"])
 def test_parse_body_not_an_object(raw: bytes) -> None:
-    with pytest.raises(StatusError) as caught:
+    with pytest.raises(APIError) as caught:
         parse_body(raw)
     assert caught.value.code == 400
-    assert "must be a JSON object" in caught.value.status["message"]
+    assert "must be a JSON object" in status_body(caught.value)["message"]
 
 
 # a valid request

@@ -93,7 +93,7 @@ def test_bad_label_selectors(selector: str) -> None:
         parse_label_selector(selector)
 
     assert raised.value.code == 400
-    assert raised.value.causes[0]["field"] == "labelSelector"
+    assert raised.value.causes[0].field == "labelSelector"
     assert raised.value.message.startswith("unable to parse requirement")
 
 
@@ -136,7 +136,7 @@ def test_unsupported_field_names_the_supported_ones() -> None:
     with pytest.raises(InvalidSelector) as raised:
         parse_field_selector("spec.containers=db", PODNOTIFIERS.selectable_fields)
 
-    assert raised.value.causes[0]["field"] == "fieldSelector"
+    assert raised.value.causes[0].field == "fieldSelector"
     assert '"spec.containers" is not a known field selector' in raised.value.message
     assert '"spec.podName"' in raised.value.message
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from apiserver.api.status import status_body
 from apiserver.registry.errors import (
     AlreadyExists,
     BadRequest,
@@ -106,7 +107,7 @@ async def test_create_existing_name_is_already_exists(store: SqliteObjectStore) 
     with pytest.raises(AlreadyExists) as raised:
         await store.create(record("a"))
 
-    status = raised.value.as_status()
+    status = status_body(raised.value)
     assert status["code"] == 409 and status["reason"] == "AlreadyExists"
     assert status["message"] == 'podnotifiers.notifier.x-k8s.io "a" already exists'
     assert status["details"] == {"name": "a", "group": "notifier.x-k8s.io", "kind": "podnotifiers"}
@@ -497,7 +498,7 @@ async def test_bounded_create_refuses_when_all_are_unfinished(store: SqliteObjec
         await store.create_bounded(record(notifier="d"), max_per_pod=2)
 
     assert raised.value.code == 429
-    assert raised.value.as_status()["details"]["retryAfterSeconds"] == 5
+    assert status_body(raised.value)["details"]["retryAfterSeconds"] == 5
     assert len(await pod_records(store, "web-0")) == 3
 
 
@@ -528,7 +529,7 @@ async def test_bounded_create_requires_pod_and_notifier(store: SqliteObjectStore
     with pytest.raises(Invalid) as raised:
         await store.create_bounded({"metadata": {"namespace": "ns", "name": "x"}}, max_per_pod=1)
 
-    assert [c["field"] for c in raised.value.causes] == ["spec.podName", "spec.notifier"]
+    assert [c.field for c in raised.value.causes] == ["spec.podName", "spec.notifier"]
 
 
 async def test_delete_expired(store: SqliteObjectStore) -> None:

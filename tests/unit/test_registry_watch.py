@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from apiserver.api.status import status_body
 from apiserver.registry.errors import BadRequest, Expired, ResourceVersionTooLarge
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
@@ -172,7 +173,7 @@ async def test_too_old_resource_version_is_expired(store: SqliteObjectStore) -> 
     with pytest.raises(Expired) as raised:
         await store.watch("ns", resource_version="1")
     assert raised.value.code == 410
-    assert raised.value.as_status()["reason"] == "Expired"
+    assert status_body(raised.value)["reason"] == "Expired"
     assert raised.value.message == "too old resource version: 1 (11)"
 
     oldest_kept = await store.watch("ns", resource_version="11")
@@ -184,7 +185,7 @@ async def test_future_resource_version(store: SqliteObjectStore) -> None:
         await store.watch("ns", resource_version="5")
 
     assert raised.value.code == 504
-    assert raised.value.causes[0]["reason"] == "ResourceVersionTooLarge"
+    assert raised.value.causes[0].reason == "ResourceVersionTooLarge"
 
 
 @pytest.mark.parametrize("version", ["abc", "-1", "1.5", "²"])

@@ -8,7 +8,7 @@ import pytest
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes, request_attributes
 from apiserver.authz.sar import Decision, SubjectAccessReviewAuthorizer, review_spec
-from apiserver.kube import Connection, KubeClient, KubeError, KubeUnavailable
+from apiserver.kube import Connection, KubeClient, KubeRejected, KubeUnavailable
 
 NOTIFY = request_attributes("POST", "/apis/notifier.x-k8s.io/v1alpha1/namespaces/ns/pods/p/notify")
 ALICE = UserInfo("alice", "uid-1", ["team-a", "system:authenticated"], {"scopes": ["x"]})
@@ -88,7 +88,7 @@ async def test_errors_fail_closed_and_are_not_cached(authorizer, fake_kube):
     with pytest.raises(KubeUnavailable):
         await authorizer.authorize(ALICE, NOTIFY)
     fake_kube.down, fake_kube.error_code = False, 500
-    with pytest.raises(KubeError):
+    with pytest.raises(KubeRejected):
         await authorizer.authorize(ALICE, NOTIFY)
     fake_kube.error_code = None
     assert (await authorizer.authorize(ALICE, NOTIFY)).allowed

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+from apiserver import errors
 from apiserver.api import status
 from apiserver.authz.attributes import request_attributes
 
@@ -9,33 +10,33 @@ G = "notifier.x-k8s.io"
 
 
 def test_status_shape_and_response():
-    error = status.not_found("podnotifiers", G, "run-1")
-    assert error.status == {
+    error = errors.not_found("podnotifiers", G, "run-1")
+    assert status.status_body(error) == {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": 'podnotifiers.notifier.x-k8s.io "run-1" not found', "reason": "NotFound",
         "details": {"name": "run-1", "group": G, "kind": "podnotifiers"}, "code": 404,
     }
-    response = error.response()
+    response = status.response(error)
     assert response.status_code == 404
     assert response.headers["content-type"] == "application/json"
-    assert json.loads(response.body) == error.status
+    assert json.loads(response.body) == status.status_body(error)
 
 
 def test_forbidden_namespaced_subresource():
     attributes = request_attributes("POST", f"/apis/{G}/v1alpha1/namespaces/ns/pods/p/notify")
     error = status.forbidden_request("alice", attributes)
     assert error.code == 403
-    assert error.status["reason"] == "Forbidden"
-    assert error.status["message"] == (
+    assert status.status_body(error)["reason"] == "Forbidden"
+    assert status.status_body(error)["message"] == (
         'pods.notifier.x-k8s.io "p" is forbidden: User "alice" cannot create resource '
         '"pods/notify" in API group "notifier.x-k8s.io" in the namespace "ns"')
-    assert error.status["details"] == {"name": "p", "group": G, "kind": "pods"}
+    assert status.status_body(error)["details"] == {"name": "p", "group": G, "kind": "pods"}
 
 
 def test_forbidden_without_name_at_cluster_scope_with_reason():
     attributes = request_attributes("GET", f"/apis/{G}/v1alpha1/podnotifiers")
     error = status.forbidden_request("system:anonymous", attributes, "no RBAC policy matched")
-    assert error.status["message"] == (
+    assert status.status_body(error)["message"] == (
         'podnotifiers.notifier.x-k8s.io is forbidden: User "system:anonymous" cannot list '
         'resource "podnotifiers" in API group "notifier.x-k8s.io" at the cluster scope: '
         "no RBAC policy matched")
@@ -43,53 +44,55 @@ def test_forbidden_without_name_at_cluster_scope_with_reason():
 
 def test_forbidden_non_resource_path_is_sanitized():
     error = status.forbidden_request("bob<script>", request_attributes("GET", "/openapi/v2"))
-    assert error.status["message"] == (
+    assert status.status_body(error)["message"] == (
         'forbidden: User "bob&lt;script&gt;" cannot get path "/openapi/v2"')
-    assert error.status["details"] == {}
+    assert status.status_body(error)["details"] == {}
 
 
 def test_unauthorized_has_no_details():
-    assert status.unauthorized().status == {
+    assert status.status_body(status.unauthorized()) == {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
 
 
 def test_invalid_lists_causes():
-    causes = [status.Cause("FieldValueRequired", "spec.notifier: Required value", "spec.notifier"),
-              status.Cause("FieldValueInvalid", "spec.podName: Invalid value: \"x\"",
+    causes = [errors.Cause("FieldValueRequired", "spec.notifier: Required value", "spec.notifier"),
+              errors.Cause("FieldValueInvalid", "spec.podName: Invalid value: \"x\"",
                            "spec.podName")]
-    error = status.invalid("PodNotifier", G, "run-1", causes)
+    error = errors.invalid("PodNotifier", G, "run-1", causes)
     assert error.code == 422
-    assert error.status["message"] == (
+    assert status.status_body(error)["message"] == (
         'PodNotifier.notifier.x-k8s.io "run-1" is invalid: [spec.notifier: Required value, '
         'spec.podName: Invalid value: "x"]')
-    assert error.status["details"]["causes"][0] == {
+    assert status.status_body(error)["details"]["causes"][0] == {
         "reason": "FieldValueRequired", "message": "spec.notifier: Required value",
         "field": "spec.notifier"}
 
 
 def test_too_many_requests_sets_retry_after():
-    error = status.too_many_requests("too many unfinished notifiers for pod p", 5)
-    response = error.response()
+    error = errors.too_many_requests("too many unfinished notifiers for pod p", 5)
+    response = status.response(error)
     assert response.status_code == 429
     assert response.headers["retry-after"] == "5"
-    assert error.status["details"] == {"retryAfterSeconds": 5}
+    assert status.status_body(error)["details"] == {"retryAfterSeconds": 5}
 
 
 def test_codes_and_reasons():
     cases = {
-        status.bad_request("x"): (400, "BadRequest"),
+        errors.bad_request("x"): (400, "BadRequest"),
         status.method_not_allowed(): (405, "MethodNotAllowed"),
         status.path_not_found(): (404, "NotFound"),
-        status.not_acceptable(["application/json"]): (406, "NotAcceptable"),
-        status.conflict("podnotifiers", G, "a", "busy"): (409, "Conflict"),
-        status.request_entity_too_large("1 MiB max"): (413, "RequestEntityTooLarge"),
-        status.unsupported_media_type(["application/json"]): (415, "UnsupportedMediaType"),
-        status.internal_error("boom"): (500, "InternalError"),
-        status.service_unavailable("down"): (503, "ServiceUnavailable"),
+        errors.not_acceptable(["application/json"]): (406, "NotAcceptable"),
+        errors.conflict("podnotifiers", G, "a", "busy"): (409, "Conflict"),
+        errors.request_entity_too_large("1 MiB max"): (413, "RequestEntityTooLarge"),
+        errors.unsupported_media_type(["application/json"]): (415, "UnsupportedMediaType"),
+        errors.internal_error("boom"): (500, "InternalError"),
+        errors.service_unavailable("down"): (503, "ServiceUnavailable"),
     }
     for error, (code, reason) in cases.items():
-        assert (error.code, error.status["code"], error.status["reason"]) == (code, code, reason)
-    assert status.conflict("podnotifiers", G, "a", "busy").status["message"] == (
+        body = status.status_body(error)
+        assert (error.code, body["code"], body["reason"]) == (code, code, reason)
+    assert status.status_body(errors.conflict("podnotifiers", G, "a", "busy"))["message"] == (
         'Operation cannot be fulfilled on podnotifiers.notifier.x-k8s.io "a": busy')
-    assert status.internal_error("boom").status["message"] == "Internal error occurred: boom"
+    assert status.status_body(errors.internal_error("boom"))["message"] == (
+        "Internal error occurred: boom")

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from apiserver.api.status import StatusError
+from apiserver.api.status import status_body
 from apiserver.api.tables import (
     NOTIFICATION_TABLE,
     PODNOTIFIER_TABLE,
@@ -18,6 +18,7 @@ from apiserver.api.tables import (
     human_duration,
     partial_object_metadata,
 )
+from apiserver.errors import APIError
 
 NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
 MINUTE, HOUR, DAY = 60, 3600, 86400
@@ -168,10 +169,10 @@ def test_include_object_parsing() -> None:
     assert IncludeObject.parse("") is IncludeObject.METADATA
     assert IncludeObject.parse("Object") is IncludeObject.OBJECT
     assert IncludeObject.parse("None") is IncludeObject.NONE
-    with pytest.raises(StatusError) as raised:
+    with pytest.raises(APIError) as raised:
         IncludeObject.parse("object")
     assert raised.value.code == 400
-    assert "includeObject" in raised.value.status["message"]
+    assert "includeObject" in status_body(raised.value)["message"]
 
 
 def test_table_shape_with_list_metadata() -> None:

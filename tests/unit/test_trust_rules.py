@@ -15,7 +15,7 @@ from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Decision
 from apiserver.definitions import ANNOTATION
-from apiserver.kube import Connection, KubeClient, KubeError
+from apiserver.kube import Connection, KubeClient, KubeRejected
 from apiserver.notifier.trust import OWNER_TEMPLATE, POD_EXEC, controller_of, decide
 
 DECLARATION = json.dumps({"db": [{"name": "quiesce", "action": {"signal": "SIGHUP"}}]})
@@ -252,10 +252,10 @@ async def test_other_owner_errors_propagate(code: int) -> None:
     authorizer = FakeAuthorizer(allowed=True)
     cache: dict[str, Any] = {}
 
-    with pytest.raises(KubeError) as caught:
+    with pytest.raises(KubeRejected) as caught:
         await run(owners, authorizer, pod(), cache)
 
-    assert caught.value.code == code
+    assert caught.value.status_code == code
     assert authorizer.asked == []
     assert cache == {}
 
