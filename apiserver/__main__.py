@@ -9,7 +9,7 @@ from pathlib import Path
 
 from apiserver import jsonlog
 from apiserver.config import ServerOptions, parse_duration
-from apiserver.serving.server import serve
+from apiserver.server import serve
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

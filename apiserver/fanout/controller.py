@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from apiserver.authn.user import UserInfo
 from apiserver.authz.sar import Authorizer
@@ -22,12 +23,14 @@ from apiserver.errors import APIError
 from apiserver.fanout import scope
 from apiserver.fanout.scope import ScopedPod, ScopeStore
 from apiserver.fanout.spec import ABORT, ALL_PODS, selector_string
-from apiserver.kube import KubeRejected, KubeUnavailable
-from apiserver.notifier import admission, records
+from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable
+from apiserver.notifier import records
+from apiserver.notifier.admission import Admission
 from apiserver.notifier.request import NotifyRequest
+from apiserver.notifier.runner import Runner
 from apiserver.registry.errors import NotFound, StoreError
 from apiserver.registry.objects import parse_timestamp
-from apiserver.services import Services
+from apiserver.registry.store import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +49,24 @@ def notification_label(name: str) -> dict[str, str]:
     return {records.NOTIFICATION_LABEL: name} if len(name) <= 63 else {}
 
 
+class FanoutMetrics(Protocol):
+    def notification_finished(self, phase: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """What a Notification run uses."""
+
+    notifications: ObjectStore
+    podnotifiers: ObjectStore
+    kube: KubeClient
+    runner: Runner
+    admission: Admission
+    metrics: FanoutMetrics
+
+
 class NotificationRun:
-    def __init__(self, svc: Services, authorizer: Authorizer, scopes: ScopeStore,
+    def __init__(self, svc: RunParts, authorizer: Authorizer, scopes: ScopeStore,
                  notification: dict[str, Any]) -> None:
         self.svc, self.authorizer, self.scopes = svc, authorizer, scopes
         meta, self.spec = notification["metadata"], notification["spec"]
@@ -57,7 +76,6 @@ class NotificationRun:
         self.deleted = asyncio.Event()
         """Set when the Notification is deleted: start no more pods, then roll back."""
         self.failed_fast = False
-        self.owner_cache: dict[str, Any] = {}
         self.queue: asyncio.Queue[ScopedPod] = asyncio.Queue()
         self.requester = requester(notification)
         self._pending_flush: asyncio.Task[None] | None = None
@@ -221,9 +239,8 @@ class NotificationRun:
         if pod_object["metadata"]["uid"] != pod.pod_uid:
             return scope.FAILED, "", records.POD_DELETED
         try:
-            admitted = await admission.admit(self.svc, self.authorizer, self.requester,
-                                             pod_object, ask, self.owner_cache)
-            created = await admission.start(self.svc, admitted)
+            admitted = await self.svc.admission.admit(self.requester, pod_object, ask)
+            created = await self.svc.admission.start(admitted)
         except APIError as error:
             if error.code == 404:
                 return scope.SKIPPED, "", "NotifierNotDeclared"
@@ -323,9 +340,9 @@ class NotificationRun:
 class FanoutManager:
     """Starts, stops and resumes Notification runs."""
 
-    def __init__(self, svc: Services, authorizer: Authorizer) -> None:
+    def __init__(self, svc: RunParts, authorizer: Authorizer, scopes: ScopeStore) -> None:
         self.svc, self.authorizer = svc, authorizer
-        self.scopes = ScopeStore(svc.database)
+        self.scopes = scopes
         self._runs: dict[str, tuple[NotificationRun, asyncio.Task[None]]] = {}
 
     def start(self, notification: dict[str, Any]) -> None:

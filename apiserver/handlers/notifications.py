@@ -9,39 +9,32 @@ back the pods whose notifier succeeded.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from apiserver.api import status
 from apiserver.api.resources import API_PATH
 from apiserver.api.tables import NOTIFICATION_TABLE
 from apiserver.authz.attributes import RequestAttributes
+from apiserver.authz.sar import Authorizer
 from apiserver.fanout import spec as notification_spec
+from apiserver.fanout.controller import FanoutManager
+from apiserver.handlers.caller import CurrentUser
 from apiserver.handlers.collection import Collection, collection_router, delete_object
 from apiserver.handlers.notify import dry_run, read_json_body
+from apiserver.kube import KubeClient
 from apiserver.notifier import records
 from apiserver.registry.resources import NOTIFICATIONS
 from apiserver.registry.store import ObjectStore
-from apiserver.services import Services, services
-from apiserver.serving.access import CurrentAuthorizer, CurrentUser
 
 NAMESPACED = f"{API_PATH}/namespaces/{{namespace}}/notifications"
 LIST_PAGE_SIZE = "500"
 
 
-def notification_store(request: Request) -> ObjectStore:
-    return services(request).notifications
-
-
-COLLECTION = Collection(resource=NOTIFICATIONS, store=notification_store,
-                        table=NOTIFICATION_TABLE, deletecollection=False)
-
-router = APIRouter()
-
-
-async def pods_in_scope(svc: Services, namespace: str, selector: str) -> list[tuple[str, str]]:
+async def pods_in_scope(kube: KubeClient, namespace: str, selector: str
+                        ) -> list[tuple[str, str]]:
     """(name, uid) of the pods the selector matches now, except those already terminating."""
     found: list[tuple[str, str]] = []
     token = ""
@@ -49,7 +42,7 @@ async def pods_in_scope(svc: Services, namespace: str, selector: str) -> list[tu
         params = {"labelSelector": selector, "limit": LIST_PAGE_SIZE}
         if token:
             params["continue"] = token
-        page = await svc.kube.get(f"/api/v1/namespaces/{namespace}/pods", params=params)
+        page = await kube.get(f"/api/v1/namespaces/{namespace}/pods", params=params)
         found += [(p["metadata"]["name"], p["metadata"]["uid"]) for p in page.get("items") or []
                   if not p["metadata"].get("deletionTimestamp")]
         token = page["metadata"].get("continue", "")
@@ -57,47 +50,51 @@ async def pods_in_scope(svc: Services, namespace: str, selector: str) -> list[tu
             return found
 
 
-@router.post(NAMESPACED, status_code=201)
-async def create(namespace: str, http: Request, user: CurrentUser, authorizer: CurrentAuthorizer,
-                 svc: Annotated[Services, Depends(services)]) -> JSONResponse:
-    ask = notification_spec.validate(
-        await read_json_body(http), namespace,
-        max_parallelism=svc.options.max_notification_parallelism,
-        max_timeout_seconds=svc.options.max_timeout_seconds)
-    notify_pods = RequestAttributes.for_resource(
-        "create", group=NOTIFICATIONS.group, version="v1alpha1", resource="pods",
-        subresource="notify", namespace=namespace)
-    decision = await authorizer.authorize(user, notify_pods)
-    if not decision.allowed:
-        raise status.forbidden_request(user.name, notify_pods, decision.reason)
-    pods = await pods_in_scope(svc, namespace, notification_spec.selector_string(
-        ask.spec["selector"]))
-    obj: dict[str, Any] = {
-        "apiVersion": records.API_VERSION,
-        "kind": notification_spec.KIND,
-        "metadata": ask.metadata,
-        "spec": {**ask.spec, "requestedBy": {"username": user.name, "uid": user.uid,
-                                             "groups": list(user.groups),
-                                             "extra": dict(user.extra)}},
-        "status": {"phase": records.PENDING,
-                   "counts": {"total": len(pods), "pending": len(pods), "running": 0,
-                              "succeeded": 0, "failed": 0, "skipped": 0, "rolledBack": 0}},
-    }
-    if dry_run(http):
-        return JSONResponse(obj, status_code=201)
-    created = await svc.notifications.create(obj)
-    await svc.fanout.scopes.add(created["metadata"]["uid"], pods)
-    svc.fanout.start(created)
-    return JSONResponse(created, status_code=201)
+def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authorizer: Authorizer,
+           *, max_parallelism: int, max_timeout_seconds: int) -> APIRouter:
+    """The notifications routes: create and delete here, the rest from the generic
+    collection."""
+    collection = Collection(resource=NOTIFICATIONS, store=lambda _request: store,
+                            table=NOTIFICATION_TABLE, deletecollection=False)
+    routes = APIRouter()
 
+    @routes.post(NAMESPACED, status_code=201)
+    async def create(namespace: str, http: Request, user: CurrentUser) -> JSONResponse:
+        ask = notification_spec.validate(
+            await read_json_body(http), namespace, max_parallelism=max_parallelism,
+            max_timeout_seconds=max_timeout_seconds)
+        notify_pods = RequestAttributes.for_resource(
+            "create", group=NOTIFICATIONS.group, version="v1alpha1", resource="pods",
+            subresource="notify", namespace=namespace)
+        decision = await authorizer.authorize(user, notify_pods)
+        if not decision.allowed:
+            raise status.forbidden_request(user.name, notify_pods, decision.reason)
+        pods = await pods_in_scope(kube, namespace, notification_spec.selector_string(
+            ask.spec["selector"]))
+        obj: dict[str, Any] = {
+            "apiVersion": records.API_VERSION,
+            "kind": notification_spec.KIND,
+            "metadata": ask.metadata,
+            "spec": {**ask.spec, "requestedBy": {"username": user.name, "uid": user.uid,
+                                                 "groups": list(user.groups),
+                                                 "extra": dict(user.extra)}},
+            "status": {"phase": records.PENDING,
+                       "counts": {"total": len(pods), "pending": len(pods), "running": 0,
+                                  "succeeded": 0, "failed": 0, "skipped": 0, "rolledBack": 0}},
+        }
+        if dry_run(http):
+            return JSONResponse(obj, status_code=201)
+        created = await store.create(obj)
+        await fanout.scopes.add(created["metadata"]["uid"], pods)
+        fanout.start(created)
+        return JSONResponse(created, status_code=201)
 
-@router.delete(f"{NAMESPACED}/{{name}}")
-async def delete(namespace: str, name: str, http: Request,
-                 svc: Annotated[Services, Depends(services)]) -> Response:
-    uid = (await svc.notifications.get(namespace, name))["metadata"]["uid"]
-    response = await delete_object(COLLECTION, http, namespace, name)
-    svc.fanout.deleted(uid)
-    return response
+    @routes.delete(f"{NAMESPACED}/{{name}}")
+    async def delete(namespace: str, name: str, http: Request) -> Response:
+        uid = (await store.get(namespace, name))["metadata"]["uid"]
+        response = await delete_object(collection, http, namespace, name)
+        fanout.deleted(uid)
+        return response
 
-
-router.include_router(collection_router(COLLECTION))
+    routes.include_router(collection_router(collection))
+    return routes

@@ -10,20 +10,20 @@ record as stored at that moment.
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from apiserver import errors
 from apiserver.api.routes import POD_NOTIFY_PATH
-from apiserver.notifier import admission, request
+from apiserver.handlers.caller import CurrentUser
+from apiserver.notifier import request
+from apiserver.notifier.admission import Admission
+from apiserver.notifier.runner import Runner
 from apiserver.registry.errors import NotFound
 from apiserver.registry.objects import generate_name
-from apiserver.services import Services, services
-from apiserver.serving.access import CurrentAuthorizer, CurrentUser
-
-router = APIRouter()
+from apiserver.registry.store import ObjectStore
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_WAIT_SECONDS = 50
@@ -70,24 +70,27 @@ def query_options(http: Request) -> tuple[bool, int]:
     return dry_run(http), wait
 
 
-@router.post(POD_NOTIFY_PATH, status_code=201)
-async def notify(namespace: str, pod: str, http: Request, user: CurrentUser,
-                 authorizer: CurrentAuthorizer,
-                 svc: Annotated[Services, Depends(services)]) -> JSONResponse:
-    dry_run, wait_seconds = query_options(http)
-    ask = request.validate(await read_json_body(http), namespace, pod,
-                           svc.options.max_timeout_seconds)
-    admitted = await admission.admit(svc, authorizer, user,
-                                     await admission.read_pod(svc, namespace, pod), ask)
-    if dry_run:
-        record = admitted.record
-        meta = record["metadata"]
-        meta.setdefault("name", generate_name(meta.pop("generateName", "")))
-        return JSONResponse(record, status_code=201)
-    created = await admission.start(svc, admitted)
-    if wait_seconds:
-        name = created["metadata"]["name"]
-        await svc.runner.wait(namespace, name, wait_seconds)
-        with contextlib.suppress(NotFound):
-            created = await svc.podnotifiers.get(namespace, name)
-    return JSONResponse(created, status_code=201)
+def router(admission: Admission, runner: Runner, records: ObjectStore,
+           max_timeout_seconds: int) -> APIRouter:
+    """The pods/notify route, running notifiers through `admission` and `runner`."""
+    routes = APIRouter()
+
+    @routes.post(POD_NOTIFY_PATH, status_code=201)
+    async def notify(namespace: str, pod: str, http: Request, user: CurrentUser) -> JSONResponse:
+        dry_run, wait_seconds = query_options(http)
+        ask = request.validate(await read_json_body(http), namespace, pod, max_timeout_seconds)
+        admitted = await admission.admit(user, await admission.read_pod(namespace, pod), ask)
+        if dry_run:
+            record = admitted.record
+            meta = record["metadata"]
+            meta.setdefault("name", generate_name(meta.pop("generateName", "")))
+            return JSONResponse(record, status_code=201)
+        created = await admission.start(admitted)
+        if wait_seconds:
+            name = created["metadata"]["name"]
+            await runner.wait(namespace, name, wait_seconds)
+            with contextlib.suppress(NotFound):
+                created = await records.get(namespace, name)
+        return JSONResponse(created, status_code=201)
+
+    return routes

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from apiserver import errors
+from apiserver.definitions import ANNOTATION
 from apiserver.errors import Cause
-
-ANNOTATION = "notifier.x-k8s.io/notifiers"
 
 
 class PodNotFound(errors.NotFound):

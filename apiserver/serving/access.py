@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from apiserver import errors
@@ -31,21 +30,6 @@ from apiserver.kube import KubeRejected, KubeUnavailable
 from apiserver.serving.protocol import client_cert_der
 
 log = logging.getLogger(__name__)
-
-
-def current_user(request: Request) -> UserInfo:
-    """FastAPI dependency: the authenticated user of the request."""
-    return request.state.user
-
-
-def current_authorizer(request: Request) -> Authorizer:
-    """FastAPI dependency: the authorizer, for checks beyond the request itself."""
-    return request.app.state.authorizer
-
-
-CurrentUser = Annotated[UserInfo, Depends(current_user)]
-"""Handler parameter type: ``async def handler(user: CurrentUser)``."""
-CurrentAuthorizer = Annotated[Authorizer, Depends(current_authorizer)]
 
 
 class AccessControlMiddleware:

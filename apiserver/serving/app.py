@@ -34,12 +34,11 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
     """The app. `resource_router` serves the resource paths (apiserver.handlers); `metrics`,
     if given, is served at /metrics; `lifespan` runs background work from startup to shutdown.
 
-    Handlers get the caller and the authorizer by declaring parameters of the types
-    ``CurrentUser`` and ``CurrentAuthorizer`` (apiserver.serving.access).
+    Handlers get the caller by declaring a parameter of the type ``CurrentUser``
+    (apiserver.handlers.caller).
     """
     app = FastAPI(title="container-notifier", openapi_url=None, docs_url=None,
                   redoc_url=None, redirect_slashes=False, lifespan=lifespan)
-    app.state.authorizer = authorizer
     app.include_router(health_router(readiness))
     app.include_router(discovery.router)
     app.include_router(openapi.router)

@@ -1,4 +1,4 @@
-"""admission.start: the server-wide cap on runs in flight comes before the per-pod bounds."""
+"""Admission.start: the server-wide cap on runs in flight comes before the per-pod bounds."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from apiserver.api.status import status_body
-from apiserver.errors import APIError
 from apiserver.notifier import admission
+from apiserver.notifier.errors import TooManyRuns
 
 
 class Store:
@@ -34,9 +34,14 @@ class Runner:
         self.started.append(plan)
 
 
-def services(capacity: bool) -> SimpleNamespace:
-    options = SimpleNamespace(max_concurrent_executions=2, max_records_per_pod=10)
-    return SimpleNamespace(options=options, runner=Runner(capacity), podnotifiers=Store())
+def admission_with(capacity: bool) -> tuple[admission.Admission, Store, Runner]:
+    store, runner = Store(), Runner(capacity)
+    limits = admission.Limits(max_timeout_seconds=600, output_tail_bytes=4096,
+                              default_ttl_seconds_after_finished=3600, max_records_per_pod=10,
+                              max_concurrent_executions=2)
+    built = admission.Admission(pods=None, trust=None, records=store,  # type: ignore[arg-type]
+                                runner=runner, limits=limits)  # type: ignore[arg-type]
+    return built, store, runner
 
 
 ADMITTED = admission.Admitted(
@@ -47,20 +52,20 @@ ADMITTED = admission.Admitted(
 
 
 async def test_full_server_answers_429_and_stores_nothing() -> None:
-    svc = services(capacity=False)
-    with pytest.raises(APIError) as raised:
-        await admission.start(svc, ADMITTED)  # type: ignore[arg-type]
+    admit, store, runner = admission_with(capacity=False)
+    with pytest.raises(TooManyRuns) as raised:
+        await admit.start(ADMITTED)
     assert raised.value.code == 429
     assert status_body(raised.value)["details"]["retryAfterSeconds"] >= 1
     assert "maximum of 2 notifiers at once" in status_body(raised.value)["message"]
-    assert svc.podnotifiers.created == []
-    assert svc.runner.started == []
+    assert store.created == []
+    assert runner.started == []
 
 
 async def test_room_stores_the_record_and_starts_its_run() -> None:
-    svc = services(capacity=True)
-    created = await admission.start(svc, ADMITTED)  # type: ignore[arg-type]
+    admit, _, runner = admission_with(capacity=True)
+    created = await admit.start(ADMITTED)
     assert created["metadata"]["name"] == "r-1"
-    (plan,) = svc.runner.started
+    (plan,) = runner.started
     assert (plan.namespace, plan.record, plan.pod, plan.pod_uid) == ("ns", "r-1", "p", "u1")
     assert plan.pod_not_running == ""

@@ -11,8 +11,8 @@ from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustStore
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
+from apiserver.handlers.caller import CurrentUser
 from apiserver.kube import KubeUnavailable
-from apiserver.serving.access import CurrentAuthorizer, CurrentUser
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
 
@@ -51,11 +51,10 @@ def probe_router() -> APIRouter:
     router = APIRouter()
 
     @router.post(f"{API}/namespaces/{{namespace}}/pods/{{pod}}/notify")
-    async def echo(request: Request, user: CurrentUser, authorizer: CurrentAuthorizer) -> dict:
+    async def echo(request: Request, user: CurrentUser) -> dict:
         body = await request.json()
         return {"user": user.name, "groups": user.groups, "body": body,
-                "headers": sorted(request.headers.keys()),
-                "authorizer": type(authorizer).__name__}
+                "headers": sorted(request.headers.keys())}
 
     @router.get(f"{API}/namespaces/{{namespace}}/podnotifiers")
     async def typed(limit: int) -> dict:
@@ -156,7 +155,7 @@ async def test_repeated_requests_make_one_review(make_server, fake_kube):
     assert server.authorizer.counters.cache_hits == 2
 
 
-async def test_handler_gets_user_authorizer_and_no_identity_headers(make_server, pki, fake_kube):
+async def test_handler_gets_user_and_no_identity_headers(make_server, pki, fake_kube):
     server = make_server(probe_router())
     headers = {"x-remote-user": "bob", "x-remote-group": "system:masters",
                "x-remote-extra-scope": "s"}
@@ -166,8 +165,7 @@ async def test_handler_gets_user_authorizer_and_no_identity_headers(make_server,
     assert response.json() == {
         "user": "bob", "groups": ["system:masters", "system:authenticated"], "body": {"a": 1},
         "headers": ["accept", "accept-encoding", "connection", "content-length",
-                    "content-type", "host", "user-agent"],
-        "authorizer": "SubjectAccessReviewAuthorizer"}
+                    "content-type", "host", "user-agent"]}
     assert fake_kube.reviews == []  # system:masters: no review
 
 

@@ -13,7 +13,6 @@ import json
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -107,14 +106,27 @@ def store(database: SqliteDatabase) -> TrackedStore:
     return TrackedStore(database, PODNOTIFIERS)
 
 
+class SwappableStore:
+    """The store the routes serve, replaceable by a test after the app is built."""
+
+    def __init__(self, target: TrackedStore) -> None:
+        self.target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target, name)
+
+
 @pytest.fixture
-def app(store: TrackedStore) -> FastAPI:
+def served_store(store: TrackedStore) -> SwappableStore:
+    return SwappableStore(store)
+
+
+@pytest.fixture
+def app(served_store: SwappableStore) -> FastAPI:
     router = APIRouter()
-    router.include_router(podnotifiers.router)
-    app = create_app(authenticator=AllowAll(), authorizer=AllowAll(), readiness=Readiness(),
-                     resource_router=router)  # type: ignore[arg-type]
-    app.state.services = SimpleNamespace(podnotifiers=store)
-    return app
+    router.include_router(podnotifiers.router(served_store))  # type: ignore[arg-type]
+    return create_app(authenticator=AllowAll(), authorizer=AllowAll(), readiness=Readiness(),
+                      resource_router=router)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -783,9 +795,10 @@ async def test_watch_list_ends_initial_events_with_a_bookmark(served: httpx.Asyn
 
 
 async def test_falling_behind_is_an_error_event(served: httpx.AsyncClient,
-                                                database: SqliteDatabase, app: FastAPI) -> None:
+                                                database: SqliteDatabase,
+                                                served_store: SwappableStore) -> None:
     slow = TrackedStore(database, PODNOTIFIERS, max_queued_events=2)
-    app.state.services = SimpleNamespace(podnotifiers=slow)
+    served_store.target = slow
     for name in "abcd":
         await slow.create(record(name))
     async with served.stream("GET", f"{NS}?watch=true&resourceVersion=4") as response:

@@ -17,10 +17,11 @@ from apiserver.authn.trust import TrustStore
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
 from apiserver.kube import Connection, KubeClient
+from apiserver.registry.sqlite_database import SqliteDatabase
+from apiserver.server import build_app
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
 from apiserver.serving.metrics import Metrics
-from apiserver.serving.server import build_app
 from apiserver.serving.tls import ServingTLS
 from apiserver.ttlcache import ReviewCounters
 
@@ -171,7 +172,8 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
     options = ServerOptions(tls_cert_file=tmp_path / "tls.crt",
                             tls_private_key_file=tmp_path / "tls.key",
                             data_dir=tmp_path / "data")
-    app = build_app(options, kube, ServingTLS(options.tls_cert_file, options.tls_private_key_file))
+    app = build_app(options, kube, ServingTLS(options.tls_cert_file, options.tls_private_key_file),
+                    await SqliteDatabase.open(options.data_dir))
     async with app.router.lifespan_context(app), _client(app) as client:
         async with asyncio.timeout(5):
             while (await client.get("/readyz")).status_code != 200:
@@ -179,7 +181,6 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
         for _ in range(3):
             assert (await client.get("/metrics", headers=TOKEN)).status_code == 200
         scraped = samples((await client.get("/metrics", headers=TOKEN)).text)
-        assert isinstance(app.state.services.metrics, Metrics)
     assert fake_kube.paths().count(SAR) == 1
     assert scraped[("container_notifier_authorization_reviews_total", ())] == 1
     assert scraped[("container_notifier_authorization_cache_hits_total", ())] == 3

@@ -18,7 +18,7 @@ from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustStore
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
-from apiserver.serving.access import CurrentUser
+from apiserver.handlers.caller import CurrentUser
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
 from apiserver.serving.protocol import client_cert_der

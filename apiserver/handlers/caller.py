@@ -1,0 +1,18 @@
+"""The authenticated caller of a request, as the access middleware left it in the request state."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from apiserver.authn.user import UserInfo
+
+
+def current_user(request: Request) -> UserInfo:
+    """FastAPI dependency: the authenticated user of the request."""
+    return request.state.user
+
+
+CurrentUser = Annotated[UserInfo, Depends(current_user)]
+"""Handler parameter type: ``async def handler(user: CurrentUser)``."""

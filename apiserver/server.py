@@ -1,0 +1,176 @@
+"""The composition root: build every component from the options and hand each what it uses.
+
+Nothing below this module imports it. ``serve`` connects to kube-apiserver, opens the store,
+assembles authentication, authorization, the notifier runner, admission, the fan-out and the
+HTTP routes, and runs them under uvicorn; the app's lifespan starts and stops the background
+work (trust material watch, pod index, record collection, resumed fan-outs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+
+from apiserver.authn.authenticator import Authenticator
+from apiserver.authn.tokenreview import TokenReviewer
+from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
+from apiserver.authn.user import UserInfo
+from apiserver.authz.sar import Authorizer, SubjectAccessReviewAuthorizer
+from apiserver.config import ServerOptions
+from apiserver.fanout.controller import FanoutManager, RunParts
+from apiserver.fanout.scope import ScopeStore
+from apiserver.handlers import notifications, notify, podnotifiers
+from apiserver.handlers.collection import stop_watches
+from apiserver.kube import KubeClient, KubeRejected
+from apiserver.notifier import housekeeping, trust
+from apiserver.notifier.admission import Admission, Limits
+from apiserver.notifier.errors import PodNotFound
+from apiserver.notifier.exec_stream import KubeEndpoint
+from apiserver.notifier.pods import PodDirectory
+from apiserver.notifier.runner import Runner
+from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
+from apiserver.registry.sqlite_database import SqliteDatabase
+from apiserver.registry.sqlite_store import SqliteObjectStore
+from apiserver.serving.app import create_app
+from apiserver.serving.health import Readiness
+from apiserver.serving.metrics import Metrics
+from apiserver.serving.server import Server, uvicorn_config
+from apiserver.serving.tls import ServingTLS
+
+log = logging.getLogger(__name__)
+
+
+class KubePods:
+    """Pods read from kube-apiserver."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
+
+    async def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return await self._kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except KubeRejected as error:
+            if error.status_code == 404:
+                raise PodNotFound(namespace, name) from None
+            raise
+
+
+class TrustRulesOnKube:
+    """The trust rules, reading owners from kube-apiserver and asking `authorizer`."""
+
+    def __init__(self, kube: KubeClient, authorizer: Authorizer) -> None:
+        self._kube = kube
+        self._authorizer = authorizer
+
+    async def decide(self, user: UserInfo, pod: dict[str, Any]) -> trust.TrustDecision:
+        return await trust.decide(self._kube, self._authorizer, user, pod)
+
+
+def connect(options: ServerOptions) -> KubeClient:
+    return (KubeClient.from_kubeconfig(options.kubeconfig) if options.kubeconfig
+            else KubeClient.in_cluster())
+
+
+async def serve(options: ServerOptions) -> None:
+    """Serve until SIGINT or SIGTERM."""
+    kube = connect(options)
+    tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
+    database = await SqliteDatabase.open(options.data_dir)
+    app = build_app(options, kube, tls, database)
+    await Server(uvicorn_config(app, tls, options.bind_address, options.secure_port),
+                 lambda: stop_watches(app)).serve()
+
+
+def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
+              database: SqliteDatabase) -> FastAPI:
+    """The app with every component wired; its lifespan runs the background work and closes
+    `kube` and `database` at the end."""
+    trust_store = TrustStore()
+
+    def follow_trust(material: TrustMaterial) -> None:
+        tls.set_client_trust(material.ca_bundle_pem())
+
+    trust_store.subscribe(follow_trust)
+    tokens = TokenReviewer(kube, options.authentication_token_cache_ttl)
+    authorizer = SubjectAccessReviewAuthorizer(
+        kube, allowed_ttl=options.authorization_allowed_cache_ttl,
+        denied_ttl=options.authorization_denied_cache_ttl)
+    metrics = Metrics()
+    metrics.watch_reviews(authorization=authorizer.counters, authentication=tokens.counters)
+    readiness = Readiness()
+    readiness.add("trust-material", lambda: trust_store.material is not None)
+    readiness.add("kube-apiserver", lambda: kube.last_success is not None)
+
+    records = SqliteObjectStore(database, PODNOTIFIERS)
+    notification_store = SqliteObjectStore(database, NOTIFICATIONS)
+    pod_index = PodDirectory(kube)
+
+    def exec_endpoint() -> KubeEndpoint:
+        """Where runs exec, as the server's own identity (re-read: tokens rotate)."""
+        return KubeEndpoint(kube.base_url, kube.ssl_context, kube.auth_headers())
+
+    runner = Runner(records, exec_endpoint, pod_index, metrics,
+                    options.max_concurrent_executions)
+    admission = Admission(
+        pods=KubePods(kube), trust=TrustRulesOnKube(kube, authorizer), records=records,
+        runner=runner, limits=Limits(
+            max_timeout_seconds=options.max_timeout_seconds,
+            output_tail_bytes=options.output_tail_bytes,
+            default_ttl_seconds_after_finished=options.default_ttl_seconds_after_finished,
+            max_records_per_pod=options.max_records_per_pod,
+            max_concurrent_executions=options.max_concurrent_executions))
+    fanout = FanoutManager(RunParts(notifications=notification_store, podnotifiers=records,
+                                    kube=kube, runner=runner, admission=admission,
+                                    metrics=metrics),
+                           authorizer, ScopeStore(database))
+
+    routes = APIRouter()
+    routes.include_router(notify.router(admission, runner, records,
+                                        options.max_timeout_seconds))
+    routes.include_router(podnotifiers.router(records))
+    routes.include_router(notifications.router(
+        notification_store, fanout, kube, authorizer,
+        max_parallelism=options.max_notification_parallelism,
+        max_timeout_seconds=options.max_timeout_seconds))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await housekeeping.recover_interrupted(records)
+        await fanout.resume()
+        background = [
+            asyncio.create_task(TrustWatcher(kube, trust_store).run(), name="trust-watcher"),
+            asyncio.create_task(pod_index.run(), name="pod-index"),
+            asyncio.create_task(housekeeping.collect_forever(
+                records, pod_index, options.default_ttl_seconds_after_finished),
+                name="record-collector"),
+        ]
+        log.info("started", extra={"address": options.bind_address,
+                                   "port": options.secure_port,
+                                   "kube_apiserver": kube.base_url})
+        try:
+            yield
+        finally:
+            await fanout.shutdown()
+            await runner.shutdown()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            records.close()
+            notification_store.close()
+            await database.close()
+            await kube.aclose()
+            log.info("stopped")
+
+    return create_app(
+        lifespan=lifespan,
+        authenticator=Authenticator(trust_store, tokens),
+        authorizer=authorizer,
+        readiness=readiness,
+        resource_router=routes,
+        metrics=metrics,
+    )
