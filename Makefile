@@ -16,6 +16,8 @@ venv: $(VENV)/.installed
 
 lint: venv
 	$(VENV)/bin/ruff check apiserver certs hack tests
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 test: lint
 	bash hack/build.sh >/dev/null

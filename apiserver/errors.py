@@ -137,15 +137,26 @@ def bad_request(message: str) -> BadRequest:
     return BadRequest(message)
 
 
-def forbidden(resource: str, group: str, name: str, message: str) -> Forbidden:
-    """403 for `resource` in `group` (both may be empty): `message` says why."""
+def forbidden_message(resource: str, group: str, name: str, why: str) -> str:
+    """kube-apiserver's wording of a 403 for `resource` in `group` (both may be empty)."""
     if not resource and not group:
-        text = f"forbidden: {message}"
-    elif not name:
-        text = f"{qualified(resource, group)} is forbidden: {message}"
-    else:
-        text = f'{qualified(resource, group)} "{name}" is forbidden: {message}'
-    return Forbidden(text, group=group, resource=resource, name=name)
+        return f"forbidden: {why}"
+    if not name:
+        return f"{qualified(resource, group)} is forbidden: {why}"
+    return f'{qualified(resource, group)} "{name}" is forbidden: {why}'
+
+
+def invalid_message(resource: str, group: str, name: str, causes: Sequence[Cause]) -> str:
+    """kube-apiserver's wording of a 422: each cause's message is the full ``<field>:
+    <problem>`` text, as in Go."""
+    messages = [cause.message for cause in causes]
+    summary = messages[0] if len(messages) == 1 else f"[{', '.join(messages)}]"
+    return f'{qualified(resource, group)} "{name}" is invalid: {summary}'
+
+
+def forbidden(resource: str, group: str, name: str, why: str) -> Forbidden:
+    return Forbidden(forbidden_message(resource, group, name, why),
+                     group=group, resource=resource, name=name)
 
 
 def not_found(resource: str, group: str, name: str) -> NotFound:
@@ -153,17 +164,8 @@ def not_found(resource: str, group: str, name: str) -> NotFound:
                     group=group, resource=resource, name=name)
 
 
-def conflict(resource: str, group: str, name: str, message: str) -> Conflict:
-    return Conflict(
-        f'Operation cannot be fulfilled on {qualified(resource, group)} "{name}": {message}',
-        group=group, resource=resource, name=name)
-
-
 def invalid(resource: str, group: str, name: str, causes: Sequence[Cause]) -> Invalid:
-    """422: each cause's message is the full ``<field>: <problem>`` text, as in Go."""
-    messages = [cause.message for cause in causes]
-    summary = messages[0] if len(messages) == 1 else f"[{', '.join(messages)}]"
-    return Invalid(f'{qualified(resource, group)} "{name}" is invalid: {summary}',
+    return Invalid(invalid_message(resource, group, name, causes),
                    group=group, resource=resource, name=name, causes=causes)
 
 

@@ -39,25 +39,24 @@ class InvalidDeclaration(errors.Invalid):
     """The pod's notifier annotation does not parse or validate."""
 
     def __init__(self, pod: str, causes: Sequence[Cause]) -> None:
-        invalid = errors.invalid("pods", "", pod, causes)
-        super().__init__(invalid.message, resource="pods", name=pod, causes=causes)
+        super().__init__(errors.invalid_message("pods", "", pod, causes), resource="pods",
+                         name=pod, causes=causes)
 
 
 class InvalidSelection(errors.Invalid):
     """``spec.containers`` names containers the pod lacks or that do not declare the notifier."""
 
     def __init__(self, resource: str, group: str, name: str, causes: Sequence[Cause]) -> None:
-        invalid = errors.invalid(resource, group, name, causes)
-        super().__init__(invalid.message, group=group, resource=resource, name=name,
-                         causes=causes)
+        super().__init__(errors.invalid_message(resource, group, name, causes), group=group,
+                         resource=resource, name=name, causes=causes)
 
 
 class Untrusted(errors.Forbidden):
     """Neither trust rule vouches for the pod's declarations for this user."""
 
     def __init__(self, pod: str, message: str) -> None:
-        forbidden = errors.forbidden("pods", "", pod, message)
-        super().__init__(forbidden.message, resource="pods", name=pod)
+        super().__init__(errors.forbidden_message("pods", "", pod, message), resource="pods",
+                         name=pod)
 
 
 class NotAuthorized(errors.Forbidden):

@@ -83,7 +83,6 @@ def test_codes_and_reasons():
         status.method_not_allowed(): (405, "MethodNotAllowed"),
         status.path_not_found(): (404, "NotFound"),
         errors.not_acceptable(["application/json"]): (406, "NotAcceptable"),
-        errors.conflict("podnotifiers", G, "a", "busy"): (409, "Conflict"),
         errors.request_entity_too_large("1 MiB max"): (413, "RequestEntityTooLarge"),
         errors.unsupported_media_type(["application/json"]): (415, "UnsupportedMediaType"),
         errors.internal_error("boom"): (500, "InternalError"),
@@ -92,7 +91,5 @@ def test_codes_and_reasons():
     for error, (code, reason) in cases.items():
         body = status.status_body(error)
         assert (error.code, body["code"], body["reason"]) == (code, code, reason)
-    assert status.status_body(errors.conflict("podnotifiers", G, "a", "busy"))["message"] == (
-        'Operation cannot be fulfilled on podnotifiers.notifier.x-k8s.io "a": busy')
     assert status.status_body(errors.internal_error("boom"))["message"] == (
         "Internal error occurred: boom")
