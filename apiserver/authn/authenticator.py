@@ -169,8 +169,10 @@ def _allows_client_auth(cert: x509.Certificate) -> bool:
 
 
 def _common_name(cert: x509.Certificate) -> str:
+    """The subject's CN as Go reads it (crypto/x509/pkix FillFromRDNSequence): the LAST CN
+    attribute, so a certificate with two CNs names the user kube-apiserver would name."""
     names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    return str(names[0].value) if names else ""
+    return str(names[-1].value) if names else ""
 
 
 def _header_values(headers: Headers) -> dict[str, list[str]]:

@@ -3,6 +3,11 @@ from __future__ import annotations
 import datetime
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from apiserver.authn.authenticator import AuthenticationFailed, Authenticator, TrustNotLoaded
 from apiserver.authn.tokenreview import TokenReviewer
@@ -178,3 +183,29 @@ def test_strip_identity_headers(make):
     headers = [*PROXY_HEADERS, (b"authorization", b"Bearer t"), (b"accept", b"*/*"),
                (b"X-Remote-User", b"mixed-case")]
     assert authenticator.strip_identity_headers(headers) == [(b"accept", b"*/*")]
+
+
+def _two_cn_cert(pki, first: str, last: str) -> bytes:
+    """A client-CA certificate whose subject holds two CNs (and two Os), in that order."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, first),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "o-1"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, last),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "o-2")])
+    cert = (x509.CertificateBuilder().subject_name(subject)
+            .issuer_name(pki.client_ca.cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)
+            .sign(pki.client_ca.key, hashes.SHA256()))
+    return cert.public_bytes(Encoding.DER)
+
+
+async def test_two_cns_name_the_last_as_go_does(pki, make):
+    """kube-apiserver (Go's pkix.Name) takes the last CN as the user and every O as a group;
+    reading the first would make this server see another user than kube-apiserver does."""
+    authenticator, _ = make()
+    user = await authenticator.authenticate([], _two_cn_cert(pki, "admin", "mallory"))
+    assert user == UserInfo("mallory", groups=["o-1", "o-2", "system:authenticated"])
