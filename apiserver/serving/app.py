@@ -21,6 +21,7 @@ from apiserver.authz.sar import Authorizer
 from apiserver.errors import APIError
 from apiserver.kube import KubeUnavailable
 from apiserver.serving.access import AccessControlMiddleware
+from apiserver.serving.failsafe import FailSafeMiddleware
 from apiserver.serving.health import Readiness, health_router
 from apiserver.serving.metrics import Metrics, metrics_router
 
@@ -48,9 +49,9 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(HTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(AccessControlMiddleware, authenticator=authenticator,
                        authorizer=authorizer)
+    app.add_middleware(FailSafeMiddleware, counter=metrics)
     return app
 
 
@@ -83,9 +84,3 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
         for item in error.errors()
     )
     return status.response(errors.bad_request(f"invalid request: {problems}"))
-
-
-async def _unexpected(request: Request, error: Exception) -> JSONResponse:
-    # Starlette re-raises the error after this response, and uvicorn logs it with its traceback.
-    return status.response(
-        errors.internal_error("an unexpected error occurred; see the server log"))

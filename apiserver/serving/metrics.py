@@ -48,6 +48,14 @@ class Metrics:
             f"{PREFIX}_notifications_finished",
             "Notifications that finished, by final phase.",
             ["phase"], registry=self.registry)
+        self._unexpected_errors = Counter(
+            f"{PREFIX}_unexpected_errors",
+            "Requests that failed with an error the server did not expect (a bug): each is "
+            "logged with its traceback and request id and answered with a 500 Status.",
+            registry=self.registry)
+
+    def unexpected_error(self) -> None:
+        self._unexpected_errors.inc()
 
     def run_started(self) -> None:
         """A PodNotifier run started; pair it with exactly one `run_finished`."""
