@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from apiserver import errors
 from apiserver.api import status
+from apiserver.api.query import check_single_values
 from apiserver.authn.authenticator import (
     AuthenticationFailed,
     Authenticator,
@@ -57,6 +58,7 @@ class AccessControlMiddleware:
                 user = anonymous()
             else:
                 user = await self._authenticate(headers, client_cert_der(scope))
+                check_single_values(scope["query_string"].decode("latin-1"))
                 await self._authorize(user, attributes)
         except APIError as error:
             await status.response(error)(scope, receive, send)
