@@ -12,6 +12,7 @@ from apiserver.kube import KubeClient
 from apiserver.notifier.exec_stream import KubeEndpoint
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import Runner
+from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
@@ -27,7 +28,7 @@ class Services:
     options: ServerOptions
     kube: KubeClient
     database: SqliteDatabase
-    podnotifiers: ObjectStore
+    podnotifiers: PodNotifierStore
     notifications: ObjectStore
     metrics: Metrics = field(default_factory=Metrics)
     pods: PodDirectory = field(init=False)
@@ -49,7 +50,7 @@ class Services:
                    metrics: Metrics | None = None) -> Services:
         database = await SqliteDatabase.open(options.data_dir)
         return cls(options=options, kube=kube, database=database,
-                   podnotifiers=SqliteObjectStore(database, PODNOTIFIERS),
+                   podnotifiers=PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS)),
                    notifications=SqliteObjectStore(database, NOTIFICATIONS),
                    metrics=metrics or Metrics())
 

@@ -18,7 +18,7 @@ from apiserver.errors import Cause
 from apiserver.kube import KubeRejected
 from apiserver.notifier import records, request, trust
 from apiserver.notifier.runner import ContainerPlan, Plan
-from apiserver.registry.sqlite_store import DEFAULT_MAX_OBJECT_BYTES
+from apiserver.registry.store import DEFAULT_MAX_OBJECT_BYTES
 from apiserver.services import Services
 
 RETRY_AFTER_SECONDS = 1
@@ -133,8 +133,8 @@ async def start(svc: Services, admitted: Admitted) -> dict[str, Any]:
         raise errors.too_many_requests(
             f"the server is running its maximum of {svc.options.max_concurrent_executions} "
             "notifiers at once; retry shortly", RETRY_AFTER_SECONDS)
-    created = (await svc.podnotifiers.create_bounded(
-        admitted.record, max_per_pod=svc.options.max_records_per_pod)).object
+    created = await svc.podnotifiers.create_bounded(
+        admitted.record, max_per_pod=svc.options.max_records_per_pod)
     meta = admitted.pod["metadata"]
     svc.runner.start(Plan(
         namespace=meta["namespace"], record=created["metadata"]["name"], pod=meta["name"],

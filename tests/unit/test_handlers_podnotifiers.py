@@ -12,7 +12,6 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -96,10 +95,8 @@ def set_phase(phase: str):
 
 
 @pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:
-    opened = await SqliteDatabase.open(tmp_path / "data", event_retention=10)
-    yield opened
-    await opened.close()
+def event_retention() -> int:
+    return 10
 
 
 @pytest.fixture
