@@ -30,9 +30,14 @@ _UNFINISHED = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
 _NEITHER_PENDING_NOR_RUNNING = "status.phase!=Pending,status.phase!=Running"
 
 
+def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` if it is an object, else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def is_finished(record: Mapping[str, Any]) -> bool:
-    status = record.get("status")
-    return isinstance(status, dict) and status.get("phase") in FINISHED_PHASES
+    return _part(record, "status").get("phase") in FINISHED_PHASES
 
 
 def expires_at(record: Mapping[str, Any], default_ttl_seconds: int) -> float | None:
@@ -44,8 +49,7 @@ def expires_at(record: Mapping[str, Any], default_ttl_seconds: int) -> float | N
     completed = parse_timestamp(record["status"].get("completionTime"))
     if completed is None:
         return None
-    spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
-    ttl = spec.get("ttlSecondsAfterFinished")
+    ttl = _part(record, "spec").get("ttlSecondsAfterFinished")
     if not isinstance(ttl, int) or isinstance(ttl, bool):
         ttl = default_ttl_seconds
     return completed + ttl
@@ -73,7 +77,7 @@ class PodNotifierStore(ObjectStore):
         """
         if max_per_pod < 1:
             raise ValueError("max_per_pod must be at least 1")
-        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        spec = _part(obj, "spec")
         pod, notifier = spec.get("podName"), spec.get("notifier")
         if not isinstance(pod, str) or not pod or not isinstance(notifier, str) or not notifier:
             raise required(self.resource, "spec.podName", "spec.notifier")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import builtins
 import copy
 import json
 import re
@@ -85,9 +86,9 @@ class SqliteObjectStore(ObjectStore):
         self._writes: set[asyncio.Task[Any]] = set()
         self._indexed = False
         """Whether this store's write made sure its indexed fields have their indexes."""
-        for field in resource.indexed_fields:
+        for field in resource.extra_fields:  # written into SQL
             if not _FIELD_PATH.fullmatch(field):
-                raise ValueError(f"{resource.plural}: cannot index field {field!r}")
+                raise ValueError(f"{resource.plural}: cannot select on field {field!r}")
 
     # Writes
 
@@ -261,11 +262,12 @@ class SqliteObjectStore(ObjectStore):
         at = current if snapshot is None else snapshot
         items: list[Object] = []
         while limit == 0 or len(items) <= limit:
-            rows = self._snapshot_rows(connection, at, selection.namespace, after)
+            batch = _LIST_BATCH if limit == 0 else min(_LIST_BATCH, limit + 1 - len(items))
+            rows = self._snapshot_rows(connection, at, selection, after, batch)
             items += [
                 obj for obj in map(json.loads, (r[2] for r in rows)) if selection.matches(obj)
             ]
-            if len(rows) < _LIST_BATCH:
+            if len(rows) < batch:
                 break
             after = (rows[-1][0], rows[-1][1])
         token = ""
@@ -279,31 +281,34 @@ class SqliteObjectStore(ObjectStore):
         self,
         connection: sqlite3.Connection,
         at: int,
-        namespace: str | None,
+        selection: WatchFilter,
         after: tuple[str, str] | None,
-    ) -> list[tuple[str, str, str]]:
-        """A batch of the objects as of resourceVersion ``at``, in key order after ``after``."""
+        batch: int,
+    ) -> builtins.list[tuple[str, str, str]]:
+        """A batch of the objects as of resourceVersion ``at``, in key order after ``after``:
+        at least those of ``selection`` (field requirements are checked in SQL first)."""
+        fields, field_parameters = _field_conditions(selection.fields)
         sql = (
             "SELECT namespace, name, object FROM revisions WHERE resource = ? AND rv <= ? "
-            "AND (superseded IS NULL OR superseded > ?)"
+            f"AND (superseded IS NULL OR superseded > ?){fields}"
         )
-        parameters: list[Any] = [self.resource.plural, at, at]
-        if namespace is not None:
+        parameters: list[Any] = [self.resource.plural, at, at, *field_parameters]
+        if selection.namespace is not None:
             sql += " AND namespace = ?"
-            parameters.append(namespace)
+            parameters.append(selection.namespace)
         if after is not None:
             sql += " AND (namespace, name) > (?, ?)"
             parameters += after
         sql += " ORDER BY namespace, name LIMIT ?"
-        return connection.execute(sql, [*parameters, _LIST_BATCH]).fetchall()
+        return connection.execute(sql, [*parameters, batch]).fetchall()
 
     def _watch_start(
         self, connection: sqlite3.Connection, namespace: str | None, start: int | None
-    ) -> list[Change]:
+    ) -> builtins.list[Change]:
         """The events a new watch begins with: a snapshot, or the history after ``start``."""
         if start is None:
-            current = _current_objects(connection, self.resource, namespace)
-            return [Change(EventType.ADDED, stored.object) for stored in current]
+            objects = _current_objects(connection, self.resource, namespace)
+            return [Change(EventType.ADDED, stored.object) for stored in objects]
         current = db.resource_version(connection)
         if start > current:
             raise ResourceVersionTooLarge(
@@ -468,6 +473,27 @@ def _current_objects(
         parameters.append(namespace)
     rows = connection.execute(sql + " ORDER BY namespace, name", parameters)
     return [_Stored(json.loads(text), rv, created) for text, rv, created in rows]
+
+
+_COLUMNS = {"metadata.name": "name", "metadata.namespace": "namespace"}
+
+
+def _field_conditions(selector: FieldSelector) -> tuple[str, list[Any]]:
+    """SQL (`` AND ...``) that keeps every row ``selector`` matches, so that fewer objects are
+    decoded; the caller still matches each. A field that is not a JSON string is kept (a field
+    selector compares the text of any value)."""
+    sql, parameters = "", []
+    for requirement in selector.requirements:
+        operator = "<>" if requirement.negated else "="
+        column = _COLUMNS.get(requirement.field)
+        if column is not None:
+            sql += f" AND {column} {operator} ?"
+        else:
+            path = f"'$.{requirement.field}'"
+            sql += (f" AND (json_type(object, {path}) IS NOT 'text' "
+                    f"OR json_extract(object, {path}) {operator} ?)")
+        parameters.append(requirement.value)
+    return sql, parameters
 
 
 def _json_path(field: str) -> str:
