@@ -18,6 +18,7 @@ current, and every write is logged as an event. Both are compacted to the last
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "registry.sqlite3"
 DEFAULT_EVENT_RETENTION = 10_000
+DEFAULT_PROBE_INTERVAL_SECONDS = 5.0
 _SCHEMA_VERSION = 2
 
 _SCHEMA = """
@@ -100,11 +102,16 @@ class SqliteDatabase:
     A read or write that SQLite fails for a storage reason (full disk, I/O error, read-only
     file, damaged file) raises ``StorageUnavailable``, never ``sqlite3`` errors; a failed write
     transaction is rolled back whole and makes ``writable`` false until a write commits again.
+    Meanwhile the database tries a small write of its own every ``probe_interval`` seconds, so
+    that it becomes writable again once space is freed even if nothing else writes (a server
+    that is not ready gets no requests).
     """
 
-    def __init__(self, path: Path, event_retention: int) -> None:
+    def __init__(self, path: Path, event_retention: int, probe_interval: float) -> None:
         self.path = path
         self.event_retention = event_retention
+        self._probe_interval = probe_interval
+        self._probing: asyncio.Task[None] | None = None
         self.write_lock = asyncio.Lock()
         """Held while a write commits and is published, and while a watch starts."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="registry-sqlite")
@@ -124,12 +131,13 @@ class SqliteDatabase:
 
     @classmethod
     async def open(
-        cls, data_dir: Path, *, event_retention: int = DEFAULT_EVENT_RETENTION
+        cls, data_dir: Path, *, event_retention: int = DEFAULT_EVENT_RETENTION,
+        probe_interval: float = DEFAULT_PROBE_INTERVAL_SECONDS,
     ) -> SqliteDatabase:
         if event_retention < 1:
             raise ValueError("event_retention must be at least 1")
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        database = cls(data_dir / FILE_NAME, event_retention)
+        database = cls(data_dir / FILE_NAME, event_retention, probe_interval)
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(database._executor, database._connect)
@@ -164,6 +172,9 @@ class SqliteDatabase:
                 log.error("registry write failed", extra={"path": str(self.path),
                                                           "error": unavailable.message})
             self._write_error = unavailable.message
+            if self._probing is None or self._probing.done():
+                self._probing = asyncio.get_running_loop().create_task(
+                    self._probe_until_writable(), name="registry-write-probe")
             raise unavailable from error
         if not self.writable:
             log.info("registry writes succeed again", extra={"path": str(self.path)})
@@ -171,8 +182,17 @@ class SqliteDatabase:
         return result
 
     async def close(self) -> None:
+        if self._probing is not None:
+            self._probing.cancel()
+            await asyncio.gather(self._probing, return_exceptions=True)
         await self.run(self._disconnect)
         self._executor.shutdown(wait=True)
+
+    async def _probe_until_writable(self) -> None:
+        while not self.writable:
+            await asyncio.sleep(self._probe_interval)
+            with contextlib.suppress(StorageUnavailable):
+                await self.transaction(_probe_write)
 
     def _call(self, function: Callable[[sqlite3.Connection], T]) -> T:
         if self._connection is None:
@@ -236,6 +256,14 @@ class SqliteDatabase:
                 connection.execute("ROLLBACK")
             raise
         return result
+
+
+def _probe_write(connection: sqlite3.Connection) -> None:
+    """A write that needs a free page and a commit, and leaves no row behind."""
+    page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+    connection.execute("INSERT INTO meta (key, value) VALUES ('write-probe', zeroblob(?))",
+                       (page_size,))
+    connection.execute("DELETE FROM meta WHERE key = 'write-probe'")
 
 
 def _script(connection: sqlite3.Connection, script: str) -> None:

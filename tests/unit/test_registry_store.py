@@ -247,3 +247,28 @@ async def test_storage_failure_inside_a_cohort_decision_is_rolled_back(
 
     assert not database.writable
     assert names((await store.list("ns")).items) == ["a"]
+
+
+async def test_writable_again_after_space_is_freed_without_other_writes(tmp_path: Path) -> None:
+    """A server that is not ready gets no requests: the database's own probe must notice."""
+    database = await SqliteDatabase.open(tmp_path / "data", probe_interval=0.02)
+    store = SqliteObjectStore(database, PODNOTIFIERS)
+    await store.create(record("a"))
+    await fill_disk(database)
+    with pytest.raises(StorageUnavailable):
+        await store.create(big("b"))
+
+    await asyncio.sleep(0.2)  # probes fail while the disk is full
+    still_full = database.writable
+    await free_space(database)
+    for _ in range(100):
+        if database.writable:
+            break
+        await asyncio.sleep(0.02)
+    recovered = database.writable
+    listed = await store.list("ns")
+    await database.close()
+
+    assert not still_full
+    assert recovered
+    assert names(listed.items) == ["a"] and listed.resource_version == "1"
