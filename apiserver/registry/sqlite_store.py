@@ -133,7 +133,8 @@ class SqliteObjectStore(ObjectStore):
         selection = self._filter(namespace, label_selector, field_selector)
 
         def remove_matching(tx: _Transaction) -> list[Object]:
-            current = _current_objects(tx.connection, self.resource, namespace)
+            current = _current_objects(tx.connection, self.resource, namespace,
+                                       selection.fields)
             matching = [stored for stored in current if selection.matches(stored.object)]
             return [tx.remove(stored) for stored in matching]
 
@@ -464,10 +465,14 @@ def _current(
 
 
 def _current_objects(
-    connection: sqlite3.Connection, resource: ResourceType, namespace: str | None
+    connection: sqlite3.Connection, resource: ResourceType, namespace: str | None,
+    fields: FieldSelector | None = None,
 ) -> list[_Stored]:
-    sql = f"SELECT object, rv, created_rv FROM revisions WHERE {_CURRENT}"
-    parameters: list[Any] = [resource.plural]
+    """The current objects in (namespace, name) order: all of them, or (with ``fields``) at
+    least those that match."""
+    conditions, parameters = _field_conditions(fields or FieldSelector())
+    sql = f"SELECT object, rv, created_rv FROM revisions WHERE {_CURRENT}{conditions}"
+    parameters.insert(0, resource.plural)
     if namespace is not None:
         sql += " AND namespace = ?"
         parameters.append(namespace)

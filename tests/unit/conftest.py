@@ -3,6 +3,7 @@ registry's SQLite database, and the storage backends the store conformance suite
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -165,13 +166,27 @@ class Backend:
         return opened
 
 
-@pytest.fixture(params=["sqlite"])
+@contextlib.asynccontextmanager
+async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
+    database = await SqliteDatabase.open(tmp_path / "backend", event_retention=Backend.history)
+    try:
+        yield Backend(lambda resource, max_bytes, max_queued: SqliteObjectStore(
+            database, resource, max_object_bytes=max_bytes, max_queued_events=max_queued))
+    finally:
+        await database.close()
+
+
+BACKENDS: dict[str, Callable[[Path], contextlib.AbstractAsyncContextManager[Backend]]] = {
+    "sqlite": sqlite_backend,
+}
+"""Every storage backend, by name: each must pass the store conformance suite."""
+
+
+@pytest.fixture(params=sorted(BACKENDS))
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
-    if request.param == "sqlite":
-        opened = await SqliteDatabase.open(tmp_path / "backend", event_retention=Backend.history)
-        backend = Backend(lambda resource, max_bytes, max_queued: SqliteObjectStore(
-            opened, resource, max_object_bytes=max_bytes, max_queued_events=max_queued))
-        yield backend
-        for store in backend.stores:
-            store.close()
-        await opened.close()
+    async with BACKENDS[request.param](tmp_path) as opened:
+        try:
+            yield opened
+        finally:
+            for store in opened.stores:
+                store.close()

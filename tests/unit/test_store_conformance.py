@@ -399,6 +399,23 @@ async def test_list_filters_by_namespace_and_selectors(store: ObjectStore) -> No
         await store.list("ns", label_selector="app in (")
 
 
+async def test_field_selectors_compare_the_text_of_any_value(store: ObjectStore) -> None:
+    await store.create({"metadata": {"namespace": "ns", "name": "no-phase"},
+                        "spec": {"podName": "web-0", "notifier": "x"}})
+    await store.create({"metadata": {"namespace": "ns", "name": "numeric"},
+                        "spec": {"podName": "web-0", "notifier": 5},
+                        "status": {"phase": "Running"}})
+
+    assert names((await store.list("ns", field_selector="status.phase=")).items) == ["no-phase"]
+    assert names((await store.list("ns", field_selector="spec.notifier=5")).items) == ["numeric"]
+    assert names((await store.list("ns", field_selector="status.phase!=Running")).items) == [
+        "no-phase"]
+    assert names((await store.list("ns", field_selector="metadata.name!=numeric")).items) == [
+        "no-phase"]
+    assert names(await store.delete_collection("ns", field_selector="spec.notifier=5")) == [
+        "numeric"]
+
+
 async def test_notification_selectable_fields(backend: Backend) -> None:
     notifications = backend.store(NOTIFICATIONS)
     for name, notifier, phase in [("a", "quiesce", "Running"), ("b", "flush", "Pending")]:
