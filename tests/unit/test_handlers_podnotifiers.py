@@ -317,6 +317,26 @@ async def test_delete_missing_is_404(client: httpx.AsyncClient) -> None:
     assert body["message"] == 'podnotifiers.notifier.x-k8s.io "a" not found'
 
 
+async def test_storage_failure_is_a_503_status(served: httpx.AsyncClient, store: TrackedStore,
+                                              database: SqliteDatabase) -> None:
+    """Issue 8 bug 5: a failing disk answered 500 and then closed connections."""
+    await store.create(record("a"))
+    await database.run(lambda c: c.execute("PRAGMA query_only = ON"))  # every write fails
+
+    first = await served.delete(f"{NS}/a")
+    second = await served.delete(f"{NS}/a")  # the same connection still answers
+    await database.run(lambda c: c.execute("PRAGMA query_only = OFF"))
+    third = await served.delete(f"{NS}/a")
+
+    for response in (first, second):
+        body = assert_status(response, 503, "ServiceUnavailable")
+        assert body["message"].startswith("storage failed: could not write ")
+        assert "make --data-dir" in body["message"]
+        assert response.headers["retry-after"] == "5"
+    assert third.status_code == 200
+    assert database.writable
+
+
 async def test_delete_with_kubectl_body(client: httpx.AsyncClient, store: TrackedStore) -> None:
     await store.create(record("a"))
 
