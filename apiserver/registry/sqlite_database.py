@@ -35,6 +35,7 @@ FILE_NAME = "registry.sqlite3"
 DEFAULT_EVENT_RETENTION = 10_000
 DEFAULT_PROBE_INTERVAL_SECONDS = 5.0
 _SCHEMA_VERSION = 2
+_MINIMUM_SQLITE = (3, 38, 0)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -208,6 +209,10 @@ class SqliteDatabase:
             f"{f' ({code})' if code else ''}; {remedy.format(data_dir=self.path.parent)}")
 
     def _connect(self) -> None:
+        if sqlite3.sqlite_version_info < _MINIMUM_SQLITE:
+            raise RuntimeError(
+                f"the registry needs SQLite {'.'.join(map(str, _MINIMUM_SQLITE))} or later (JSON "
+                f"functions, ALTER TABLE DROP COLUMN); this Python has {sqlite3.sqlite_version}")
         descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         os.close(descriptor)
         connection = sqlite3.connect(self.path, isolation_level=None, timeout=0)
