@@ -33,6 +33,7 @@ from apiserver.notifier.errors import PodNotFound
 from apiserver.notifier.exec_stream import KubeEndpoint
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import Runner
+from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
@@ -105,8 +106,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     readiness = Readiness()
     readiness.add("trust-material", lambda: trust_store.material is not None)
     readiness.add("kube-apiserver", lambda: kube.last_success is not None)
+    readiness.add("storage", lambda: database.writable)
 
-    records = SqliteObjectStore(database, PODNOTIFIERS)
+    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS))
     notification_store = SqliteObjectStore(database, NOTIFICATIONS)
     pod_index = PodDirectory(kube)
 

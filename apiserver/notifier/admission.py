@@ -26,8 +26,8 @@ from apiserver.notifier.errors import (
 from apiserver.notifier.runner import ContainerPlan, Plan, Runner
 from apiserver.notifier.trust import TrustDecision
 from apiserver.registry.errors import Conflict, TooManyRequests
-from apiserver.registry.sqlite_store import DEFAULT_MAX_OBJECT_BYTES
-from apiserver.registry.store import ObjectStore
+from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.registry.store import DEFAULT_MAX_OBJECT_BYTES
 
 RETRY_AFTER_SECONDS = 1
 
@@ -84,7 +84,7 @@ def container_states(pod: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 class Admission:
-    def __init__(self, *, pods: PodSource, trust: TrustRules, records: ObjectStore,
+    def __init__(self, *, pods: PodSource, trust: TrustRules, records: PodNotifierStore,
                  runner: Runner, limits: Limits) -> None:
         self._pods = pods
         self._trust = trust
@@ -162,8 +162,8 @@ class Admission:
                 f"the server is running its maximum of {self._limits.max_concurrent_executions}"
                 " notifiers at once; retry shortly", retry_after_seconds=RETRY_AFTER_SECONDS)
         try:
-            created = (await self._records.create_bounded(
-                admitted.record, max_per_pod=self._limits.max_records_per_pod)).object
+            created = await self._records.create_bounded(
+                admitted.record, max_per_pod=self._limits.max_records_per_pod)
         except Conflict as error:
             raise RunConflict(error.message, group=error.group, resource=error.resource,
                               name=error.name) from None

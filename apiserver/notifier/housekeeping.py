@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 from apiserver.notifier import records
 from apiserver.notifier.pods import PodDirectory
 from apiserver.registry.errors import NotFound
-from apiserver.registry.store import ObjectStore
+from apiserver.registry.podnotifiers import PodNotifierStore
 
 log = logging.getLogger(__name__)
 
 COLLECT_INTERVAL_SECONDS = 10.0
 
 
-async def recover_interrupted(store: ObjectStore) -> int:
+async def recover_interrupted(store: PodNotifierStore) -> int:
     """End every record left Pending or Running by a previous server process as Interrupted.
 
     Runs before the server serves, so no run of this process can be mistaken for one."""
@@ -34,7 +34,7 @@ async def recover_interrupted(store: ObjectStore) -> int:
     return count
 
 
-async def collect_once(store: ObjectStore, pods: PodDirectory, default_ttl_seconds: int,
+async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_seconds: int,
                        scan_orphans: bool = True) -> tuple[int, int]:
     """Delete expired finished records, and (if `scan_orphans`) finished records of pods that
     no longer exist.
@@ -61,7 +61,7 @@ async def collect_once(store: ObjectStore, pods: PodDirectory, default_ttl_secon
     return len(expired), orphaned
 
 
-async def collect_forever(store: ObjectStore, pods: PodDirectory, default_ttl_seconds: int,
+async def collect_forever(store: PodNotifierStore, pods: PodDirectory, default_ttl_seconds: int,
                           interval: float = COLLECT_INTERVAL_SECONDS) -> None:
     """Collect every `interval` seconds; scan for orphans only after the pod index has seen a
     deletion since the last scan (and once at start), not through every record each time."""

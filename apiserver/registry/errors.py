@@ -82,8 +82,34 @@ class ResourceVersionTooLarge(StoreError, errors.Timeout):
             message, causes=[Cause("ResourceVersionTooLarge", "Too large resource version")])
 
 
+STORAGE_RETRY_AFTER_SECONDS = 5
+
+
+class StorageUnavailable(StoreError, errors.ServiceUnavailable):
+    """The storage backend failed to read or write (full disk, I/O error, read-only file
+    system): nothing of the request was stored, and the server is not ready until a write
+    succeeds again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after_seconds=STORAGE_RETRY_AFTER_SECONDS)
+
+
 class DataDirInUse(RuntimeError):
     """Another process holds the registry database."""
+
+
+def required(resource: ResourceType, *fields: str, detail: str = "") -> Invalid:
+    """422 for missing fields; ``detail`` words the requirement if not "<fields> are"."""
+    what = detail or " and ".join(fields)
+    return Invalid(
+        f"{what} {'is' if len(fields) == 1 else 'are'} required",
+        resource=resource,
+        causes=[Cause("FieldValueRequired", "Required value", field) for field in fields],
+    )
+
+
+def not_found(resource: ResourceType, name: str) -> NotFound:
+    return NotFound(f'{resource.qualified} "{name}" not found', resource=resource, name=name)
 
 
 def check_preconditions(resource: ResourceType, obj: Mapping[str, Any], resource_version: str,

@@ -1,11 +1,10 @@
-"""Object helpers the registry needs: metadata it fills in, encoding, indexed fields."""
+"""Object helpers the registry needs: metadata it fills in, encoding, timestamps."""
 
 from __future__ import annotations
 
 import json
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,31 +47,3 @@ def encode(obj: Mapping[str, Any]) -> str:
 def metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
-
-
-@dataclass(frozen=True)
-class IndexedFields:
-    """Fields the registry queries without decoding objects."""
-
-    pod: str | None
-    notifier: str | None
-    phase: str | None
-    completion: float | None
-    ttl_seconds: int | None
-
-    @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> IndexedFields:
-        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
-        ttl = spec.get("ttlSecondsAfterFinished")
-        return cls(
-            pod=_string(spec.get("podName")),
-            notifier=_string(spec.get("notifier")),
-            phase=_string(status.get("phase")),
-            completion=parse_timestamp(status.get("completionTime")),
-            ttl_seconds=ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None,
-        )
-
-
-def _string(value: Any) -> str | None:
-    return value if isinstance(value, str) else None

@@ -1,4 +1,4 @@
-"""The resource types the registry stores, and what can be selected on them."""
+"""The resource types the registry stores: what can be selected on them, what is indexed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ class ResourceType:
     kind: str
     extra_fields: tuple[str, ...] = ()
     """Field selectors beyond ``metadata.name`` and ``metadata.namespace``."""
+    indexed_fields: tuple[str, ...] = ()
+    """Selectable fields that hold strings and that cohorts (``store.Cohort``) select on: a
+    backend keeps an index of each, so such a selection is not a scan."""
     group: str = GROUP
+
+    def __post_init__(self) -> None:
+        unknown = set(self.indexed_fields) - set(self.extra_fields)
+        if unknown:
+            raise ValueError(f"{self.plural}: indexed fields {sorted(unknown)} are not selectable")
 
     @property
     def qualified(self) -> str:
@@ -28,6 +36,7 @@ class ResourceType:
 
 
 PODNOTIFIERS = ResourceType(
-    "podnotifiers", "PodNotifier", ("spec.podName", "spec.notifier", "status.phase")
+    "podnotifiers", "PodNotifier", ("spec.podName", "spec.notifier", "status.phase"),
+    indexed_fields=("spec.podName",),
 )
 NOTIFICATIONS = ResourceType("notifications", "Notification", ("spec.notifier", "status.phase"))

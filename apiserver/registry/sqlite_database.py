@@ -18,6 +18,8 @@ current, and every write is logged as an event. Both are compacted to the last
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import sqlite3
 from collections.abc import Callable
@@ -25,16 +27,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from apiserver.registry.errors import DataDirInUse
+from apiserver.registry.errors import DataDirInUse, StorageUnavailable
+
+log = logging.getLogger(__name__)
 
 FILE_NAME = "registry.sqlite3"
 DEFAULT_EVENT_RETENTION = 10_000
-_SCHEMA_VERSION = 1
+DEFAULT_PROBE_INTERVAL_SECONDS = 5.0
+_SCHEMA_VERSION = 2
+_MINIMUM_SQLITE = (3, 38, 0)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 1), ('rv', 0), ('compacted', 0);
--- One row per revision of an object, current from resourceVersion rv until superseded.
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 2), ('rv', 0), ('compacted', 0);
+-- One row per revision of an object, current from resourceVersion rv until superseded. The
+-- store adds an index per indexed field of a resource (see SqliteObjectStore).
 CREATE TABLE IF NOT EXISTS revisions (
     resource TEXT NOT NULL,
     namespace TEXT NOT NULL,
@@ -42,20 +49,11 @@ CREATE TABLE IF NOT EXISTS revisions (
     rv INTEGER NOT NULL,
     superseded INTEGER,
     created_rv INTEGER NOT NULL,
-    pod TEXT,
-    notifier TEXT,
-    phase TEXT,
-    completion REAL,
-    ttl INTEGER,
     object TEXT NOT NULL,
     PRIMARY KEY (resource, namespace, name, rv)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS current_revisions
     ON revisions (resource, namespace, name) WHERE superseded IS NULL;
-CREATE INDEX IF NOT EXISTS current_by_pod
-    ON revisions (resource, namespace, pod, created_rv) WHERE superseded IS NULL;
-CREATE INDEX IF NOT EXISTS current_by_phase
-    ON revisions (resource, phase) WHERE superseded IS NULL;
 CREATE INDEX IF NOT EXISTS superseded_revisions
     ON revisions (superseded) WHERE superseded IS NOT NULL;
 -- One row per write: ADDED and MODIFIED name the revision starting at rv, DELETED the one
@@ -83,28 +81,64 @@ CREATE TABLE IF NOT EXISTS notification_pods (
 CREATE INDEX IF NOT EXISTS notification_pods_by_seq ON notification_pods (notification_uid, seq);
 """
 
+# Schema 1 kept PodNotifier fields in columns of every revision; schema 2 indexes the fields of
+# each resource's ResourceType.indexed_fields instead (expression indexes on the object).
+_MIGRATE_FROM_1 = """
+DROP INDEX IF EXISTS current_by_pod;
+DROP INDEX IF EXISTS current_by_phase;
+ALTER TABLE revisions DROP COLUMN pod;
+ALTER TABLE revisions DROP COLUMN notifier;
+ALTER TABLE revisions DROP COLUMN phase;
+ALTER TABLE revisions DROP COLUMN completion;
+ALTER TABLE revisions DROP COLUMN ttl;
+UPDATE meta SET value = 2 WHERE key = 'schema';
+"""
+
 T = TypeVar("T")
 
 
 class SqliteDatabase:
-    """Open with ``await SqliteDatabase.open(data_dir)``; close with ``await db.close()``."""
+    """Open with ``await SqliteDatabase.open(data_dir)``; close with ``await db.close()``.
 
-    def __init__(self, path: Path, event_retention: int) -> None:
+    A read or write that SQLite fails for a storage reason (full disk, I/O error, read-only
+    file, damaged file) raises ``StorageUnavailable``, never ``sqlite3`` errors; a failed write
+    transaction is rolled back whole and makes ``writable`` false until a write commits again.
+    Meanwhile the database tries a small write of its own every ``probe_interval`` seconds, so
+    that it becomes writable again once space is freed even if nothing else writes (a server
+    that is not ready gets no requests).
+    """
+
+    def __init__(self, path: Path, event_retention: int, probe_interval: float) -> None:
         self.path = path
         self.event_retention = event_retention
+        self._probe_interval = probe_interval
+        self._probing: asyncio.Task[None] | None = None
         self.write_lock = asyncio.Lock()
         """Held while a write commits and is published, and while a watch starts."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="registry-sqlite")
         self._connection: sqlite3.Connection | None = None
+        self._write_error = ""
+
+    @property
+    def writable(self) -> bool:
+        """False from a write that failed for a storage reason until a write succeeds (for
+        readiness: while it is false, every write is likely to answer 503)."""
+        return not self._write_error
+
+    @property
+    def write_error(self) -> str:
+        """What the last failed write said ("" while ``writable``)."""
+        return self._write_error
 
     @classmethod
     async def open(
-        cls, data_dir: Path, *, event_retention: int = DEFAULT_EVENT_RETENTION
+        cls, data_dir: Path, *, event_retention: int = DEFAULT_EVENT_RETENTION,
+        probe_interval: float = DEFAULT_PROBE_INTERVAL_SECONDS,
     ) -> SqliteDatabase:
         if event_retention < 1:
             raise ValueError("event_retention must be at least 1")
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        database = cls(data_dir / FILE_NAME, event_retention)
+        database = cls(data_dir / FILE_NAME, event_retention, probe_interval)
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(database._executor, database._connect)
@@ -114,24 +148,71 @@ class SqliteDatabase:
         return database
 
     async def run(self, function: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``function`` with the connection on the database thread."""
+        """Run ``function`` with the connection on the database thread (for reads)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, function)
+        try:
+            return await loop.run_in_executor(self._executor, self._call, function)
+        except sqlite3.DatabaseError as error:
+            if not _is_storage_failure(error):
+                raise
+            raise self._unavailable("read", error) from error
 
     async def transaction(self, function: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``function`` on the database thread in one write transaction."""
-        return await self.run(lambda connection: self._in_transaction(connection, function))
+        """Run ``function`` on the database thread in one write transaction: all of it is
+        committed, or (on any exception) none of it."""
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(
+                self._executor, self._call,
+                lambda connection: self._in_transaction(connection, function))
+        except sqlite3.DatabaseError as error:
+            if not _is_storage_failure(error):
+                raise
+            unavailable = self._unavailable("write", error)
+            if self.writable:
+                log.error("registry write failed", extra={"path": str(self.path),
+                                                          "error": unavailable.message})
+            self._write_error = unavailable.message
+            if self._probing is None or self._probing.done():
+                self._probing = asyncio.get_running_loop().create_task(
+                    self._probe_until_writable(), name="registry-write-probe")
+            raise unavailable from error
+        if not self.writable:
+            log.info("registry writes succeed again", extra={"path": str(self.path)})
+            self._write_error = ""
+        return result
 
     async def close(self) -> None:
+        if self._probing is not None:
+            self._probing.cancel()
+            await asyncio.gather(self._probing, return_exceptions=True)
         await self.run(self._disconnect)
         self._executor.shutdown(wait=True)
+
+    async def _probe_until_writable(self) -> None:
+        while not self.writable:
+            await asyncio.sleep(self._probe_interval)
+            with contextlib.suppress(StorageUnavailable):
+                await self.transaction(_probe_write)
 
     def _call(self, function: Callable[[sqlite3.Connection], T]) -> T:
         if self._connection is None:
             raise RuntimeError(f"{self.path} is closed")
         return function(self._connection)
 
+    def _unavailable(self, action: str, error: sqlite3.DatabaseError) -> StorageUnavailable:
+        code = getattr(error, "sqlite_errorname", "")
+        remedy = next((text for primary, text in _REMEDIES.items()
+                       if code == primary or code.startswith(primary + "_")), _DEFAULT_REMEDY)
+        return StorageUnavailable(
+            f"storage failed: could not {action} {self.path}: {error}"
+            f"{f' ({code})' if code else ''}; {remedy.format(data_dir=self.path.parent)}")
+
     def _connect(self) -> None:
+        if sqlite3.sqlite_version_info < _MINIMUM_SQLITE:
+            raise RuntimeError(
+                f"the registry needs SQLite {'.'.join(map(str, _MINIMUM_SQLITE))} or later (JSON "
+                f"functions, ALTER TABLE DROP COLUMN); this Python has {sqlite3.sqlite_version}")
         descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         os.close(descriptor)
         connection = sqlite3.connect(self.path, isolation_level=None, timeout=0)
@@ -139,7 +220,13 @@ class SqliteDatabase:
             connection.execute("PRAGMA locking_mode=EXCLUSIVE")
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
-            connection.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
+            _script(connection, _SCHEMA)
+            schema = connection.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
+            if schema == 1:
+                _script(connection, _MIGRATE_FROM_1)
+                log.info("migrated the registry database", extra={"path": str(self.path),
+                                                                  "from": 1, "to": 2})
+                schema = _SCHEMA_VERSION
         except sqlite3.OperationalError as error:
             connection.close()
             if "locked" in str(error):
@@ -148,7 +235,6 @@ class SqliteDatabase:
                     "data directory"
                 ) from error
             raise
-        schema = connection.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
         if schema != _SCHEMA_VERSION:
             connection.close()
             raise RuntimeError(
@@ -167,11 +253,49 @@ class SqliteDatabase:
         connection.execute("BEGIN IMMEDIATE")
         try:
             result = function(connection)
+            connection.execute("COMMIT")
         except BaseException:
-            connection.execute("ROLLBACK")
+            # SQLite may already have rolled back (it does for some SQLITE_FULL and
+            # SQLITE_IOERR cases); a failed COMMIT leaves the transaction open.
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
             raise
-        connection.execute("COMMIT")
         return result
+
+
+def _probe_write(connection: sqlite3.Connection) -> None:
+    """A write that needs a free page and a commit, and leaves no row behind."""
+    page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+    connection.execute("INSERT INTO meta (key, value) VALUES ('write-probe', zeroblob(?))",
+                       (page_size,))
+    connection.execute("DELETE FROM meta WHERE key = 'write-probe'")
+
+
+def _script(connection: sqlite3.Connection, script: str) -> None:
+    """Run ``script`` in one transaction (``executescript`` commits any open one first)."""
+    try:
+        connection.executescript(f"BEGIN IMMEDIATE;{script}COMMIT;")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+
+
+def _is_storage_failure(error: sqlite3.DatabaseError) -> bool:
+    """Errors of the storage (disk full, I/O, read-only, damaged file), not of our SQL:
+    IntegrityError and ProgrammingError stay bugs."""
+    return isinstance(error, sqlite3.OperationalError) or type(error) is sqlite3.DatabaseError
+
+
+_DEFAULT_REMEDY = "check the file system of --data-dir {data_dir}, then retry"
+_REMEDIES = {
+    "SQLITE_FULL": "free space on the file system of --data-dir {data_dir} (or give it a larger "
+                   "volume), then retry",
+    "SQLITE_IOERR": "the disk behind --data-dir {data_dir} failed; check it, then retry",
+    "SQLITE_READONLY": "make --data-dir {data_dir} writable by the server, then retry",
+    "SQLITE_CORRUPT": "the database file is damaged; restart the server with a restored or "
+                      "empty --data-dir {data_dir}",
+}
 
 
 def resource_version(connection: sqlite3.Connection) -> int:

@@ -1,45 +1,50 @@
-"""``ObjectStore`` on the embedded SQLite database."""
+"""``ObjectStore`` on the embedded SQLite database.
+
+Generic over resources: each ``ResourceType.indexed_fields`` gets an expression index on the
+stored JSON (created by the store's first write), which cohort queries use.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import binascii
+import builtins
 import copy
 import json
+import re
 import sqlite3
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
-from apiserver.errors import Cause
 from apiserver.registry import sqlite_database as db
 from apiserver.registry.errors import (
     AlreadyExists,
     BadRequest,
-    Conflict,
     Expired,
-    Invalid,
-    NotFound,
     ResourceVersionTooLarge,
     TooLarge,
-    TooManyRequests,
     check_preconditions,
+    not_found,
+    required,
 )
-from apiserver.registry.objects import (
-    FINISHED_PHASES,
-    IndexedFields,
-    encode,
-    generate_name,
-    metadata,
-    timestamp,
-)
+from apiserver.registry.objects import encode, generate_name, metadata, timestamp
 from apiserver.registry.resources import ResourceType
-from apiserver.registry.selectors import parse_field_selector, parse_label_selector
+from apiserver.registry.selectors import (
+    FieldSelector,
+    parse_field_selector,
+    parse_label_selector,
+)
 from apiserver.registry.sqlite_database import SqliteDatabase
-from apiserver.registry.store import BoundedCreate, ListResult, Object, ObjectStore
+from apiserver.registry.store import (
+    DEFAULT_MAX_OBJECT_BYTES,
+    Cohort,
+    ListResult,
+    Object,
+    ObjectStore,
+)
 from apiserver.registry.watch import (
     DEFAULT_MAX_QUEUED_EVENTS,
     Change,
@@ -49,11 +54,10 @@ from apiserver.registry.watch import (
     WatchHub,
 )
 
-DEFAULT_MAX_OBJECT_BYTES = 256 * 1024
 _GENERATE_NAME_ATTEMPTS = 8
 _LIST_BATCH = 500
-_FINISHED = f"phase IN ({', '.join(repr(phase) for phase in FINISHED_PHASES)})"
 _CURRENT = "resource = ? AND superseded IS NULL"
+_FIELD_PATH = re.compile(r"[A-Za-z][A-Za-z0-9]*(\.[A-Za-z][A-Za-z0-9]*)*")
 
 T = TypeVar("T")
 
@@ -80,27 +84,29 @@ class SqliteObjectStore(ObjectStore):
         self._max_queued_events = max_queued_events
         self._hub = WatchHub()
         self._writes: set[asyncio.Task[Any]] = set()
+        self._indexed = False
+        """Whether this store's write made sure its indexed fields have their indexes."""
+        for field in resource.extra_fields:  # written into SQL
+            if not _FIELD_PATH.fullmatch(field):
+                raise ValueError(f"{resource.plural}: cannot select on field {field!r}")
 
     # Writes
 
-    async def create(self, obj: Mapping[str, Any]) -> Object:
+    async def create(self, obj: Mapping[str, Any], *, cohort: Cohort | None = None) -> Object:
         prepared = self._new_object(obj)
-        return await self._write(lambda tx: tx.add(prepared))
+        if cohort is None:
+            return await self._write(lambda tx: tx.add(prepared))
+        namespace = metadata(prepared)["namespace"]
+        selector = parse_field_selector(cohort.field_selector, self.resource.selectable_fields)
 
-    async def update(self, obj: Mapping[str, Any]) -> Object:
-        desired = copy.deepcopy(dict(obj))
-        meta = metadata(desired)
-        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        def create_in_cohort(tx: _Transaction) -> Object:
+            members = [stored.object for stored in _cohort(tx.connection, self.resource,
+                                                           namespace, selector)]
+            for member in cohort.decide(copy.deepcopy(members)):
+                tx.remove(tx.require(namespace, metadata(member)["name"]))
+            return tx.add(prepared)
 
-        def replace(tx: _Transaction) -> Object:
-            stored = tx.require(namespace, name)
-            check_preconditions(
-                self.resource, stored.object, str(meta.get("resourceVersion") or ""),
-                str(meta.get("uid") or "")
-            )
-            return tx.replace(stored, desired)
-
-        return await self._write(replace)
+        return await self._write(create_in_cohort)
 
     async def guaranteed_update(
         self, namespace: str, name: str, mutate: Callable[[Object], Object]
@@ -127,73 +133,19 @@ class SqliteObjectStore(ObjectStore):
         selection = self._filter(namespace, label_selector, field_selector)
 
         def remove_matching(tx: _Transaction) -> list[Object]:
-            current = _current_objects(tx.connection, self.resource, namespace)
+            current = _current_objects(tx.connection, self.resource, namespace,
+                                       selection.fields)
             matching = [stored for stored in current if selection.matches(stored.object)]
             return [tx.remove(stored) for stored in matching]
 
         return await self._write(remove_matching)
-
-    async def create_bounded(
-        self, obj: Mapping[str, Any], *, max_per_pod: int, retry_after_seconds: int = 5
-    ) -> BoundedCreate:
-        if max_per_pod < 1:
-            raise ValueError("max_per_pod must be at least 1")
-        prepared = self._new_object(obj)
-        fields = IndexedFields.of(prepared)
-        namespace = metadata(prepared)["namespace"]
-        if fields.pod is None or fields.notifier is None:
-            raise _required(self.resource, "spec.podName", "spec.notifier")
-        pod, notifier = fields.pod, fields.notifier
-
-        def create(tx: _Transaction) -> BoundedCreate:
-            running = tx.query(
-                f"SELECT name FROM revisions WHERE {_CURRENT} AND namespace = ? AND pod = ? "
-                f"AND notifier = ? AND (phase IS NULL OR NOT {_FINISHED}) LIMIT 1",
-                namespace,
-                pod,
-                notifier,
-            )
-            if running:
-                raise Conflict(
-                    f'notifier "{notifier}" is already running on pod "{pod}" '
-                    f'({self.resource.qualified} "{running[0][0]}"); wait for it to finish',
-                    resource=self.resource,
-                    name=running[0][0],
-                )
-            excess = _count_for_pod(tx.connection, self.resource, namespace, pod) + 1 - max_per_pod
-            evicted = []
-            if excess > 0:
-                finished = _oldest_finished(tx.connection, self.resource, namespace, pod, excess)
-                if len(finished) < excess:
-                    raise TooManyRequests(
-                        f'pod "{pod}" has {max_per_pod} or more unfinished notifier records, '
-                        "the most it may keep; retry when one of them finishes",
-                        resource=self.resource,
-                        retry_after_seconds=retry_after_seconds,
-                    )
-                evicted = [tx.remove(tx.require(namespace, metadata(o)["name"])) for o in finished]
-            return BoundedCreate(tx.add(prepared), evicted)
-
-        return await self._write(create)
-
-    async def delete_expired(self, now: datetime, default_ttl_seconds: int) -> list[Object]:
-        def remove_expired(tx: _Transaction) -> list[Object]:
-            names = tx.query(
-                f"SELECT namespace, name FROM revisions WHERE {_CURRENT} AND {_FINISHED} "
-                "AND completion + COALESCE(ttl, ?) <= ? ORDER BY created_rv",
-                default_ttl_seconds,
-                now.timestamp(),
-            )
-            return [tx.remove(tx.require(namespace, name)) for namespace, name in names]
-
-        return await self._write(remove_expired)
 
     # Reads
 
     async def get(self, namespace: str, name: str) -> Object:
         stored = await self._database.run(lambda c: _current(c, self.resource, namespace, name))
         if stored is None:
-            raise _not_found(self.resource, name)
+            raise not_found(self.resource, name)
         return stored.object
 
     async def list(
@@ -231,16 +183,6 @@ class SqliteObjectStore(ObjectStore):
             self._hub.add(watch)
         return watch
 
-    async def unfinished(self) -> list[Object]:
-        rows = await self._database.run(
-            lambda c: c.execute(
-                f"SELECT object FROM revisions WHERE {_CURRENT} "
-                f"AND (phase IS NULL OR NOT {_FINISHED}) ORDER BY created_rv",
-                (self.resource.plural,),
-            ).fetchall()
-        )
-        return [json.loads(text) for (text,) in rows]
-
     def close(self) -> None:
         self._hub.close_all()
 
@@ -261,13 +203,18 @@ class SqliteObjectStore(ObjectStore):
         async with self._database.write_lock:
             changes: list[Change] = []
 
+            indexed = self._indexed
+
             def run(connection: sqlite3.Connection) -> T:
+                if not indexed:
+                    _create_indexes(connection, self.resource)
                 tx = _Transaction(connection, self.resource, self._max_object_bytes, changes)
                 result = operation(tx)
                 db.compact(connection, self._database.event_retention)
                 return result
 
             result = await self._database.transaction(run)
+            self._indexed = True
             for change in changes:
                 self._hub.publish(change)
             return copy.deepcopy(result)  # watchers hold the published objects
@@ -281,9 +228,9 @@ class SqliteObjectStore(ObjectStore):
         prepared = copy.deepcopy(dict(obj))
         meta = prepared.setdefault("metadata", {})
         if not meta.get("namespace"):
-            raise _required(self.resource, "metadata.namespace")
+            raise required(self.resource, "metadata.namespace")
         if not meta.get("name") and not meta.get("generateName"):
-            raise _required(self.resource, "metadata.name", detail="name or generateName")
+            raise required(self.resource, "metadata.name", detail="name or generateName")
         if meta.get("resourceVersion"):
             raise BadRequest("resourceVersion should not be set on objects to be created")
         meta["uid"] = str(uuid.uuid4())
@@ -316,11 +263,12 @@ class SqliteObjectStore(ObjectStore):
         at = current if snapshot is None else snapshot
         items: list[Object] = []
         while limit == 0 or len(items) <= limit:
-            rows = self._snapshot_rows(connection, at, selection.namespace, after)
+            batch = _LIST_BATCH if limit == 0 else min(_LIST_BATCH, limit + 1 - len(items))
+            rows = self._snapshot_rows(connection, at, selection, after, batch)
             items += [
                 obj for obj in map(json.loads, (r[2] for r in rows)) if selection.matches(obj)
             ]
-            if len(rows) < _LIST_BATCH:
+            if len(rows) < batch:
                 break
             after = (rows[-1][0], rows[-1][1])
         token = ""
@@ -334,31 +282,34 @@ class SqliteObjectStore(ObjectStore):
         self,
         connection: sqlite3.Connection,
         at: int,
-        namespace: str | None,
+        selection: WatchFilter,
         after: tuple[str, str] | None,
-    ) -> list[tuple[str, str, str]]:
-        """A batch of the objects as of resourceVersion ``at``, in key order after ``after``."""
+        batch: int,
+    ) -> builtins.list[tuple[str, str, str]]:
+        """A batch of the objects as of resourceVersion ``at``, in key order after ``after``:
+        at least those of ``selection`` (field requirements are checked in SQL first)."""
+        fields, field_parameters = _field_conditions(selection.fields)
         sql = (
             "SELECT namespace, name, object FROM revisions WHERE resource = ? AND rv <= ? "
-            "AND (superseded IS NULL OR superseded > ?)"
+            f"AND (superseded IS NULL OR superseded > ?){fields}"
         )
-        parameters: list[Any] = [self.resource.plural, at, at]
-        if namespace is not None:
+        parameters: list[Any] = [self.resource.plural, at, at, *field_parameters]
+        if selection.namespace is not None:
             sql += " AND namespace = ?"
-            parameters.append(namespace)
+            parameters.append(selection.namespace)
         if after is not None:
             sql += " AND (namespace, name) > (?, ?)"
             parameters += after
         sql += " ORDER BY namespace, name LIMIT ?"
-        return connection.execute(sql, [*parameters, _LIST_BATCH]).fetchall()
+        return connection.execute(sql, [*parameters, batch]).fetchall()
 
     def _watch_start(
         self, connection: sqlite3.Connection, namespace: str | None, start: int | None
-    ) -> list[Change]:
+    ) -> builtins.list[Change]:
         """The events a new watch begins with: a snapshot, or the history after ``start``."""
         if start is None:
-            current = _current_objects(connection, self.resource, namespace)
-            return [Change(EventType.ADDED, stored.object) for stored in current]
+            objects = _current_objects(connection, self.resource, namespace)
+            return [Change(EventType.ADDED, stored.object) for stored in objects]
         current = db.resource_version(connection)
         if start > current:
             raise ResourceVersionTooLarge(
@@ -406,13 +357,10 @@ class _Transaction:
         self._max_object_bytes = max_object_bytes
         self._changes = changes
 
-    def query(self, sql: str, *parameters: Any) -> list[Any]:
-        return self.connection.execute(sql, (self._resource.plural, *parameters)).fetchall()
-
     def require(self, namespace: str, name: str) -> _Stored:
         stored = _current(self.connection, self._resource, namespace, name)
         if stored is None:
-            raise _not_found(self._resource, name)
+            raise not_found(self._resource, name)
         return stored
 
     def add(self, obj: Object) -> Object:
@@ -484,24 +432,10 @@ class _Transaction:
                 resource=self._resource,
                 name=meta["name"],
             )
-        fields = IndexedFields.of(obj)
         self.connection.execute(
-            "INSERT INTO revisions (resource, namespace, name, rv, superseded, created_rv, pod, "
-            "notifier, phase, completion, ttl, object) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, "
-            "?, ?)",
-            (
-                self._resource.plural,
-                meta["namespace"],
-                meta["name"],
-                rv,
-                created_rv,
-                fields.pod,
-                fields.notifier,
-                fields.phase,
-                fields.completion,
-                fields.ttl_seconds,
-                text,
-            ),
+            "INSERT INTO revisions (resource, namespace, name, rv, superseded, created_rv, "
+            "object) VALUES (?, ?, ?, ?, NULL, ?, ?)",
+            (self._resource.plural, meta["namespace"], meta["name"], rv, created_rv, text),
         )
 
     def _supersede(self, stored: _Stored, rv: int) -> None:
@@ -531,10 +465,14 @@ def _current(
 
 
 def _current_objects(
-    connection: sqlite3.Connection, resource: ResourceType, namespace: str | None
+    connection: sqlite3.Connection, resource: ResourceType, namespace: str | None,
+    fields: FieldSelector | None = None,
 ) -> list[_Stored]:
-    sql = f"SELECT object, rv, created_rv FROM revisions WHERE {_CURRENT}"
-    parameters: list[Any] = [resource.plural]
+    """The current objects in (namespace, name) order: all of them, or (with ``fields``) at
+    least those that match."""
+    conditions, parameters = _field_conditions(fields or FieldSelector())
+    sql = f"SELECT object, rv, created_rv FROM revisions WHERE {_CURRENT}{conditions}"
+    parameters.insert(0, resource.plural)
     if namespace is not None:
         sql += " AND namespace = ?"
         parameters.append(namespace)
@@ -542,39 +480,57 @@ def _current_objects(
     return [_Stored(json.loads(text), rv, created) for text, rv, created in rows]
 
 
-def _count_for_pod(
-    connection: sqlite3.Connection, resource: ResourceType, namespace: str, pod: str
-) -> int:
-    return connection.execute(
-        f"SELECT COUNT(*) FROM revisions WHERE {_CURRENT} AND namespace = ? AND pod = ?",
-        (resource.plural, namespace, pod),
-    ).fetchone()[0]
+_COLUMNS = {"metadata.name": "name", "metadata.namespace": "namespace"}
 
 
-def _oldest_finished(
-    connection: sqlite3.Connection, resource: ResourceType, namespace: str, pod: str, limit: int
-) -> list[Object]:
-    rows = connection.execute(
-        f"SELECT object FROM revisions WHERE {_CURRENT} AND namespace = ? AND pod = ? "
-        f"AND {_FINISHED} ORDER BY created_rv LIMIT ?",
-        (resource.plural, namespace, pod, limit),
-    ).fetchall()
-    return [json.loads(text) for (text,) in rows]
+def _field_conditions(selector: FieldSelector) -> tuple[str, list[Any]]:
+    """SQL (`` AND ...``) that keeps every row ``selector`` matches, so that fewer objects are
+    decoded; the caller still matches each. A field that is not a JSON string is kept (a field
+    selector compares the text of any value)."""
+    sql, parameters = "", []
+    for requirement in selector.requirements:
+        operator = "<>" if requirement.negated else "="
+        column = _COLUMNS.get(requirement.field)
+        if column is not None:
+            sql += f" AND {column} {operator} ?"
+        else:
+            path = f"'$.{requirement.field}'"
+            sql += (f" AND (json_type(object, {path}) IS NOT 'text' "
+                    f"OR json_extract(object, {path}) {operator} ?)")
+        parameters.append(requirement.value)
+    return sql, parameters
 
 
-def _required(resource: ResourceType, *fields: str, detail: str = "") -> Invalid:
-    what = detail or " and ".join(fields)
-    return Invalid(
-        f"{what} {'is' if len(fields) == 1 else 'are'} required",
-        resource=resource,
-        causes=[
-            Cause("FieldValueRequired", "Required value", field) for field in fields
-        ],
-    )
+def _json_path(field: str) -> str:
+    return f"json_extract(object, '$.{field}')"
 
 
-def _not_found(resource: ResourceType, name: str) -> NotFound:
-    return NotFound(f'{resource.qualified} "{name}" not found', resource=resource, name=name)
+def _create_indexes(connection: sqlite3.Connection, resource: ResourceType) -> None:
+    """An index of the current revisions per indexed field (shared by resources that index the
+    same field: other resources' rows just hold NULL there)."""
+    for field in resource.indexed_fields:
+        connection.execute(
+            f"CREATE INDEX IF NOT EXISTS \"current_by_{field}\" ON revisions "
+            f"(resource, namespace, {_json_path(field)}, created_rv) WHERE superseded IS NULL"
+        )
+
+
+def _cohort(
+    connection: sqlite3.Connection, resource: ResourceType, namespace: str,
+    selector: FieldSelector,
+) -> list[_Stored]:
+    """The current objects of ``namespace`` that match ``selector``, in creation order; an
+    equality on an indexed field narrows the query through its index."""
+    sql = f"SELECT object, rv, created_rv FROM revisions WHERE {_CURRENT} AND namespace = ?"
+    parameters: list[Any] = [resource.plural, namespace]
+    for requirement in selector.requirements:
+        if (requirement.field in resource.indexed_fields and not requirement.negated
+                and requirement.value):
+            sql += f" AND {_json_path(requirement.field)} = ?"
+            parameters.append(requirement.value)
+    rows = connection.execute(sql + " ORDER BY created_rv", parameters)
+    stored = [_Stored(json.loads(text), rv, created) for text, rv, created in rows]
+    return [member for member in stored if selector.matches(member.object)]
 
 
 def _stamped(obj: Object, rv: int) -> Object:

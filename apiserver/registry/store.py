@@ -1,24 +1,34 @@
-"""The storage interface for notifier objects, with Kubernetes semantics.
+"""The generic storage interface: one resource's objects, with Kubernetes semantics.
+
+A backend implements ``ObjectStore`` and nothing else; what is particular to a resource lives
+in its ``ResourceType`` (which fields are selectable and indexed, ``resources``) and in the
+strategies layered on top of any backend (``podnotifiers``), as kube-apiserver layers
+``RESTCreateStrategy`` over ``genericregistry.Store`` over ``storage.Interface``.
 
 Objects are plain JSON-shaped dicts. The store owns ``metadata.uid``,
-``metadata.resourceVersion`` (one global, strictly increasing counter; every create, update
-and delete takes the next value) and ``metadata.creationTimestamp``, and turns
-``metadata.generateName`` into a name. Everything else is the API layer's to validate.
-Errors are ``apiserver.registry.errors.StoreError`` subclasses.
+``metadata.resourceVersion`` and ``metadata.creationTimestamp``, and turns
+``metadata.generateName`` into a name. resourceVersions come from one strictly increasing
+counter shared by every resource of the backend: every create, modification and deletion takes
+the next value, a write that fails takes none. Everything else is the API layer's to validate.
+Errors are ``apiserver.registry.errors.StoreError`` kinds; a backend that cannot write (full
+disk, I/O error, lost connection) raises ``StorageUnavailable`` (503), never its own errors.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.watch import Watch
 
 Object = dict[str, Any]
+
+DEFAULT_MAX_OBJECT_BYTES = 256 * 1024
+"""The size cap of a stored object (its JSON encoding) unless a store is given another; the API
+layer keeps what it writes below it (e.g. the output tails of a record)."""
 
 
 @dataclass(frozen=True)
@@ -31,10 +41,19 @@ class ListResult:
 
 
 @dataclass(frozen=True)
-class BoundedCreate:
-    object: Object
-    evicted: list[Object]
-    """Finished records of the same pod deleted to make room, oldest first."""
+class Cohort:
+    """The objects a create is decided against, atomically with the create.
+
+    The cohort is the current objects in the new object's namespace that match
+    ``field_selector`` (on the resource's selectable fields; a backend should index the
+    resource's ``indexed_fields`` so this is not a scan).
+    """
+
+    field_selector: str
+    decide: Callable[[list[Object]], Sequence[Object]]
+    """Gets the cohort, oldest first (creation order); returns the members to delete to make
+    room for the new object, or raises a ``StoreError`` to refuse the create. It may run on a
+    worker thread inside the storage transaction: quick, no I/O, no changes to its argument."""
 
 
 class ObjectStore(ABC):
@@ -43,23 +62,18 @@ class ObjectStore(ABC):
     resource: ResourceType
 
     @abstractmethod
-    async def create(self, obj: Mapping[str, Any]) -> Object:
+    async def create(self, obj: Mapping[str, Any], *, cohort: Cohort | None = None) -> Object:
         """Store a new object (``metadata.namespace`` and a name or generateName required).
 
-        Raises ``AlreadyExists`` if the name is taken, ``TooLarge`` over the size cap.
+        With ``cohort``, atomically: decide against the cohort, delete what ``decide`` returns
+        (each deletion takes its own resourceVersion, before the create's), then create.
+        Raises ``AlreadyExists`` if the name is taken, ``TooLarge`` over the size cap,
+        ``Invalid`` without namespace or name, ``BadRequest`` if a resourceVersion is set.
         """
 
     @abstractmethod
     async def get(self, namespace: str, name: str) -> Object:
         """Raises ``NotFound``."""
-
-    @abstractmethod
-    async def update(self, obj: Mapping[str, Any]) -> Object:
-        """Replace an object; its ``metadata.resourceVersion``, if set, must be current.
-
-        Identity fields (uid, creationTimestamp) are kept from the stored object. An update
-        that changes nothing is not written. Raises ``NotFound``, ``Conflict``, ``TooLarge``.
-        """
 
     @abstractmethod
     async def guaranteed_update(
@@ -69,7 +83,9 @@ class ObjectStore(ABC):
 
         ``mutate`` gets a copy it may change and return; it may run on a worker thread inside
         the storage transaction, so it must be quick and touch nothing but its argument. An
-        exception it raises aborts the update.
+        exception it raises aborts the update. Identity fields (name, namespace, uid,
+        creationTimestamp) are kept from the stored object; a result equal to the stored object
+        is not written and keeps its resourceVersion. Raises ``NotFound``, ``TooLarge``.
         """
 
     @abstractmethod
@@ -85,7 +101,8 @@ class ObjectStore(ABC):
     async def delete_collection(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
     ) -> list[Object]:
-        """Delete every matching object, each with its own resourceVersion."""
+        """Delete every matching object in one write, each with its own resourceVersion;
+        returns them in (namespace, name) order."""
 
     @abstractmethod
     async def list(
@@ -101,7 +118,8 @@ class ObjectStore(ABC):
 
         With ``limit``, pages come from one snapshot: the continue token carries its
         resourceVersion, so writes between pages do not show. ``Expired`` if the snapshot has
-        left the retained history; ``InvalidSelector`` for a bad selector.
+        left the retained history; ``InvalidSelector`` for a bad selector; ``BadRequest`` for a
+        malformed continue token or a negative limit.
         """
 
     @abstractmethod
@@ -116,31 +134,10 @@ class ObjectStore(ABC):
         """Changes after ``resource_version``, in order.
 
         Empty or ``"0"``: the current objects as ADDED events, then changes. Older than the
-        retained history: ``Expired`` (410); newer than the store: ``ResourceVersionTooLarge``.
+        retained history: ``Expired`` (410); newer than the store: ``ResourceVersionTooLarge``;
+        not a decimal number: ``BadRequest``. A watcher that falls too far behind ends with
+        ``Expired`` (see ``Watch``).
         """
-
-    @abstractmethod
-    async def create_bounded(
-        self, obj: Mapping[str, Any], *, max_per_pod: int, retry_after_seconds: int = 5
-    ) -> BoundedCreate:
-        """Create a per-pod record (``spec.podName``, ``spec.notifier``), bounding the pod's.
-
-        Atomically: ``Conflict`` if an unfinished record of the same notifier exists for the
-        pod; else delete the pod's oldest finished records to keep at most ``max_per_pod``,
-        or raise ``TooManyRequests`` if too many are unfinished; then create.
-        """
-
-    @abstractmethod
-    async def delete_expired(self, now: datetime, default_ttl_seconds: int) -> list[Object]:
-        """Delete finished records whose completionTime plus TTL is not after ``now``.
-
-        The TTL is ``spec.ttlSecondsAfterFinished``, else ``default_ttl_seconds``. Records
-        without a completionTime never expire.
-        """
-
-    @abstractmethod
-    async def unfinished(self) -> list[Object]:
-        """Every record not Succeeded or Failed, in all namespaces (for restart recovery)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -41,10 +41,6 @@ class WatchEvent:
     type: EventType
     object: dict[str, Any]
 
-    def as_dict(self) -> dict[str, Any]:
-        """The ``watch.Event`` body: ``{"type": ..., "object": ...}``."""
-        return {"type": self.type.value, "object": self.object}
-
 
 @dataclass(frozen=True)
 class WatchFilter:

@@ -1,11 +1,14 @@
-"""Fixtures for unit tests: a PKI like a cluster's, and a fake kube-apiserver (MockTransport)."""
+"""Fixtures for unit tests: a PKI like a cluster's, a fake kube-apiserver (MockTransport), the
+registry's SQLite database, and the storage backends the store conformance suite runs against."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +17,11 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from apiserver.authn.trust import TrustMaterial
 from apiserver.kube import Connection, KubeClient
+from apiserver.registry.resources import ResourceType
+from apiserver.registry.sqlite_database import DEFAULT_EVENT_RETENTION, SqliteDatabase
+from apiserver.registry.sqlite_store import SqliteObjectStore
+from apiserver.registry.store import DEFAULT_MAX_OBJECT_BYTES, ObjectStore
+from apiserver.registry.watch import DEFAULT_MAX_QUEUED_EVENTS
 from certs.authority import KeyPair, issue, new_ca
 
 FRONT_PROXY_CN = "front-proxy-client"
@@ -120,3 +128,65 @@ class FakeKube:
 @pytest.fixture
 def fake_kube() -> FakeKube:
     return FakeKube()
+
+
+@pytest.fixture
+def event_retention() -> int:
+    """The resourceVersions of history `database` keeps; override it in a module to test
+    expiry with few writes."""
+    return DEFAULT_EVENT_RETENTION
+
+
+@pytest.fixture
+async def database(tmp_path: Path, event_retention: int) -> AsyncIterator[SqliteDatabase]:
+    """The registry's SQLite database in `tmp_path / "data"`, closed after the test."""
+    opened = await SqliteDatabase.open(tmp_path / "data", event_retention=event_retention)
+    yield opened
+    await opened.close()
+
+
+class Backend:
+    """A storage backend under the store conformance suite (tests/unit/test_store_conformance).
+
+    `store` opens the store of one resource; every store of one Backend shares its
+    resourceVersion counter and keeps `history` resourceVersions of history. A new backend
+    adds a parameter to the `backend` fixture that builds one of these.
+    """
+
+    history = 20
+
+    def __init__(self, open_store: Callable[[ResourceType, int, int], ObjectStore]) -> None:
+        self._open_store = open_store
+        self.stores: list[ObjectStore] = []
+
+    def store(self, resource: ResourceType, *, max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+              max_queued_events: int = DEFAULT_MAX_QUEUED_EVENTS) -> ObjectStore:
+        opened = self._open_store(resource, max_object_bytes, max_queued_events)
+        self.stores.append(opened)
+        return opened
+
+
+@contextlib.asynccontextmanager
+async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
+    database = await SqliteDatabase.open(tmp_path / "backend", event_retention=Backend.history)
+    try:
+        yield Backend(lambda resource, max_bytes, max_queued: SqliteObjectStore(
+            database, resource, max_object_bytes=max_bytes, max_queued_events=max_queued))
+    finally:
+        await database.close()
+
+
+BACKENDS: dict[str, Callable[[Path], contextlib.AbstractAsyncContextManager[Backend]]] = {
+    "sqlite": sqlite_backend,
+}
+"""Every storage backend, by name: each must pass the store conformance suite."""
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    async with BACKENDS[request.param](tmp_path) as opened:
+        try:
+            yield opened
+        finally:
+            for store in opened.stores:
+                store.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,8 +17,7 @@ class Store:
 
     async def create_bounded(self, record: dict[str, Any], *, max_per_pod: int) -> Any:
         self.created.append(record)
-        return SimpleNamespace(object={**record, "metadata": {**record["metadata"],
-                                                              "name": "r-1"}})
+        return {**record, "metadata": {**record["metadata"], "name": "r-1"}}
 
 
 class Runner:

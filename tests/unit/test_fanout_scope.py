@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,6 @@ from apiserver.fanout.scope import ScopedPod, ScopeStore, counts
 from apiserver.registry.sqlite_database import SqliteDatabase
 
 N1, N2 = "notification-uid-1", "notification-uid-2"
-
-
-@pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:
-    opened = await SqliteDatabase.open(tmp_path / "data", event_retention=50)
-    yield opened
-    await opened.close()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -95,10 +94,8 @@ def set_phase(phase: str):
 
 
 @pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:
-    opened = await SqliteDatabase.open(tmp_path / "data", event_retention=10)
-    yield opened
-    await opened.close()
+def event_retention() -> int:
+    return 10
 
 
 @pytest.fixture
@@ -330,6 +327,26 @@ async def test_delete_answers_success_status_like_kube(client: httpx.AsyncClient
 async def test_delete_missing_is_404(client: httpx.AsyncClient) -> None:
     body = assert_status(await client.delete(f"{NS}/a"), 404, "NotFound")
     assert body["message"] == 'podnotifiers.notifier.x-k8s.io "a" not found'
+
+
+async def test_storage_failure_is_a_503_status(served: httpx.AsyncClient, store: TrackedStore,
+                                              database: SqliteDatabase) -> None:
+    """Issue 8 bug 5: a failing disk answered 500 and then closed connections."""
+    await store.create(record("a"))
+    await database.run(lambda c: c.execute("PRAGMA query_only = ON"))  # every write fails
+
+    first = await served.delete(f"{NS}/a")
+    second = await served.delete(f"{NS}/a")  # the same connection still answers
+    await database.run(lambda c: c.execute("PRAGMA query_only = OFF"))
+    third = await served.delete(f"{NS}/a")
+
+    for response in (first, second):
+        body = assert_status(response, 503, "ServiceUnavailable")
+        assert body["message"].startswith("storage failed: could not write ")
+        assert "make --data-dir" in body["message"]
+        assert response.headers["retry-after"] == "5"
+    assert third.status_code == 200
+    assert database.writable
 
 
 async def test_delete_with_kubectl_body(client: httpx.AsyncClient, store: TrackedStore) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from apiserver.notifier import records
 from apiserver.notifier.housekeeping import collect_once, recover_interrupted
 from apiserver.registry.errors import NotFound
+from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
@@ -36,15 +35,8 @@ class FakePods:
 
 
 @pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:
-    opened = await SqliteDatabase.open(tmp_path / "data")
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-def store(database: SqliteDatabase) -> SqliteObjectStore:
-    return SqliteObjectStore(database, PODNOTIFIERS)
+def store(database: SqliteDatabase) -> PodNotifierStore:
+    return PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS))
 
 
 def record(name: str, phase: str, *, pod: str = "db-0", pod_uid: str = "uid-0",
@@ -66,14 +58,14 @@ def finished(name: str, *, ago: timedelta = timedelta(seconds=1), **kwargs: Any
                   containers=[{"name": "db", "phase": "Succeeded", "exitCode": 0}], **kwargs)
 
 
-async def names(store: SqliteObjectStore) -> set[str]:
+async def names(store: PodNotifierStore) -> set[str]:
     return {obj["metadata"]["name"] for obj in (await store.list(None)).items}
 
 
 # recover_interrupted
 
 
-async def test_recover_marks_unfinished_records_interrupted(store: SqliteObjectStore) -> None:
+async def test_recover_marks_unfinished_records_interrupted(store: PodNotifierStore) -> None:
     await store.create(record("pending", "Pending", containers=[
         {"name": "db", "phase": "Pending"}]))
     await store.create(record("running", "Running", containers=[
@@ -102,7 +94,7 @@ async def test_recover_marks_unfinished_records_interrupted(store: SqliteObjectS
     assert await store.unfinished() == []
 
 
-async def test_recover_leaves_finished_records_alone(store: SqliteObjectStore) -> None:
+async def test_recover_leaves_finished_records_alone(store: PodNotifierStore) -> None:
     done = await store.create(finished("done"))
     failed = await store.create(record("failed", "Failed", completed=datetime.now(UTC),
                                        containers=[{"name": "db", "phase": "Failed",
@@ -114,11 +106,11 @@ async def test_recover_leaves_finished_records_alone(store: SqliteObjectStore) -
     assert await store.get("prod", "failed") == failed
 
 
-async def test_recover_with_nothing_to_do(store: SqliteObjectStore) -> None:
+async def test_recover_with_nothing_to_do(store: PodNotifierStore) -> None:
     assert await recover_interrupted(store) == 0
 
 
-async def test_recover_skips_a_record_deleted_meanwhile(store: SqliteObjectStore) -> None:
+async def test_recover_skips_a_record_deleted_meanwhile(store: PodNotifierStore) -> None:
     await store.create(record("a", "Running"))
     await store.create(record("b", "Running"))
     original = store.guaranteed_update
@@ -138,7 +130,7 @@ async def test_recover_skips_a_record_deleted_meanwhile(store: SqliteObjectStore
 # collect_once
 
 
-async def test_collect_deletes_expired_records(store: SqliteObjectStore) -> None:
+async def test_collect_deletes_expired_records(store: PodNotifierStore) -> None:
     await store.create(finished("old-default", ago=timedelta(seconds=DEFAULT_TTL + 5)))
     await store.create(finished("old-own-ttl", ago=timedelta(seconds=20), ttl=10))
     await store.create(finished("zero-ttl", ttl=0))
@@ -151,7 +143,7 @@ async def test_collect_deletes_expired_records(store: SqliteObjectStore) -> None
     assert await names(store) == {"fresh", "long-ttl"}
 
 
-async def test_collect_deletes_finished_records_of_gone_pods(store: SqliteObjectStore) -> None:
+async def test_collect_deletes_finished_records_of_gone_pods(store: PodNotifierStore) -> None:
     await store.create(finished("alive", pod="db-0", pod_uid="uid-0"))
     await store.create(finished("deleted-pod", pod="db-1", pod_uid="uid-1"))
     await store.create(finished("replaced-pod", pod="db-2", pod_uid="old-uid"))
@@ -169,7 +161,7 @@ async def test_collect_deletes_finished_records_of_gone_pods(store: SqliteObject
     assert {name for _, name, _ in pods.asked} == {"db-0", "db-1", "db-2"}
 
 
-async def test_collect_waits_for_the_pod_index(store: SqliteObjectStore) -> None:
+async def test_collect_waits_for_the_pod_index(store: PodNotifierStore) -> None:
     await store.create(finished("gone", pod="db-1", pod_uid="uid-1"))
     await store.create(finished("expired", ago=timedelta(seconds=DEFAULT_TTL + 1)))
     pods = FakePods({}, synced=False)
@@ -180,7 +172,7 @@ async def test_collect_waits_for_the_pod_index(store: SqliteObjectStore) -> None
     assert pods.asked == []
 
 
-async def test_collect_pages_through_many_records(store: SqliteObjectStore) -> None:
+async def test_collect_pages_through_many_records(store: PodNotifierStore) -> None:
     """More than one page (500) of records; the deletions stay within the event retention."""
     for index in range(503):
         await store.create(finished(f"r-{index:03}", pod=f"p-{index}", pod_uid=f"u-{index}"))
