@@ -48,7 +48,8 @@ class Credentials:
         self._configuration = configuration
         self._check_seconds = check_seconds
         self._clock = clock
-        self._header = self._read()
+        # Just loaded: take the header as is rather than running the refresh hook again.
+        self._header = str(configuration.api_key.get("BearerToken") or "")
         self._checked_at = clock()
         self._lock = asyncio.Lock()
 
