@@ -97,6 +97,8 @@ class Handlers:
     on_update: Callable[[Object, Object], None] | None = None
     """(old, new); only when the resourceVersion changed."""
     on_delete: Callable[[Object], None] | None = None
+    on_listed: Callable[[], None] | None = None
+    """After each list is in the cache (the first sync and every relist)."""
 
 
 @dataclass
@@ -259,6 +261,9 @@ class Informer:
         self._replace(listed)
         self.resource_version = str(meta.get("resourceVersion", ""))
         self.synced.set()
+        for handlers in list(self._handlers):
+            if handlers.on_listed is not None:
+                self._call(handlers.on_listed)
         return self.resource_version
 
     async def _watch_from(self, resource_version: str) -> None:

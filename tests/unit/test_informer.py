@@ -380,9 +380,12 @@ async def test_a_relist_reports_what_was_deleted_meanwhile() -> None:
     inf = informer(api, indexes={UID: STANDARD_INDEXES[UID]})
     rec = Recorder()
     inf.add_handlers(rec.handlers())
+    listed: list[int] = []
+    inf.add_handlers(Handlers(on_listed=lambda: listed.append(len(inf.list()))))
     await run_until(inf, api.idle)
     assert rec.seen[3:] == [("delete", "a"), ("delete", "c"), ("update", "b", "1", "9"),
                             ("add", "c"), ("add", "d")]
+    assert listed == [3, 3]  # after each list, with the list's contents in the cache
     assert sorted(o["metadata"]["name"] for o in inf.list()) == ["b", "c", "d"]
     assert inf.by_index(UID, "old") == []
     assert [o["metadata"]["uid"] for o in inf.by_index(UID, "new")] == ["new"]
