@@ -260,6 +260,8 @@ class Informer:
                 break
         self._replace(listed)
         self.resource_version = str(meta.get("resourceVersion", ""))
+        log.info("informer: listed", extra={"informer": self.name, "objects": len(listed),
+                                            "resource_version": self.resource_version})
         self.synced.set()
         for handlers in list(self._handlers):
             if handlers.on_listed is not None:
