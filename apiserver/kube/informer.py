@@ -33,6 +33,7 @@ before trusting a miss; cancel the task to stop it.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import random
 import time
@@ -198,7 +199,7 @@ class Informer:
     def list(self) -> list[Object]:
         return list(self._objects.values())
 
-    def by_index(self, index: str, value: str) -> list[Object]:
+    def by_index(self, index: str, value: str) -> builtins.list[Object]:
         """The objects whose index function `index` gives `value`."""
         try:
             keys = self._indexes[index].get(value, ())
