@@ -17,8 +17,8 @@ handlers) and kopf's watching loop, in one asyncio task and without threads:
   event): back off, then list again.
 
 Backoff is exponential, capped and jittered (`Backoff`), and resets once a watch has stayed
-open for `healthy_seconds`. A watch that ends cleanly but at once and empty counts as a failure,
-so no answer of kube-apiserver can make the loop spin.
+open for `healthy_seconds`. A watch that ends cleanly but at once (under a second) is backed off
+too, so no answer of kube-apiserver can make the loop spin.
 
 The cache keeps each object (after the optional `transform`, which trims it to the fields a
 user needs, bounding memory), keyed by (namespace, name), and named indexes
@@ -297,10 +297,11 @@ class Informer:
                     "resource_version": resource_version})
                 await self._back_off()
                 continue
-            lasted = self._note_watch_lasted(started)
-            if events == 0 and lasted < MIN_WATCH_SECONDS:
-                log.warning("informer: watch ended at once without events; backing off",
-                            extra={"informer": self.name})
+            if self._note_watch_lasted(started) < MIN_WATCH_SECONDS:
+                # kube-apiserver ends a watch at its timeout; one that ends at once, whatever
+                # it sent, must not be reopened at once, or the loop could spin.
+                log.warning("informer: watch ended at once; backing off",
+                            extra={"informer": self.name, "events": events})
                 await self._back_off()
 
     def _note_watch_lasted(self, started: float) -> float:

@@ -326,7 +326,7 @@ async def test_dropped_connection_mid_stream_resumes_the_watch_without_listing()
     calls = api.calls()
     assert [kind for kind, _ in calls] == ["list", "watch", "watch", "watch"]
     assert calls[2][1]["resourceVersion"] == "6"
-    assert len(time.sleeps) == 1
+    assert len(time.sleeps) == 2  # after the drop, and after the next watch ended at once
     assert inf.get("ns", "b") is not None
 
 
@@ -341,7 +341,7 @@ async def test_503_and_refused_connections_are_retried_with_growing_delays() -> 
     assert [kind for kind, _ in api.calls()] == [
         "list", "list", "list", "list", "watch", "watch", "watch"]
     assert api.calls()[5][1]["resourceVersion"] == "5"  # the 503 watch resumed, no list
-    assert time.sleeps == [1, 2, 4, 8]
+    assert time.sleeps == [1, 2, 4, 8, 16]  # the last: that watch ended at once
 
 
 async def test_other_error_answers_back_off_and_list_again() -> None:
@@ -461,6 +461,10 @@ async def test_backoff_resets_after_a_healthy_watch() -> None:
     pytest.param(lambda r: listing([], "5") if r.url.params.get("watch") != "true"
                  else events(), id="every-watch-ends-at-once"),
     pytest.param(lambda r: status(503), id="always-503"),
+    pytest.param(lambda r: listing([], "5") if r.url.params.get("watch") != "true"
+                 else status(503), id="every-watch-503"),
+    pytest.param(lambda r: listing([], "5") if r.url.params.get("watch") != "true"
+                 else events(bookmark("6")), id="every-watch-one-bookmark-then-ends"),
     pytest.param(lambda r: listing([], "5") if r.url.params.get("watch") != "true"
                  else events(error_event(500, "InternalError")), id="every-watch-error-500"),
 ])
