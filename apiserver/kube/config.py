@@ -49,7 +49,7 @@ class Credentials:
         self._check_seconds = check_seconds
         self._clock = clock
         # Just loaded: take the header as is rather than running the refresh hook again.
-        self._header = str(configuration.api_key.get("BearerToken") or "")
+        self._header = str(configuration.api_key.get("BearerToken") or "").strip()
         self._checked_at = clock()
         self._lock = asyncio.Lock()
 
@@ -68,7 +68,8 @@ class Credentials:
         return self._clock() - self._checked_at >= self._check_seconds
 
     def _read(self) -> str:
-        return self._configuration.get_api_key_with_prefix("BearerToken") or ""
+        # The loaders keep a token file's trailing newline, which no header may carry.
+        return (self._configuration.get_api_key_with_prefix("BearerToken") or "").strip()
 
 
 @dataclass(frozen=True)

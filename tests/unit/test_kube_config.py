@@ -9,13 +9,15 @@ import json
 import ssl
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 import yaml
 from kubernetes.client import Configuration
-from kubernetes.config import load_kube_config
+from kubernetes.config import incluster_config, load_kube_config
+from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from apiserver.kube import (
     Connection,
@@ -79,7 +81,7 @@ def test_token_file_and_another_context(tmp_path: Path) -> None:
     assert KubeClient(connection_from_kubeconfig(path)).auth_headers() == {
         "Authorization": "Bearer current"}
     other = connection_from_kubeconfig(path, context="other")
-    assert KubeClient(other).auth_headers()["Authorization"].strip() == "Bearer from-file"
+    assert KubeClient(other).auth_headers() == {"Authorization": "Bearer from-file"}
     assert other.ssl_context.verify_mode == ssl.CERT_NONE
 
 
@@ -193,12 +195,12 @@ def test_an_exec_kubeconfig_loads_through_the_plugin(tmp_path: Path) -> None:
 
 def test_in_cluster(tmp_path: Path, pki: Any) -> None:
     (tmp_path / "ca.crt").write_bytes(pki.serving_ca.cert_pem())
-    (tmp_path / "token").write_text("tok-1")
+    (tmp_path / "token").write_text("tok-1\n")
     environ = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
     connection = in_cluster_connection(tmp_path, environ)
     assert connection.base_url == "https://[fd00::1]:443"
     assert connection.credentials is not None
-    assert connection.credentials.header().lower() == "bearer tok-1"
+    assert connection.credentials.header() == "bearer tok-1"  # the scheme is case-blind
     assert len(connection.ssl_context.get_ca_certs()) == 1
     with pytest.raises(KubeconfigError, match="--kubeconfig"):
         in_cluster_connection(tmp_path, {})
@@ -211,3 +213,34 @@ def test_kubeconfig_errors_name_the_file(tmp_path: Path) -> None:
                                 "clusters": [], "users": []}))
     with pytest.raises(KubeconfigError, match=str(path)):
         connection_from_kubeconfig(path)
+
+
+async def test_in_cluster_token_is_reread_once_a_minute(tmp_path: Path, pki: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Projected service account tokens rotate: the loader re-reads the file after a minute."""
+    (tmp_path / "ca.crt").write_bytes(pki.serving_ca.cert_pem())
+    (tmp_path / "token").write_text("tok-1")
+    environ = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    clock = Clock()
+    configuration = Configuration()
+    InClusterConfigLoader(str(tmp_path / "token"), str(tmp_path / "ca.crt"),
+                          environ=environ).load_and_set(configuration)
+    credentials = Credentials(configuration, check_seconds=10, clock=clock)
+    (tmp_path / "token").write_text("tok-2")
+
+    clock.now = 10
+    await credentials.refresh()
+    assert credentials.header() == "bearer tok-1"  # read less than a minute ago
+
+    later = datetime.datetime.now() + datetime.timedelta(minutes=2)
+
+    class Later(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> Later:
+            return cls.fromtimestamp(later.timestamp(), tz)
+
+    monkeypatch.setattr(incluster_config, "datetime",
+                        SimpleNamespace(datetime=Later, timedelta=datetime.timedelta))
+    clock.now = 20
+    await credentials.refresh()
+    assert credentials.header() == "bearer tok-2"
