@@ -1,14 +1,13 @@
 """Trust material for authenticating callers, kept current from a kube-system ConfigMap.
 
 kube-apiserver publishes its client CA, its front-proxy (request-header) CA and the request-header
-settings in ``kube-system/extension-apiserver-authentication``. `TrustWatcher` lists and watches
-it and puts each valid version into a `TrustStore`, whose subscribers (the serving TLS context)
+settings in ``kube-system/extension-apiserver-authentication``. `TrustWatcher` keeps an informer
+on it and puts each valid version into a `TrustStore`, whose subscribers (the serving TLS context)
 follow along, so CA rotation needs no restart.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -18,7 +17,8 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable
+from apiserver.kube import KubeClient
+from apiserver.kube.informer import Backoff, Handlers, Informer
 
 log = logging.getLogger(__name__)
 
@@ -107,78 +107,40 @@ class TrustStore:
         self.material = material
 
 
-class _WatchExpired(Exception):
-    """The watch's resourceVersion is too old (410): list again."""
-
-
 class TrustWatcher:
-    """Lists, then watches, the ConfigMap; re-lists after 410 and, with backoff, after errors."""
+    """Keeps the store current from the ConfigMap: an informer on that one object (a field
+    selector on its name), so 410s, errors and kube-apiserver restarts are handled (re-listed,
+    backed off) as for every other list/watch.
+
+    Start it with ``asyncio.create_task(watcher.run())``; ``watcher.informer.synced`` is set
+    once the ConfigMap has been listed (the store's material is set then if it exists and is
+    valid)."""
 
     def __init__(self, kube: KubeClient, store: TrustStore, *,
                  namespace: str = CONFIGMAP_NAMESPACE, name: str = CONFIGMAP_NAME,
-                 initial_backoff: float = 1.0, max_backoff: float = 30.0,
-                 watch_timeout_seconds: int = 300):
-        self._kube = kube
+                 backoff: Backoff | None = None):
         self._store = store
-        self._name = name
-        self._path = f"/api/v1/namespaces/{namespace}/configmaps"
-        self._selector = f"metadata.name={name}"
-        self._initial_backoff = initial_backoff
-        self._max_backoff = max_backoff
-        self._watch_timeout_seconds = watch_timeout_seconds
+        self._name = f"{namespace}/{name}"
+        self.informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps",
+                                 name="trust-configmap",
+                                 params={"fieldSelector": f"metadata.name={name}"},
+                                 backoff=backoff)
+        self.informer.add_handlers(Handlers(
+            on_add=self._apply, on_update=lambda old, new: self._apply(new),
+            on_delete=self._deleted, on_listed=self._listed))
 
     async def run(self) -> None:
         """Keep the store current until cancelled."""
-        backoff = self._initial_backoff
-        while True:
-            try:
-                resource_version = await self._list()
-                backoff = self._initial_backoff
-                while True:
-                    resource_version = await self._watch(resource_version)
-            except _WatchExpired:
-                log.info("trust ConfigMap watch expired; listing again")
-            except (KubeUnavailable, KubeRejected, ValueError) as error:
-                log.warning("trust ConfigMap list/watch failed; retrying",
-                            extra={"error": str(error), "retry_seconds": backoff})
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._max_backoff)
+        await self.informer.run()
 
-    async def _list(self) -> str:
-        listing = await self._kube.get(self._path, params={"fieldSelector": self._selector})
-        items = listing.get("items") or []
-        if items:
-            self._apply(items[0])
-        else:
+    def _listed(self) -> None:
+        if not self.informer.list():
             log.warning("trust ConfigMap not found; waiting for it",
-                        extra={"configmap": f"{CONFIGMAP_NAMESPACE}/{self._name}"})
-        return str(listing.get("metadata", {}).get("resourceVersion", ""))
+                        extra={"configmap": self._name})
 
-    async def _watch(self, resource_version: str) -> str:
-        """Apply events until the server ends the watch; return the last resourceVersion seen."""
-        params = {
-            "fieldSelector": self._selector,
-            "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self._watch_timeout_seconds),
-        }
-        try:
-            async for event in self._kube.watch(self._path, params):
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _WatchExpired()
-                    raise KubeRejected(int(obj.get("code") or 500), obj)
-                resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
-                if kind in ("ADDED", "MODIFIED"):
-                    self._apply(obj)
-                elif kind == "DELETED":
-                    log.warning("trust ConfigMap deleted; keeping the last trust material")
-        except KubeRejected as error:
-            if error.status_code == 410:
-                raise _WatchExpired() from None
-            raise
-        return resource_version
+    def _deleted(self, configmap: Mapping[str, Any]) -> None:
+        log.warning("trust ConfigMap deleted; keeping the last trust material",
+                    extra={"configmap": self._name})
 
     def _apply(self, configmap: Mapping[str, Any]) -> None:
         try:

@@ -11,28 +11,26 @@ Pod annotations can be changed by anyone with `patch pods`, so a declaration is 
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
 from apiserver.definitions import ANNOTATION, annotation_matches_template
-from apiserver.kube import KubeClient, KubeRejected
-
-CONTROLLERS = {
-    ("apps", "ReplicaSet"): "/apis/apps/v1/namespaces/{namespace}/replicasets/{name}",
-    ("apps", "StatefulSet"): "/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}",
-    ("apps", "DaemonSet"): "/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}",
-    ("batch", "Job"): "/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
-}
+from apiserver.notifier.podcache import OWNER_KINDS
 
 OWNER_TEMPLATE = "OwnerTemplate"
 POD_EXEC = "PodExec"
 
-OwnerCache = MutableMapping[str, dict[str, Any] | None]
-"""Owner objects by API path, shared by the pods of one fan-out so each owner is read once."""
+
+class Owners(Protocol):
+    """Where owners are read (`podcache.OwnerTemplates`: from its informers)."""
+
+    async def owner(self, group: str, kind: str, namespace: str, name: str
+                    ) -> dict[str, Any] | None:
+        """The owner, or None if it does not exist; only kinds in OWNER_KINDS are asked."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -53,30 +51,17 @@ def controller_of(pod: dict[str, Any]) -> tuple[str, str, str] | None:
     return None
 
 
-async def _owner(kube: KubeClient, path: str, cache: OwnerCache | None) -> dict[str, Any] | None:
-    if cache is not None and path in cache:
-        return cache[path]
-    try:
-        owner: dict[str, Any] | None = await kube.get(path)
-    except KubeRejected as error:
-        if error.status_code != 404:
-            raise
-        owner = None
-    if cache is not None:
-        cache[path] = owner
-    return owner
+async def decide(owners: Owners, authorizer: Authorizer, user: UserInfo, pod: dict[str, Any]
+                 ) -> TrustDecision:
+    """Whether the pod's notifier declarations may run for `user`.
 
-
-async def decide(kube: KubeClient, authorizer: Authorizer, user: UserInfo, pod: dict[str, Any],
-                 owner_cache: OwnerCache | None = None) -> TrustDecision:
-    """Whether the pod's notifier declarations may run for `user`."""
+    Errors reading the owner (KubeUnavailable, KubeRejected other than 404) propagate."""
     meta = pod["metadata"]
     annotation = meta.get("annotations", {}).get(ANNOTATION)
     controller = controller_of(pod)
-    if controller and (controller[0], controller[1]) in CONTROLLERS:
+    if controller and (controller[0], controller[1]) in OWNER_KINDS:
         group, kind, name = controller
-        path = CONTROLLERS[(group, kind)].format(namespace=meta["namespace"], name=name)
-        owner = await _owner(kube, path, owner_cache)
+        owner = await owners.owner(group, kind, meta["namespace"], name)
         template = (owner or {}).get("spec", {}).get("template", {}).get("metadata", {})
         if annotation_matches_template(annotation, template.get("annotations", {}).get(ANNOTATION)):
             return TrustDecision(True, OWNER_TEMPLATE, "")

@@ -1,104 +1,26 @@
+"""KubeClient: JSON requests and watches, and how failures are classified."""
+
 from __future__ import annotations
 
-import base64
 import json
 import ssl
-from pathlib import Path
 
 import httpx
 import pytest
-import yaml
+from kubernetes.client import Configuration
 
-from apiserver.kube import (
-    Connection,
-    KubeClient,
-    KubeconfigError,
-    KubeRejected,
-    KubeUnavailable,
-    TokenFile,
-    connection_from_kubeconfig,
-    in_cluster_connection,
-)
+from apiserver.kube import Connection, Credentials, KubeClient, KubeRejected, KubeUnavailable
 
 
-def write_kubeconfig(directory: Path, cluster: dict, user: dict) -> Path:
-    path = directory / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "ctx",
-        "contexts": [{"name": "other", "context": {"cluster": "nope", "user": "nope"}},
-                     {"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "u", "user": user}],
-    }))
-    return path
-
-
-def test_kubeconfig_with_client_cert_data_and_ca_data(tmp_path, pki):
-    path = write_kubeconfig(
-        tmp_path,
-        {"server": "https://127.0.0.1:6443",
-         "certificate-authority-data": base64.b64encode(pki.serving_ca.cert_pem()).decode()},
-        {"client-certificate-data": base64.b64encode(pki.alice.cert_pem()).decode(),
-         "client-key-data": base64.b64encode(pki.alice.key_pem()).decode()},
-    )
-    connection = connection_from_kubeconfig(path)
-    assert connection.base_url == "https://127.0.0.1:6443"
-    assert connection.token is None
-    assert connection.ssl_context.verify_mode == ssl.CERT_REQUIRED
-    assert len(connection.ssl_context.get_ca_certs()) == 1
-
-
-def test_kubeconfig_with_relative_files_and_token(tmp_path, pki):
-    (tmp_path / "ca.crt").write_bytes(pki.serving_ca.cert_pem())
-    pki.alice.write(tmp_path / "alice.crt", tmp_path / "alice.key")
-    path = write_kubeconfig(tmp_path, {"server": "https://k:6443",
-                                       "certificate-authority": "ca.crt"},
-                            {"client-certificate": "alice.crt", "client-key": "alice.key",
-                             "token": "secret"})
-    connection = connection_from_kubeconfig(path)
-    assert connection.token is not None and connection.token() == "secret"
-    assert KubeClient(connection).auth_headers() == {"Authorization": "Bearer secret"}
-
-
-def test_kubeconfig_refuses_exec_and_half_a_key_pair(tmp_path, pki):
-    path = write_kubeconfig(tmp_path, {"server": "https://k"}, {"exec": {"command": "x"}})
-    with pytest.raises(KubeconfigError, match="exec"):
-        connection_from_kubeconfig(path)
-    path = write_kubeconfig(tmp_path, {"server": "https://k"}, {
-        "client-certificate-data": base64.b64encode(pki.alice.cert_pem()).decode()})
-    with pytest.raises(KubeconfigError, match="together"):
-        connection_from_kubeconfig(path)
-
-
-def test_in_cluster(tmp_path, pki, monkeypatch):
-    (tmp_path / "ca.crt").write_bytes(pki.serving_ca.cert_pem())
-    (tmp_path / "token").write_text("tok-1\n")
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
-    connection = in_cluster_connection(tmp_path)
-    assert connection.base_url == "https://[fd00::1]:443"
-    assert connection.token is not None and connection.token() == "tok-1"
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
-    with pytest.raises(KubeconfigError, match="--kubeconfig"):
-        in_cluster_connection(tmp_path)
-
-
-def test_token_file_is_reread_periodically(tmp_path):
-    now = [0.0]
-    path = tmp_path / "token"
-    path.write_text("one")
-    tokens = TokenFile(path, reread_seconds=60, clock=lambda: now[0])
-    assert tokens.token() == "one"
-    path.write_text("two")
-    now[0] = 59
-    assert tokens.token() == "one"
-    now[0] = 60
-    assert tokens.token() == "two"
+def bearer(token: str) -> Credentials:
+    configuration = Configuration()
+    configuration.api_key = {"BearerToken": f"Bearer {token}"}
+    return Credentials(configuration)
 
 
 def client(handler) -> KubeClient:
     return KubeClient(Connection("https://kube.test", ssl.create_default_context(),
-                                 token=lambda: "t0k"),
+                                 credentials=bearer("t0k")),
                       transport=httpx.MockTransport(handler))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from apiserver.kube import Connection, KubeClient
+from apiserver.kube.informer import Backoff
 from apiserver.notifier.pods import PodDirectory
 
 
@@ -65,8 +66,8 @@ async def run_until(directory: PodDirectory, condition: Any, fake: FakeKube) -> 
 async def test_an_empty_cluster_lists_as_null_items_and_still_syncs() -> None:
     fake = FakeKube(None, [{"type": "ADDED", "object": pod("p", "u1", "11")}])
     directory = PodDirectory(fake.client())
-    await run_until(directory, lambda: directory.uid("ns", "p") == "u1", fake)
-    assert directory.synced.is_set()
+    await run_until(directory, lambda: directory.synced.is_set()
+                    and not directory.gone("ns", "p", "u1"), fake)
     assert all("as=PartialObjectMetadata" in accept for accept in fake.accepts)
 
 
@@ -83,7 +84,7 @@ async def test_a_pod_replaced_by_another_uid_counts_as_deleted() -> None:
     directory = PodDirectory(fake.client())
     with directory.deletion("ns", "p", "u1") as deleted:
         await run_until(directory, deleted.is_set, fake)
-    assert directory.uid("ns", "p") == "u2"
+    assert directory.gone("ns", "p", "u1")
     assert not directory.gone("ns", "p", "u2")
 
 
@@ -94,8 +95,8 @@ async def test_bookmarks_and_unrelated_pods_do_not_fire() -> None:
         {"type": "DELETED", "object": pod("q", "u9", "12")}])
     directory = PodDirectory(fake.client())
     with directory.deletion("ns", "p", "u1") as deleted:
-        await run_until(directory, lambda: directory.uid("ns", "q") is None
-                        and directory.synced.is_set(), fake)
+        await run_until(directory, lambda: directory.synced.is_set()
+                        and directory.gone("ns", "q", "u9"), fake)
         assert not deleted.is_set()
 
 
@@ -106,5 +107,35 @@ async def test_deletions_are_counted_for_the_orphan_scan() -> None:
     directory = PodDirectory(fake.client())
     assert directory.deletions == 0
     await run_until(directory, lambda: directory.synced.is_set()
-                    and directory.uid("ns", "p") is None, fake)
+                    and directory.gone("ns", "p", "u1"), fake)
     assert directory.deletions == 1
+    assert not directory.gone("ns", "q", "u2")
+
+
+async def test_not_gone_before_the_first_list() -> None:
+    directory = PodDirectory(FakeKube([], []).client())
+    assert not directory.synced.is_set()
+    assert not directory.gone("ns", "p", "u1")
+
+
+async def test_a_deletion_found_by_a_relist_fires_and_counts() -> None:
+    """The watch expires (410) while p is deleted: the next list no longer has it."""
+
+    class Relisting(FakeKube):
+        lists = 0
+
+        def handle(self, request: httpx.Request) -> httpx.Response:
+            if request.url.params.get("watch") != "true":
+                self.lists += 1
+                if self.lists == 2:
+                    self.items = [pod("q", "u2")]
+            return super().handle(request)
+
+    fake = Relisting([pod("p", "u1"), pod("q", "u2")],
+                     [{"type": "ERROR", "object": {"kind": "Status", "code": 410}}])
+    directory = PodDirectory(fake.client(), backoff=Backoff(initial=0.01, maximum=0.01))
+    with directory.deletion("ns", "p", "u1") as deleted:
+        await run_until(directory, deleted.is_set, fake)
+    assert fake.lists == 2
+    assert directory.deletions == 1
+    assert not directory.gone("ns", "q", "u2")

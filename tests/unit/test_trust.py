@@ -9,6 +9,7 @@ import pytest
 
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
 from apiserver.kube import Connection, KubeClient
+from apiserver.kube.informer import Backoff
 from certs.authority import new_ca
 
 
@@ -54,6 +55,10 @@ def test_store_tells_subscribers(pki):
     late = []
     store.subscribe(late.append)
     assert late == [pki.trust()]
+
+
+def fast() -> Backoff:
+    return Backoff(initial=0.01, maximum=0.01)
 
 
 def configmap(data: dict[str, str], resource_version: str) -> dict:
@@ -107,7 +112,7 @@ async def test_watcher_lists_watches_and_relists_after_expiry(pki):
     ])
     store, seen = TrustStore(), []
     store.subscribe(seen.append)
-    task = asyncio.create_task(TrustWatcher(kube.client(), store).run())
+    task = asyncio.create_task(TrustWatcher(kube.client(), store, backoff=fast()).run())
     try:
         await wait_for(lambda: len(kube.requests) == 5)
     finally:
@@ -116,7 +121,8 @@ async def test_watcher_lists_watches_and_relists_after_expiry(pki):
     assert seen[2].allowed_names == ("other-proxy",)
     assert len(seen) == 3
     params = [dict(r.url.params) for r in kube.requests]
-    assert params[0] == {"fieldSelector": "metadata.name=extension-apiserver-authentication"}
+    assert params[0] == {"fieldSelector": "metadata.name=extension-apiserver-authentication",
+                         "limit": "500"}
     assert (params[1]["watch"], params[1]["resourceVersion"]) == ("true", "10")
     assert "watch" not in params[2]
     assert params[3]["resourceVersion"] == "20"
@@ -133,10 +139,27 @@ async def test_watcher_retries_after_errors_and_keeps_last_good_material(pki):
     ])
     store = TrustStore()
     task = asyncio.create_task(
-        TrustWatcher(kube.client(), store, initial_backoff=0.01).run())
+        TrustWatcher(kube.client(), store, backoff=fast()).run())
     try:
         await wait_for(lambda: len(kube.requests) == 4)
     finally:
         task.cancel()
     assert store.material == pki.trust()
     assert kube.requests[3].url.params["resourceVersion"] == "3"
+
+
+async def test_watcher_waits_for_a_missing_configmap(pki, caplog):
+    kube = ScriptedKube([
+        {"kind": "ConfigMapList", "metadata": {"resourceVersion": "10"}, "items": None},
+        [{"type": "ADDED", "object": configmap(pki.configmap_data(), "11")}],
+    ])
+    store = TrustStore()
+    watcher = TrustWatcher(kube.client(), store, backoff=fast())
+    task = asyncio.create_task(watcher.run())
+    try:
+        await wait_for(lambda: len(kube.requests) == 3)
+    finally:
+        task.cancel()
+    assert watcher.informer.has_synced()
+    assert store.material == pki.trust()
+    assert "trust ConfigMap not found; waiting for it" in caplog.text

@@ -1,8 +1,11 @@
 """Trust rules for a pod's notifier declarations: the owner's template (rule 1) or pods/exec
-(rule 2), against a fake kube-apiserver (MockTransport) and a fake authorizer."""
+(rule 2), with owners read through `OwnerTemplates` from a fake kube-apiserver (MockTransport:
+one GET each while the cache is not running, none once its informers have synced) and a fake
+authorizer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from dataclasses import dataclass, field
@@ -16,6 +19,7 @@ from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Decision
 from apiserver.definitions import ANNOTATION
 from apiserver.kube import Connection, KubeClient, KubeRejected
+from apiserver.notifier.podcache import OwnerTemplates
 from apiserver.notifier.trust import OWNER_TEMPLATE, POD_EXEC, controller_of, decide
 
 DECLARATION = json.dumps({"db": [{"name": "quiesce", "action": {"signal": "SIGHUP"}}]})
@@ -29,16 +33,31 @@ KINDS = [
 ]
 
 
+def collection_of(path: str) -> str:
+    """/apis/apps/v1/namespaces/prod/replicasets/x -> /apis/apps/v1/replicasets"""
+    parts = path.split("/")
+    return "/".join(parts[:4] + [parts[6]])
+
+
 @dataclass
 class FakeOwners:
-    """kube-apiserver serving `objects` by path; anything else is 404, or `error_code`."""
+    """kube-apiserver serving `objects` by path, and lists of them by collection (watches stay
+    open without events); anything else is 404, or `error_code`."""
 
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     error_code: int | None = None
     gets: list[str] = field(default_factory=list)
+    """Paths of the GETs of single objects."""
 
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        self.gets.append(request.url.path)
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.count("/") == 4:  # a collection: list or watch
+            if request.url.params.get("watch") == "true":
+                await asyncio.Event().wait()
+            items = [o for p, o in self.objects.items() if collection_of(p) == path]
+            return httpx.Response(200, json={"metadata": {"resourceVersion": "1"},
+                                             "items": items})
+        self.gets.append(path)
         if self.error_code is not None:
             return httpx.Response(self.error_code, json={
                 "kind": "Status", "status": "Failure", "reason": "Forbidden",
@@ -76,16 +95,20 @@ def pod(name: str = "db-0", *, annotation: str | None = DECLARATION,
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
 
 
-def owner_with(annotation: str | None) -> dict[str, Any]:
-    annotations = {ANNOTATION: annotation} if annotation is not None else {}
-    return {"spec": {"template": {"metadata": {"annotations": annotations}}}}
+def owner_with(annotation: str | None, name: str = "db-7f9c") -> dict[str, Any]:
+    annotations = {ANNOTATION: annotation, "unrelated": "x" * 100} if annotation is not None \
+        else {}
+    return {"metadata": {"namespace": "prod", "name": name, "uid": f"uid-{name}",
+                         "resourceVersion": "1"},
+            "spec": {"template": {"metadata": {"annotations": annotations}},
+                     "replicas": 3}}
 
 
-async def run(owners: FakeOwners, authorizer: FakeAuthorizer, target: dict[str, Any],
-              cache: dict[str, Any] | None = None):
+async def run(owners: FakeOwners, authorizer: FakeAuthorizer, target: dict[str, Any]):
+    """decide() with an OwnerTemplates that is not running: every owner is one GET."""
     kube = owners.client()
     try:
-        return await decide(kube, authorizer, USER, target, cache)
+        return await decide(OwnerTemplates(kube), authorizer, USER, target)
     finally:
         await kube.aclose()
 
@@ -208,37 +231,38 @@ async def test_denied_names_both_rules_and_the_user() -> None:
     assert "pod template of the workload" in decision.message
 
 
-# owner cache and errors
+# owners from the cache, and errors
 
 
-async def test_owner_cache_reads_each_owner_once() -> None:
-    path = KINDS[0][2]
-    owners = FakeOwners({path: owner_with(DECLARATION)})
+async def test_synced_owner_cache_makes_no_get() -> None:
+    owners = FakeOwners({path: owner_with(DECLARATION) for _, _, path in KINDS})
     authorizer = FakeAuthorizer(allowed=False)
-    cache: dict[str, Any] = {}
     kube = owners.client()
+    templates = OwnerTemplates(kube)
+    task = asyncio.create_task(templates.run())
     try:
-        decisions = [await decide(kube, authorizer, USER,
-                                  pod(f"db-{i}", owner=("apps/v1", "ReplicaSet")), cache)
-                     for i in range(5)]
+        async with asyncio.timeout(5):
+            await templates.wait_synced()
+        assert templates.has_synced()
+        decisions = [await decide(templates, authorizer, USER, pod(f"db-{i}", owner=kind[:2]))
+                     for i in range(3) for kind in KINDS]
+        cached = await templates.owner("apps", "ReplicaSet", "prod", "db-7f9c")
     finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
         await kube.aclose()
 
     assert all(d.trusted and d.rule == OWNER_TEMPLATE for d in decisions)
-    assert owners.gets == [path]
-    assert list(cache) == [path]
+    assert owners.gets == []
+    assert templates.gets == 0
+    # trimmed to what the trust rules read
+    assert cached == {"metadata": {"namespace": "prod", "name": "db-7f9c",
+                                   "uid": "uid-db-7f9c", "resourceVersion": "1"},
+                      "spec": {"template": {"metadata": {"annotations": {
+                          ANNOTATION: DECLARATION}}}}}
 
 
-async def test_owner_cache_remembers_a_missing_owner() -> None:
-    owners = FakeOwners({})
-    cache: dict[str, Any] = {}
-    for i in range(3):
-        await run(owners, FakeAuthorizer(allowed=True), pod(f"db-{i}"), cache)
-    assert owners.gets == [KINDS[1][2]]
-    assert cache == {KINDS[1][2]: None}
-
-
-async def test_without_cache_every_pod_reads_its_owner() -> None:
+async def test_an_owner_the_cache_has_not_seen_costs_one_get_each_time() -> None:
     path = KINDS[1][2]
     owners = FakeOwners({path: owner_with(DECLARATION)})
     for i in range(2):
@@ -250,14 +274,12 @@ async def test_without_cache_every_pod_reads_its_owner() -> None:
 async def test_other_owner_errors_propagate(code: int) -> None:
     owners = FakeOwners({}, error_code=code)
     authorizer = FakeAuthorizer(allowed=True)
-    cache: dict[str, Any] = {}
 
     with pytest.raises(KubeRejected) as caught:
-        await run(owners, authorizer, pod(), cache)
+        await run(owners, authorizer, pod())
 
     assert caught.value.status_code == code
     assert authorizer.asked == []
-    assert cache == {}
 
 
 def test_controller_of() -> None:

@@ -1,4 +1,4 @@
-"""A small async client for kube-apiserver, configured from a kubeconfig or in-cluster.
+"""A small async client for kube-apiserver (httpx), given a `Connection` (see `config`).
 
 Errors come in two kinds: `KubeUnavailable` (no usable answer: connection failure, timeout, 502,
 503, 504), which callers turn into 503 to fail closed, and `KubeRejected` (kube-apiserver answered
@@ -7,24 +7,22 @@ with another error status).
 
 from __future__ import annotations
 
-import base64
 import json
-import os
-import ssl
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from apiserver.errors import InternalError, ServiceUnavailable
+from apiserver.kube.config import (
+    Connection,
+    Credentials,
+    connection_from_kubeconfig,
+    in_cluster_connection,
+)
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-TOKEN_REREAD_SECONDS = 60.0
 UNAVAILABLE_CODES = frozenset({502, 503, 504})
 
 
@@ -59,45 +57,21 @@ class KubeRejected(InternalError):
         return str(self.answer.get("reason", ""))
 
 
-class KubeconfigError(ValueError):
-    """The kubeconfig cannot be used."""
+class _Authorization(httpx.Auth):
+    """Sets the credentials' Authorization header, refreshing them first when due."""
 
-
-class TokenFile:
-    """A bearer token read from a file and re-read periodically, as projected tokens rotate."""
-
-    def __init__(self, path: Path, reread_seconds: float = TOKEN_REREAD_SECONDS,
-                 clock: Callable[[], float] = time.monotonic):
-        self._path = path
-        self._reread_seconds = reread_seconds
-        self._clock = clock
-        self._token = ""
-        self._read_at = float("-inf")
-
-    def token(self) -> str:
-        now = self._clock()
-        if now - self._read_at >= self._reread_seconds:
-            self._token = self._path.read_text().strip()
-            self._read_at = now
-        return self._token
-
-
-class _BearerAuth(httpx.Auth):
-    def __init__(self, token: Callable[[], str]):
-        self._token = token
+    def __init__(self, credentials: Credentials):
+        self._credentials = credentials
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token()}"
+        request.headers["Authorization"] = self._credentials.header()
         yield request
 
-
-@dataclass(frozen=True)
-class Connection:
-    """Where kube-apiserver is and how to authenticate to it."""
-
-    base_url: str
-    ssl_context: ssl.SSLContext
-    token: Callable[[], str] | None = None
+    async def async_auth_flow(self, request: httpx.Request
+                              ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        await self._credentials.refresh()
+        request.headers["Authorization"] = self._credentials.header()
+        yield request
 
 
 class KubeClient:
@@ -111,22 +85,26 @@ class KubeClient:
                  transport: httpx.AsyncBaseTransport | None = None):
         self.base_url = connection.base_url.rstrip("/")
         self.ssl_context = connection.ssl_context
-        self._token = connection.token
+        self._credentials = connection.credentials
+        self._extensions = ({"sni_hostname": connection.tls_server_name}
+                            if connection.tls_server_name else None)
         self.last_success: float | None = None
         """time.monotonic() of the last request kube-apiserver answered, or None."""
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             verify=self.ssl_context,
             timeout=timeout,
-            auth=_BearerAuth(self._token) if self._token else None,
+            auth=_Authorization(self._credentials) if self._credentials else None,
             transport=transport,
+            proxy=connection.proxy or None,
             headers={"Accept": "application/json", "User-Agent": "container-notifier-apiserver"},
             limits=CONNECTION_LIMITS,
         )
 
     @classmethod
-    def from_kubeconfig(cls, path: Path, **kwargs: Any) -> KubeClient:
-        return cls(connection_from_kubeconfig(path), **kwargs)
+    def from_kubeconfig(cls, path: Path, context: str | None = None, **kwargs: Any
+                        ) -> KubeClient:
+        return cls(connection_from_kubeconfig(path, context), **kwargs)
 
     @classmethod
     def in_cluster(cls, **kwargs: Any) -> KubeClient:
@@ -134,7 +112,7 @@ class KubeClient:
 
     def auth_headers(self) -> dict[str, str]:
         """Headers that authenticate a request (empty when a client certificate does)."""
-        return {"Authorization": f"Bearer {self._token()}"} if self._token else {}
+        return {"Authorization": self._credentials.header()} if self._credentials else {}
 
     async def get(self, path: str, params: Mapping[str, str] | None = None,
                   accept: str | None = None) -> dict[str, Any]:
@@ -159,7 +137,8 @@ class KubeClient:
         try:
             headers = {"Accept": accept} if accept else None
             async with self._client.stream("GET", path, params=query, timeout=timeout,
-                                           headers=headers) as response:
+                                           headers=headers,
+                                           extensions=self._extensions) as response:
                 if response.status_code != 200:
                     await response.aread()
                     self._raise_for(response)
@@ -175,7 +154,8 @@ class KubeClient:
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         try:
-            response = await self._client.request(method, path, **kwargs)
+            response = await self._client.request(method, path, extensions=self._extensions,
+                                                  **kwargs)
         except httpx.TransportError as error:
             raise KubeUnavailable(f"{method} {path}: {type(error).__name__}: {error}") from error
         if response.status_code >= 400:
@@ -195,89 +175,3 @@ class KubeClient:
         if code in UNAVAILABLE_CODES:
             raise KubeUnavailable(f"kube-apiserver answered {code}: {status.get('message', '')}")
         raise KubeRejected(code, status)
-
-
-def in_cluster_connection(directory: Path = SERVICE_ACCOUNT_DIR) -> Connection:
-    """The service account's connection, from KUBERNETES_SERVICE_HOST/PORT and its files."""
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    port = os.environ.get("KUBERNETES_SERVICE_PORT")
-    if not host or not port:
-        raise KubeconfigError("not in a cluster: KUBERNETES_SERVICE_HOST/PORT are not set; "
-                              "pass --kubeconfig")
-    if ":" in host:
-        host = f"[{host}]"
-    context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
-    return Connection(f"https://{host}:{port}", context, TokenFile(directory / "token").token)
-
-
-def connection_from_kubeconfig(path: Path) -> Connection:
-    """The connection of the kubeconfig's current context.
-
-    Supported: server, certificate-authority(-data), insecure-skip-tls-verify,
-    client-certificate(-data) with client-key(-data), token and tokenFile.
-    Relative file names are relative to the kubeconfig's directory.
-    """
-    config = yaml.safe_load(path.read_text()) or {}
-    context_name = config.get("current-context")
-    context = _named(config, "contexts", context_name, "context")
-    cluster = _named(config, "clusters", context.get("cluster"), "cluster")
-    user = _named(config, "users", context.get("user"), "user") if context.get("user") else {}
-    if "exec" in user or "auth-provider" in user:
-        raise KubeconfigError(f"{path}: exec and auth-provider users are not supported")
-    base = path.parent
-    server = cluster.get("server")
-    if not server:
-        raise KubeconfigError(f"{path}: cluster {context.get('cluster')!r} has no server")
-
-    ca_file = _file_or_data(base, cluster, "certificate-authority")
-    if cluster.get("insecure-skip-tls-verify"):
-        ssl_context = ssl.create_default_context()
-        ssl_context.check_hostname = False
-        ssl_context.verify_mode = ssl.CERT_NONE
-    elif ca_file is not None:
-        ssl_context = ssl.create_default_context(cadata=ca_file.decode())
-    else:
-        ssl_context = ssl.create_default_context()
-
-    cert = _file_or_data(base, user, "client-certificate")
-    key = _file_or_data(base, user, "client-key")
-    if (cert is None) != (key is None):
-        raise KubeconfigError(f"{path}: client-certificate and client-key must come together")
-    if cert is not None and key is not None:
-        _load_cert_chain(ssl_context, cert, key)
-
-    token: Callable[[], str] | None = None
-    if user.get("token"):
-        token = _constant(str(user["token"]))
-    elif user.get("tokenFile"):
-        token = TokenFile(base / user["tokenFile"]).token
-    return Connection(server, ssl_context, token)
-
-
-def _constant(value: str) -> Callable[[], str]:
-    return lambda: value
-
-
-def _named(config: dict[str, Any], section: str, name: str | None, key: str) -> dict[str, Any]:
-    for entry in config.get(section) or []:
-        if entry.get("name") == name:
-            return entry.get(key) or {}
-    raise KubeconfigError(f"kubeconfig has no {key} named {name!r}")
-
-
-def _file_or_data(base: Path, section: dict[str, Any], field: str) -> bytes | None:
-    if section.get(f"{field}-data"):
-        return base64.b64decode(section[f"{field}-data"])
-    if section.get(field):
-        return (base / section[field]).read_bytes()
-    return None
-
-
-def _load_cert_chain(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
-    """ssl reads certificates only from files: write them to private temporary ones."""
-    with tempfile.TemporaryDirectory(prefix="kubeclient-") as directory:
-        cert_path, key_path = Path(directory) / "tls.crt", Path(directory) / "tls.key"
-        cert_path.write_bytes(cert)
-        key_path.touch(mode=0o600)
-        key_path.write_bytes(key)
-        context.load_cert_chain(cert_path, key_path)
