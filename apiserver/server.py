@@ -12,27 +12,26 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
 from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
-from apiserver.authn.user import UserInfo
-from apiserver.authz.sar import Authorizer, SubjectAccessReviewAuthorizer
+from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
 from apiserver.fanout.controller import FanoutManager, RunParts
 from apiserver.fanout.scope import ScopeStore
 from apiserver.handlers import notifications, notify, podnotifiers
 from apiserver.handlers.collection import stop_watches
-from apiserver.kube import KubeClient, KubeRejected
-from apiserver.notifier import housekeeping, trust
+from apiserver.kube import KubeClient
+from apiserver.notifier import housekeeping
 from apiserver.notifier.admission import Admission, Limits
-from apiserver.notifier.errors import PodNotFound
 from apiserver.notifier.exec_stream import KubeEndpoint
+from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import Runner
+from apiserver.notifier.trust import TrustRules
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
@@ -44,32 +43,6 @@ from apiserver.serving.server import Server, uvicorn_config
 from apiserver.serving.tls import ServingTLS
 
 log = logging.getLogger(__name__)
-
-
-class KubePods:
-    """Pods read from kube-apiserver."""
-
-    def __init__(self, kube: KubeClient) -> None:
-        self._kube = kube
-
-    async def pod(self, namespace: str, name: str) -> dict[str, Any]:
-        try:
-            return await self._kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except KubeRejected as error:
-            if error.status_code == 404:
-                raise PodNotFound(namespace, name) from None
-            raise
-
-
-class TrustRulesOnKube:
-    """The trust rules, reading owners from kube-apiserver and asking `authorizer`."""
-
-    def __init__(self, kube: KubeClient, authorizer: Authorizer) -> None:
-        self._kube = kube
-        self._authorizer = authorizer
-
-    async def decide(self, user: UserInfo, pod: dict[str, Any]) -> trust.TrustDecision:
-        return await trust.decide(self._kube, self._authorizer, user, pod)
 
 
 def connect(options: ServerOptions) -> KubeClient:
@@ -111,6 +84,12 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS))
     notification_store = SqliteObjectStore(database, NOTIFICATIONS)
     pod_index = PodDirectory(kube)
+    pod_cache = PodCache(kube)
+    owners = OwnerTemplates(kube)
+    trust_watcher = TrustWatcher(kube, trust_store)
+    readiness.add("pod-index", pod_index.synced.is_set)
+    readiness.add("pod-cache", pod_cache.has_synced)
+    readiness.add("owner-templates", owners.has_synced)
 
     def exec_endpoint() -> KubeEndpoint:
         """Where runs exec, as the server's own identity (re-read: tokens rotate)."""
@@ -119,7 +98,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     runner = Runner(records, exec_endpoint, pod_index, metrics,
                     options.max_concurrent_executions)
     admission = Admission(
-        pods=KubePods(kube), trust=TrustRulesOnKube(kube, authorizer), records=records,
+        pods=pod_cache, trust=TrustRules(owners, authorizer), records=records,
         runner=runner, limits=Limits(
             max_timeout_seconds=options.max_timeout_seconds,
             output_tail_bytes=options.output_tail_bytes,
@@ -145,8 +124,10 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         await housekeeping.recover_interrupted(records)
         await fanout.resume()
         background = [
-            asyncio.create_task(TrustWatcher(kube, trust_store).run(), name="trust-watcher"),
+            asyncio.create_task(trust_watcher.run(), name="trust-watcher"),
             asyncio.create_task(pod_index.run(), name="pod-index"),
+            asyncio.create_task(pod_cache.run(), name="pod-cache"),
+            asyncio.create_task(owners.run(), name="owner-templates"),
             asyncio.create_task(housekeeping.collect_forever(
                 records, pod_index, options.default_ttl_seconds_after_finished),
                 name="record-collector"),

@@ -19,6 +19,7 @@ from apiserver.notifier.errors import (
     InvalidDeclaration,
     InvalidSelection,
     NotDeclared,
+    PodNotFound,
     RunConflict,
     TooManyRuns,
     Untrusted,
@@ -33,8 +34,8 @@ RETRY_AFTER_SECONDS = 1
 
 
 class PodSource(Protocol):
-    async def pod(self, namespace: str, name: str) -> dict[str, Any]:
-        """The pod; raises ``PodNotFound`` if it does not exist."""
+    async def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod, or None if it does not exist."""
 
 
 class TrustRules(Protocol):
@@ -94,7 +95,10 @@ class Admission:
 
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         """The pod to notify; raises ``PodNotFound``."""
-        return await self._pods.pod(namespace, name)
+        pod = await self._pods.pod(namespace, name)
+        if pod is None:
+            raise PodNotFound(namespace, name)
+        return pod
 
     def plan(self, pod: dict[str, Any], ask: request.NotifyRequest
              ) -> tuple[list[ContainerPlan], dict[str, int], int]:

@@ -82,3 +82,14 @@ async def decide(owners: Owners, authorizer: Authorizer, user: UserInfo, pod: di
         f"in the pod template of the workload (Deployment, StatefulSet, DaemonSet or Job) and "
         f"do not change the annotation on the pod, or have the caller granted create on "
         f"pods/exec for this pod"))
+
+
+class TrustRules:
+    """The trust rules with what they read: the owners' pod templates and the authorizer."""
+
+    def __init__(self, owners: Owners, authorizer: Authorizer) -> None:
+        self._owners = owners
+        self._authorizer = authorizer
+
+    async def decide(self, user: UserInfo, pod: dict[str, Any]) -> TrustDecision:
+        return await decide(self._owners, self._authorizer, user, pod)

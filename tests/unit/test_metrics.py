@@ -160,9 +160,14 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
     handle = fake_kube.handle
 
     def with_configmap(request: httpx.Request) -> httpx.Response:
-        """The trust watcher's list finds the ConfigMap; its watch fails and it lists again."""
+        """The trust watcher's list finds the ConfigMap, the caches list no objects; every watch
+        fails and they list again."""
         if request.url.path.endswith("/configmaps") and "watch" not in request.url.params:
             return httpx.Response(200, json={"items": [configmap],
+                                             "metadata": {"resourceVersion": "1"}})
+        if request.method == "GET" and "watch" not in request.url.params:
+            # The pod and owner caches list an empty cluster.
+            return httpx.Response(200, json={"items": None,
                                              "metadata": {"resourceVersion": "1"}})
         return handle(request)
 
