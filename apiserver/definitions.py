@@ -37,13 +37,12 @@ handle the signal: the kernel discards signals a PID-namespace init has no handl
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-from apiserver.errors import Cause
+from apiserver.api.field_errors import FieldError
+from apiserver.api.validation import dns1123_label_errors, qualified_name_errors
 
 ANNOTATION = "notifier.x-k8s.io/notifiers"
 ANNOTATION_PATH = f"metadata.annotations[{ANNOTATION}]"
@@ -58,68 +57,6 @@ _NOTIFIER_FIELDS = ("name", "timeoutSeconds", "action")
 _ACTION_FIELDS = ("exec", "signal")
 _EXEC_FIELDS = ("command",)
 
-_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_SHOWN_VALUE_CHARS = 120
-
-
-class CauseReason(StrEnum):
-    """``metav1.CauseType`` values used for field errors."""
-
-    INVALID = "FieldValueInvalid"
-    REQUIRED = "FieldValueRequired"
-    NOT_SUPPORTED = "FieldValueNotSupported"
-    DUPLICATE = "FieldValueDuplicate"
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One invalid field: a ``metav1.StatusCause`` plus the offending value.
-
-    ``message`` follows the Kubernetes ``field.Error`` body (``Invalid value: "x": ...``) and
-    says what to change.
-    """
-
-    reason: CauseReason
-    field: str
-    value: Any
-    message: str
-
-    @classmethod
-    def invalid(cls, field: str, value: Any, detail: str) -> FieldError:
-        return cls(CauseReason.INVALID, field, value, f"Invalid value: {_show(value)}: {detail}")
-
-    @classmethod
-    def required(cls, field: str, detail: str) -> FieldError:
-        return cls(CauseReason.REQUIRED, field, None, f"Required value: {detail}")
-
-    @classmethod
-    def not_supported(
-        cls, field: str, value: Any, supported: Iterable[str], detail: str = ""
-    ) -> FieldError:
-        listed = ", ".join(json.dumps(item) for item in supported)
-        prefix = f"{detail}; " if detail else ""
-        return cls(
-            CauseReason.NOT_SUPPORTED,
-            field,
-            value,
-            f"Unsupported value: {_show(value)}: {prefix}supported values: {listed}",
-        )
-
-    @classmethod
-    def duplicate(cls, field: str, value: Any, detail: str) -> FieldError:
-        return cls(
-            CauseReason.DUPLICATE, field, value, f"Duplicate value: {_show(value)}: {detail}"
-        )
-
-    def as_cause(self) -> Cause:
-        """The ``metav1.StatusCause`` for ``details.causes``: the message names the field, as
-        Go's field errors do."""
-        return Cause(self.reason.value, str(self), self.field)
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
 
 
 class InvalidNotifiers(ValueError):
@@ -176,42 +113,6 @@ class Selection:
 
     selected: dict[str, Notifier]
     undeclared: tuple[str, ...]
-
-
-def qualified_name_errors(value: str) -> list[str]:
-    """Why ``value`` is not a Kubernetes qualified name (label-key syntax); empty if it is."""
-    parts = value.split("/")
-    if len(parts) > 2:
-        return [
-            "must be a name with an optional DNS subdomain prefix and '/', "
-            "e.g. 'quiesce' or 'example.com/quiesce'"
-        ]
-    errors: list[str] = []
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        elif len(prefix) > 253:
-            errors.append("prefix part must be no more than 253 characters")
-        elif not _DNS1123_SUBDOMAIN.fullmatch(prefix):
-            errors.append(
-                "prefix part must be a lowercase DNS subdomain: lower case alphanumeric "
-                "characters, '-' or '.', starting and ending with an alphanumeric character "
-                "(e.g. 'example.com')"
-            )
-    name = parts[-1]
-    if not name:
-        errors.append("name part must be non-empty")
-    elif len(name) > 63:
-        errors.append("name part must be no more than 63 characters")
-    elif not _QUALIFIED_NAME_PART.fullmatch(name):
-        errors.append(
-            "name part must consist of alphanumeric characters, '-', '_' or '.', and must "
-            "start and end with an alphanumeric character (e.g. 'MyName', 'my.name' or "
-            "'123-abc')"
-        )
-    return errors
-
 
 
 def parse_notifiers(
@@ -301,7 +202,7 @@ def _read(
     declarations: dict[str, tuple[Notifier, ...]] = {}
     for container, notifiers in document.items():
         path = _container_path(container)
-        if not _DNS1123_LABEL.fullmatch(container) or len(container) > 63:
+        if dns1123_label_errors(container):
             errors.append(
                 FieldError.invalid(
                     path, container, "must be a container name (a lowercase RFC 1123 label)"
@@ -453,7 +354,7 @@ def _reject_unknown_fields(
 
 
 def _container_path(container: str) -> str:
-    if _DNS1123_LABEL.fullmatch(container):
+    if not dns1123_label_errors(container):
         return f"{ANNOTATION_PATH}.{container}"
     return f"{ANNOTATION_PATH}[{json.dumps(container)}]"
 
@@ -473,8 +374,3 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _show(value: Any) -> str:
-    shown = json.dumps(value, ensure_ascii=False)
-    if len(shown) > _SHOWN_VALUE_CHARS:
-        return shown[: _SHOWN_VALUE_CHARS - 3] + "..."
-    return shown
