@@ -78,6 +78,8 @@ class Problem:
     """Path below the field, e.g. ``[app]`` (a map key) or ``.name``; empty for the field."""
     value: Any = INPUT
     supported: tuple[str, ...] = ()
+    quoted: bool = False
+    """List ``supported`` as JSON strings (see ``FieldError.not_supported``)."""
 
     def at_path(self, path: str, field_value: Any) -> FieldError:
         """The field error of this problem found in the field at ``path`` holding
@@ -88,7 +90,7 @@ class Problem:
             return FieldError.required(where, self.detail)
         if self.reason is CauseReason.NOT_SUPPORTED:
             return FieldError.not_supported(where, value, self.supported, self.detail,
-                                            quoted=False)
+                                            quoted=self.quoted)
         if self.reason is CauseReason.DUPLICATE:
             return FieldError.duplicate(where, value, self.detail)
         return FieldError.invalid(where, value, self.detail)
@@ -137,26 +139,29 @@ class Invalid:
 
 @dataclass(frozen=True)
 class Required:
-    """The field must be set (and not empty); ``detail`` says what to set it to.
+    """The field must be set; ``detail`` says what to set it to.
 
-    Declare the field with a default of None: absence is this marker's error, not pydantic's.
+    Unset is null or absent, and, with ``empty`` (the default), also "" and []. Declare the
+    field with a default of None: absence is this marker's error, not pydantic's.
     """
 
     detail: str
+    empty: bool = True
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
                                      ) -> CoreSchema:
         return core_schema.no_info_wrap_validator_function(self._validate, handler(source))
 
     def _validate(self, value: Any, validate: Callable[[Any], Any]) -> Any:
-        if value is None or value == "":
+        if value is None or (self.empty and (value == "" or value == [])):
             fail([Problem(CauseReason.REQUIRED, self.detail)])
         return validate(value)
 
 
 @dataclass(frozen=True)
 class OneOf:
-    """The field is one of ``choices`` (the schema's enum); anything else is not supported."""
+    """The field is one of ``choices`` (the schema's enum); anything else, null included, is
+    not supported (put the marker inside the Optional of an optional field)."""
 
     choices: tuple[str, ...]
 
@@ -165,17 +170,21 @@ class OneOf:
         return core_schema.no_info_wrap_validator_function(self._validate, handler(source))
 
     def _validate(self, value: Any, validate: Callable[[Any], Any]) -> Any:
-        if value is not None and (not isinstance(value, str) or value not in self.choices):
+        if not isinstance(value, str) or value not in self.choices:
             fail([Problem(CauseReason.NOT_SUPPORTED, "", supported=self.choices)])
         return validate(value)
 
 
 @dataclass(frozen=True)
 class Bounds:
-    """An integer between ``low`` and ``high`` inclusive; ``high`` may name a server limit."""
+    """An integer between ``low`` and ``high`` inclusive; ``high`` may name a server limit.
+
+    ``detail`` is the message, formatted with ``low`` and ``high``.
+    """
 
     low: int
     high: int | str
+    detail: str = "must be between {low} and {high}, inclusive"
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
                                      ) -> CoreSchema:
@@ -186,7 +195,7 @@ class Bounds:
             return value
         high = self.high if isinstance(self.high, int) else (info.context or {})[self.high]
         if not self.low <= value <= high:
-            fail([invalid(f"must be between {self.low} and {high}, inclusive")])
+            fail([invalid(self.detail.format(low=self.low, high=high))])
         return value
 
 

@@ -48,7 +48,7 @@ def field_info(model: type[APIModel], *path: str) -> FieldInfo:
     current: Any = model
     for part in path:
         if info is not None:
-            current = _model_in(info.annotation)
+            current = model_in(info.annotation)
         fields = {json_name(name, f): f for name, f in current.model_fields.items()}
         info = fields[part]
     if info is None:
@@ -186,7 +186,8 @@ def _models(annotation: Any) -> list[type[APIModel]]:
     return [m for arg in get_args(annotation) for m in _models(arg)]
 
 
-def _model_in(annotation: Any) -> type[APIModel]:
+def model_in(annotation: Any) -> type[APIModel]:
+    """The one model a field's type refers to (e.g. ``Spec`` of ``Spec | None``)."""
     found = _models(annotation)
     if len(found) != 1:
         raise KeyError(f"{annotation!r} is not one model")

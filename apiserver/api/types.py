@@ -54,6 +54,7 @@ class Phase(StrEnum):
 
 PHASES = tuple(Phase)
 FINISHED_PHASES = (Phase.SUCCEEDED, Phase.FAILED)
+PhaseName = Annotated[str, OneOf(PHASES)]
 
 PRE_EXISTING_PODS, ALL_PODS = "PreExistingPods", "AllPods"
 POLICIES = (PRE_EXISTING_PODS, ALL_PODS)
@@ -88,7 +89,8 @@ def _qualified_name(value: str) -> Iterator[Problem]:
 
 
 def _object_name(value: str) -> Iterator[Problem]:
-    return (invalid(problem) for problem in dns1123_subdomain_errors(value))
+    """Problems of a name; "" is no name (generateName or the server picks one)."""
+    return (invalid(problem) for problem in dns1123_subdomain_errors(value) if value)
 
 
 def _name_prefix(value: str) -> Iterator[Problem]:
@@ -96,7 +98,7 @@ def _name_prefix(value: str) -> Iterator[Problem]:
         yield invalid(f"must be no more than {MAX_GENERATE_NAME_LENGTH} characters (the server "
                       "appends 5)")
     elif value:
-        yield from _object_name(value.rstrip("-"))
+        yield from (invalid(problem) for problem in dns1123_subdomain_errors(value.rstrip("-")))
 
 
 def _label_map(value: Any, *, reserved: bool = False) -> Iterator[Problem]:
@@ -439,8 +441,8 @@ class ContainerNotifierStatus(APIModel):
     name: Annotated[str, Field(description="Container name.")]
     container_id: Annotated[str | None, Field(
         alias="containerID", description="ID of the container the notifier ran in.")] = None
-    phase: Annotated[str | None, Field(description="Pending, Running, Succeeded or Failed."),
-                     OneOf(PHASES)] = None
+    phase: Annotated[PhaseName | None, Field(
+        description="Pending, Running, Succeeded or Failed.")] = None
     start_time: Annotated[str | None, Field(description="When the run started."),
                           SchemaRef(TIME)] = None
     completion_time: Annotated[str | None, Field(description="When the run finished."),
@@ -465,10 +467,9 @@ class PodNotifierStatus(APIModel):
 
     schema_name = f"{OURS}.PodNotifierStatus"
 
-    phase: Annotated[str | None, Field(
+    phase: Annotated[PhaseName | None, Field(
         description="Pending, Running, Succeeded or Failed. Succeeded if and only if every "
-                    "selected container that declares the notifier succeeded."),
-        OneOf(PHASES)] = None
+                    "selected container that declares the notifier succeeded.")] = None
     start_time: Annotated[str | None, Field(description="When the run started."),
                           SchemaRef(TIME)] = None
     completion_time: Annotated[str | None, Field(description="When the run finished."),
@@ -517,7 +518,7 @@ class NotificationSpec(APIModel):
         description="Selects the pods to notify, in the Notification's namespace."),
         Invalid("must be a label selector object"),
         Required('a label selector of the pods to notify, e.g. {"matchLabels": {"app": '
-                 '"db"}}')] = None
+                 '"db"}}', empty=False)] = None
     notifier: Annotated[str | None, Field(
         description="Name of the notifier to run on each selected pod."),
         Check(_qualified_name), Invalid(A_STRING), Required(NOTIFIER_NAME_REQUIRED)] = None
@@ -571,8 +572,8 @@ class NotificationStatus(APIModel):
 
     schema_name = f"{OURS}.NotificationStatus"
 
-    phase: Annotated[str | None, Field(description="Pending, Running, Succeeded or Failed."),
-                     OneOf(PHASES)] = None
+    phase: Annotated[PhaseName | None, Field(
+        description="Pending, Running, Succeeded or Failed.")] = None
     counts: Annotated[NotificationCounts | None, Field(
         description="Pods by state of their run.")] = None
     start_time: Annotated[str | None, Field(description="When the run started."),
