@@ -247,7 +247,7 @@ class NotAccepted:
 
     def _validate(self, value: Any, validate: Callable[[Any], Any]) -> None:
         if value is not None:
-            raise PydanticKnownError(UNKNOWN_FIELD)
+            raise PydanticKnownError("extra_forbidden")
         return None
 
 
