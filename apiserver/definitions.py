@@ -8,7 +8,9 @@ The value is JSON mapping a container name to that container's notifiers::
 
 Validation is strict, like the Kubernetes API's own: unknown fields, repeated JSON keys, wrong
 types and out-of-range values are all reported, as ``metav1.StatusCause``-shaped field errors
-whose paths start at ``metadata.annotations[notifier.x-k8s.io/notifiers]``.
+whose paths start at ``metadata.annotations[notifier.x-k8s.io/notifiers]``. What a declaration
+is, and how a wrong one is worded, is its typed definition below (``NotifierDeclaration`` and
+its parts, with the markers of api/model.py); the dataclasses are what the server runs.
 
 Signals are spelled one way only, the way Kubernetes spells them in ``Lifecycle.StopSignal``:
 upper case with the ``SIG`` prefix (``SIGHUP``). ``HUP`` or ``sighup`` are refused with a message
@@ -58,7 +60,8 @@ from apiserver.api.model import (
     invalid,
 )
 from apiserver.api.schema import field_info, json_name, model_in
-from apiserver.api.validation import dns1123_label_errors, qualified_name_errors
+from apiserver.api.types import qualified_name_problems
+from apiserver.api.validation import dns1123_label_errors
 
 ANNOTATION = "notifier.x-k8s.io/notifiers"
 ANNOTATION_PATH = f"metadata.annotations[{ANNOTATION}]"
@@ -185,10 +188,6 @@ def annotation_matches_template(pod_value: str | None, template_value: str | Non
 # worded. The dataclasses above are what the server runs; these models are what a pod writes.
 
 
-def _qualified_name(value: str) -> Iterable[Problem]:
-    return (invalid(problem) for problem in qualified_name_errors(value))
-
-
 def _argv(command: list[str]) -> Iterable[Problem]:
     if not command[0]:
         yield invalid("the program must be named", at="[0]", value=command[0])
@@ -238,7 +237,7 @@ class NotifierDeclaration(APIModel):
     name: Annotated[str | None, Field(
         description="The notifier's name (a qualified name, e.g. quiesce or example.com/flush), "
                     "unique per container."),
-        Check(_qualified_name), Invalid("must be a string"),
+        Check(qualified_name_problems), Invalid("must be a string"),
         Required("give the notifier a name", empty=False)] = None
     timeout_seconds: Annotated[int | None, Field(
         description=f"Seconds the notifier may run; default {DEFAULT_TIMEOUT_SECONDS}."),

@@ -65,7 +65,7 @@ class _Input:
     """The default of ``Problem.value``: the value of the checked field."""
 
 
-INPUT: Any = _Input()
+_INPUT: Any = _Input()
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Problem:
     detail: str
     at: str = ""
     """Path below the field, e.g. ``[app]`` (a map key) or ``.name``; empty for the field."""
-    value: Any = INPUT
+    value: Any = _INPUT
     supported: tuple[str, ...] = ()
     quoted: bool = False
     """List ``supported`` as JSON strings (see ``FieldError.not_supported``)."""
@@ -85,7 +85,7 @@ class Problem:
         """The field error of this problem found in the field at ``path`` holding
         ``field_value``."""
         where = f"{path}{self.at}"
-        value = field_value if self.value is INPUT else self.value
+        value = field_value if self.value is _INPUT else self.value
         if self.reason is CauseReason.REQUIRED:
             return FieldError.required(where, self.detail)
         if self.reason is CauseReason.NOT_SUPPORTED:
@@ -96,7 +96,7 @@ class Problem:
         return FieldError.invalid(where, value, self.detail)
 
 
-def invalid(detail: str, *, at: str = "", value: Any = INPUT) -> Problem:
+def invalid(detail: str, *, at: str = "", value: Any = _INPUT) -> Problem:
     return Problem(CauseReason.INVALID, detail, at, value)
 
 
@@ -107,7 +107,7 @@ def fail(problems: Iterable[Problem]) -> NoReturn:
                               {"problems": found, "count": len(found)})
 
 
-def is_ours(error: ValidationError) -> bool:
+def _is_ours(error: ValidationError) -> bool:
     """Whether the error holds problems a marker worded or unknown fields: those pass through
     ``Invalid`` unchanged."""
     return any(detail["type"] in (FIELD_ERRORS, UNKNOWN_FIELD) for detail in error.errors())
@@ -132,7 +132,7 @@ class Invalid:
         try:
             return validate(value)
         except ValidationError as error:
-            if is_ours(error):
+            if _is_ours(error):
                 raise
             fail([invalid(self.detail)])
 

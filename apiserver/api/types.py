@@ -84,7 +84,8 @@ def _list_map(*keys: str) -> dict[str, Any]:
 # Checks
 
 
-def _qualified_name(value: str) -> Iterator[Problem]:
+def qualified_name_problems(value: str) -> Iterator[Problem]:
+    """A ``Check`` rule: the value is a qualified name (a notifier name, a label key)."""
     return (invalid(problem) for problem in qualified_name_errors(value))
 
 
@@ -269,7 +270,7 @@ class LabelSelectorRequirement(APIModel):
 
     schema_name = f"{META}.LabelSelectorRequirement"
 
-    key: Annotated[str, Field(description="The label key."), Check(_qualified_name),
+    key: Annotated[str, Field(description="The label key."), Check(qualified_name_problems),
                    Invalid(A_STRING)]
     operator: Annotated[str, Field(description="In, NotIn, Exists or DoesNotExist."),
                         OneOf(SELECTOR_OPERATORS)]
@@ -417,7 +418,7 @@ class PodNotifierSpec(APIModel):
     notifier: Annotated[str | None, Field(
         description="Name of the notifier to run, as the pod declares it in its "
                     "notifier.x-k8s.io/notifiers annotation."),
-        Check(_qualified_name), Invalid(A_STRING),
+        Check(qualified_name_problems), Invalid(A_STRING),
         Required("name the notifier to run, as the pod declares it")] = None
     containers: Annotated[ContainerNames, Field(
         description="Containers to notify. Default: every container of the pod that declares "
@@ -506,7 +507,7 @@ class NotificationRollback(APIModel):
 
     notifier: Annotated[str | None, Field(
         description="Name of the rollback notifier, e.g. unquiesce."),
-        Check(_qualified_name), Invalid(A_STRING), Required(NOTIFIER_NAME_REQUIRED)] = None
+        Check(qualified_name_problems), Invalid(A_STRING), Required(NOTIFIER_NAME_REQUIRED)] = None
 
 
 class NotificationSpec(APIModel):
@@ -521,7 +522,7 @@ class NotificationSpec(APIModel):
                  '"db"}}', empty=False)] = None
     notifier: Annotated[str | None, Field(
         description="Name of the notifier to run on each selected pod."),
-        Check(_qualified_name), Invalid(A_STRING), Required(NOTIFIER_NAME_REQUIRED)] = None
+        Check(qualified_name_problems), Invalid(A_STRING), Required(NOTIFIER_NAME_REQUIRED)] = None
     policy: Annotated[str, Field(
         description="PreExistingPods (default): the pods matching at creation, fixed then. "
                     "AllPods: also pods that match later, each at most once, until deletion or "
