@@ -8,7 +8,9 @@ The value is JSON mapping a container name to that container's notifiers::
 
 Validation is strict, like the Kubernetes API's own: unknown fields, repeated JSON keys, wrong
 types and out-of-range values are all reported, as ``metav1.StatusCause``-shaped field errors
-whose paths start at ``metadata.annotations[notifier.x-k8s.io/notifiers]``.
+whose paths start at ``metadata.annotations[notifier.x-k8s.io/notifiers]``. What a declaration
+is, and how a wrong one is worded, is its typed definition below (``NotifierDeclaration`` and
+its parts, with the markers of api/model.py); the dataclasses are what the server runs.
 
 Signals are spelled one way only, the way Kubernetes spells them in ``Lifecycle.StopSignal``:
 upper case with the ``SIG`` prefix (``SIGHUP``). ``HUP`` or ``sighup`` are refused with a message
@@ -37,13 +39,29 @@ handle the signal: the kernel discards signals a PID-namespace init has no handl
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from apiserver.errors import Cause
+from pydantic import Field, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
+
+from apiserver.api.decoding import path_of
+from apiserver.api.field_errors import CauseReason, FieldError
+from apiserver.api.model import (
+    FIELD_ERRORS,
+    UNKNOWN_FIELD,
+    APIModel,
+    Bounds,
+    Check,
+    Invalid,
+    Problem,
+    Required,
+    invalid,
+)
+from apiserver.api.schema import field_info, json_name, model_in
+from apiserver.api.types import qualified_name_problems
+from apiserver.api.validation import dns1123_label_errors
 
 ANNOTATION = "notifier.x-k8s.io/notifiers"
 ANNOTATION_PATH = f"metadata.annotations[{ANNOTATION}]"
@@ -54,72 +72,8 @@ DEFAULT_MAX_TIMEOUT_SECONDS = 600
 
 ALLOWED_SIGNALS = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGWINCH")
 
-_NOTIFIER_FIELDS = ("name", "timeoutSeconds", "action")
-_ACTION_FIELDS = ("exec", "signal")
-_EXEC_FIELDS = ("command",)
-
-_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_SHOWN_VALUE_CHARS = 120
-
-
-class CauseReason(StrEnum):
-    """``metav1.CauseType`` values used for field errors."""
-
-    INVALID = "FieldValueInvalid"
-    REQUIRED = "FieldValueRequired"
-    NOT_SUPPORTED = "FieldValueNotSupported"
-    DUPLICATE = "FieldValueDuplicate"
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One invalid field: a ``metav1.StatusCause`` plus the offending value.
-
-    ``message`` follows the Kubernetes ``field.Error`` body (``Invalid value: "x": ...``) and
-    says what to change.
-    """
-
-    reason: CauseReason
-    field: str
-    value: Any
-    message: str
-
-    @classmethod
-    def invalid(cls, field: str, value: Any, detail: str) -> FieldError:
-        return cls(CauseReason.INVALID, field, value, f"Invalid value: {_show(value)}: {detail}")
-
-    @classmethod
-    def required(cls, field: str, detail: str) -> FieldError:
-        return cls(CauseReason.REQUIRED, field, None, f"Required value: {detail}")
-
-    @classmethod
-    def not_supported(
-        cls, field: str, value: Any, supported: Iterable[str], detail: str = ""
-    ) -> FieldError:
-        listed = ", ".join(json.dumps(item) for item in supported)
-        prefix = f"{detail}; " if detail else ""
-        return cls(
-            CauseReason.NOT_SUPPORTED,
-            field,
-            value,
-            f"Unsupported value: {_show(value)}: {prefix}supported values: {listed}",
-        )
-
-    @classmethod
-    def duplicate(cls, field: str, value: Any, detail: str) -> FieldError:
-        return cls(
-            CauseReason.DUPLICATE, field, value, f"Duplicate value: {_show(value)}: {detail}"
-        )
-
-    def as_cause(self) -> Cause:
-        """The ``metav1.StatusCause`` for ``details.causes``: the message names the field, as
-        Go's field errors do."""
-        return Cause(self.reason.value, str(self), self.field)
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
+TIMEOUT_RANGE = ("must be between {low} and {high} seconds (the server's maximum); leave it "
+                 f"out for the default of {DEFAULT_TIMEOUT_SECONDS}")
 
 
 class InvalidNotifiers(ValueError):
@@ -178,42 +132,6 @@ class Selection:
     undeclared: tuple[str, ...]
 
 
-def qualified_name_errors(value: str) -> list[str]:
-    """Why ``value`` is not a Kubernetes qualified name (label-key syntax); empty if it is."""
-    parts = value.split("/")
-    if len(parts) > 2:
-        return [
-            "must be a name with an optional DNS subdomain prefix and '/', "
-            "e.g. 'quiesce' or 'example.com/quiesce'"
-        ]
-    errors: list[str] = []
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        elif len(prefix) > 253:
-            errors.append("prefix part must be no more than 253 characters")
-        elif not _DNS1123_SUBDOMAIN.fullmatch(prefix):
-            errors.append(
-                "prefix part must be a lowercase DNS subdomain: lower case alphanumeric "
-                "characters, '-' or '.', starting and ending with an alphanumeric character "
-                "(e.g. 'example.com')"
-            )
-    name = parts[-1]
-    if not name:
-        errors.append("name part must be non-empty")
-    elif len(name) > 63:
-        errors.append("name part must be no more than 63 characters")
-    elif not _QUALIFIED_NAME_PART.fullmatch(name):
-        errors.append(
-            "name part must consist of alphanumeric characters, '-', '_' or '.', and must "
-            "start and end with an alphanumeric character (e.g. 'MyName', 'my.name' or "
-            "'123-abc')"
-        )
-    return errors
-
-
-
 def parse_notifiers(
     annotation: str | None,
     *,
@@ -266,42 +184,108 @@ def annotation_matches_template(pod_value: str | None, template_value: str | Non
     return pod_value is not None and pod_value == template_value
 
 
+# The annotation's typed definition: what one notifier declaration is, and how a wrong one is
+# worded. The dataclasses above are what the server runs; these models are what a pod writes.
+
+
+def _argv(command: list[str]) -> Iterable[Problem]:
+    if not command[0]:
+        yield invalid("the program must be named", at="[0]", value=command[0])
+
+
+def _signal(value: Any) -> Iterable[Problem]:
+    if value in ALLOWED_SIGNALS:
+        return
+    detail = "not an allowed signal"
+    if isinstance(value, str):
+        canonical = "SIG" + value.upper().removeprefix("SIG")
+        if canonical in ALLOWED_SIGNALS:
+            detail = f"write it as {canonical}"
+    yield Problem(CauseReason.NOT_SUPPORTED, detail, supported=ALLOWED_SIGNALS, quoted=True)
+
+
+class ExecDeclaration(APIModel):
+    """Run a command in the container."""
+
+    command: Annotated[list[str] | None, Field(
+        description="The argv to exec; the program is not run through a shell."),
+        Check(_argv), Invalid("must be a list of strings (an argv)"),
+        Required('give the argv to run, e.g. ["/bin/sh", "-c", "..."]')] = None
+
+
+class ActionDeclaration(APIModel):
+    """What the notifier does: exactly one of exec or signal."""
+
+    exec: Annotated[ExecDeclaration | None, Field(description="Run a command."),
+                    Invalid("must be an object with command")] = None
+    signal: Annotated[str | None, Field(
+        description="Send a signal to the container's PID 1, e.g. SIGHUP."),
+        Check(_signal, before=True)] = None
+
+
+def _one_action(action: ActionDeclaration) -> Iterable[Problem]:
+    if action.exec is None and action.signal is None:
+        yield Problem(CauseReason.REQUIRED, "set exactly one of exec or signal")
+    elif action.exec is not None and action.signal is not None:
+        yield invalid("exec and signal are exclusive; keep only one",
+                      value=action.model_dump(by_alias=True, exclude_none=True))
+
+
+class NotifierDeclaration(APIModel):
+    """One notifier a container declares."""
+
+    name: Annotated[str | None, Field(
+        description="The notifier's name (a qualified name, e.g. quiesce or example.com/flush), "
+                    "unique per container."),
+        Check(qualified_name_problems), Invalid("must be a string"),
+        Required("give the notifier a name", empty=False)] = None
+    timeout_seconds: Annotated[int | None, Field(
+        description=f"Seconds the notifier may run; default {DEFAULT_TIMEOUT_SECONDS}."),
+        Bounds(MIN_TIMEOUT_SECONDS, "max_timeout_seconds", TIMEOUT_RANGE),
+        Invalid("must be a whole number of seconds")] = None
+    action: Annotated[ActionDeclaration | None, Field(description="What the notifier does."),
+                      Check(_one_action), Invalid("must be an object with exec or signal"),
+                      Required("set exactly one of exec or signal", empty=False)] = None
+
+    def notifier(self) -> Notifier:
+        """The notifier this declares (validated: name and action are set)."""
+        assert self.name is not None and self.action is not None
+        action: ExecAction | SignalAction
+        if self.action.exec is not None and self.action.exec.command:
+            action = ExecAction(tuple(self.action.exec.command))
+        else:
+            action = SignalAction(str(self.action.signal))
+        return Notifier(self.name, self.timeout_seconds or DEFAULT_TIMEOUT_SECONDS, action)
+
+
+_CONTAINER_NOTIFIERS = TypeAdapter(Annotated[
+    list[Annotated[NotifierDeclaration, Invalid(
+        "must be an object with name, action and optionally timeoutSeconds")]],
+    Invalid("must be a list of notifiers")])
+"""The value of one container's entry: its notifiers."""
+
+
+def _duplicate_names(notifiers: Any, path: str) -> list[FieldError]:
+    """Names repeated in a container's list, found in the raw list so that they are reported
+    along with any other problem of its items."""
+    if not isinstance(notifiers, list):
+        return []
+    names = [item.get("name") if isinstance(item, dict) else None for item in notifiers]
+    return [FieldError.duplicate(f"{path}[{i}].name", name,
+                                 "notifier names must be unique per container")
+            for i, name in enumerate(names) if isinstance(name, str) and name in names[:i]]
+
+
 def _read(
     annotation: str, max_timeout_seconds: int, containers: Collection[str] | None
 ) -> tuple[dict[str, tuple[Notifier, ...]], list[FieldError]]:
-    try:
-        document = json.loads(annotation, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as duplicate:
-        return {}, [
-            FieldError.duplicate(
-                ANNOTATION_PATH, duplicate.key, "a JSON object repeats this key; keep only one"
-            )
-        ]
-    except RecursionError:
-        return {}, [
-            FieldError.invalid(ANNOTATION_PATH, annotation, "must not nest JSON this deeply")
-        ]
-    except json.JSONDecodeError as error:
-        return {}, [
-            FieldError.invalid(
-                ANNOTATION_PATH,
-                annotation,
-                f"must be JSON ({error.msg} at line {error.lineno} column {error.colno})",
-            )
-        ]
+    document, errors = _load(annotation)
     if not isinstance(document, dict):
-        return {}, [
-            FieldError.invalid(
-                ANNOTATION_PATH,
-                document,
-                "must be a JSON object mapping container names to lists of notifiers",
-            )
-        ]
-    errors: list[FieldError] = []
+        return {}, errors
     declarations: dict[str, tuple[Notifier, ...]] = {}
     for container, notifiers in document.items():
         path = _container_path(container)
-        if not _DNS1123_LABEL.fullmatch(container) or len(container) > 63:
+        if dns1123_label_errors(container):
             errors.append(
                 FieldError.invalid(
                     path, container, "must be a container name (a lowercase RFC 1123 label)"
@@ -313,147 +297,72 @@ def _read(
                     path, container, sorted(containers), "the pod has no such container"
                 )
             )
-        if not isinstance(notifiers, list):
-            errors.append(FieldError.invalid(path, notifiers, "must be a list of notifiers"))
-            continue
-        parsed = [
-            _notifier(item, f"{path}[{i}]", max_timeout_seconds, errors)
-            for i, item in enumerate(notifiers)
-        ]
-        _report_duplicate_names(notifiers, path, errors)
-        declarations[container] = tuple(n for n in parsed if n is not None)
+        try:
+            declared = _CONTAINER_NOTIFIERS.validate_python(
+                notifiers, strict=True, context={"max_timeout_seconds": max_timeout_seconds})
+        except ValidationError as error:
+            errors += [found for detail in error.errors(include_url=False)
+                       for found in _field_errors(path, detail)]
+        else:
+            declarations[container] = tuple(item.notifier() for item in declared)
+        errors += _duplicate_names(notifiers, path)
     return declarations, errors
 
 
-def _notifier(
-    item: Any, path: str, max_timeout_seconds: int, errors: list[FieldError]
-) -> Notifier | None:
-    if not isinstance(item, dict):
-        errors.append(
+def _load(annotation: str) -> tuple[Any, list[FieldError]]:
+    """The annotation's JSON document; an error unless it is an object."""
+    try:
+        document = json.loads(annotation, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as duplicate:
+        return None, [
+            FieldError.duplicate(
+                ANNOTATION_PATH, duplicate.key, "a JSON object repeats this key; keep only one"
+            )
+        ]
+    except RecursionError:
+        return None, [
+            FieldError.invalid(ANNOTATION_PATH, annotation, "must not nest JSON this deeply")
+        ]
+    except json.JSONDecodeError as error:
+        return None, [
             FieldError.invalid(
-                path, item, "must be an object with name, action and optionally timeoutSeconds"
+                ANNOTATION_PATH,
+                annotation,
+                f"must be JSON ({error.msg} at line {error.lineno} column {error.colno})",
             )
-        )
-        return None
-    count = len(errors)
-    _reject_unknown_fields(item, path, _NOTIFIER_FIELDS, errors)
-    name = item.get("name")
-    if name is None:
-        errors.append(FieldError.required(f"{path}.name", "give the notifier a name"))
-    elif not isinstance(name, str):
-        errors.append(FieldError.invalid(f"{path}.name", name, "must be a string"))
-    else:
-        errors.extend(
-            FieldError.invalid(f"{path}.name", name, problem)
-            for problem in qualified_name_errors(name)
-        )
-    timeout = _timeout(item.get("timeoutSeconds"), f"{path}.timeoutSeconds", max_timeout_seconds)
-    if isinstance(timeout, FieldError):
-        errors.append(timeout)
-    action = _action(item.get("action"), f"{path}.action", errors)
-    if len(errors) > count or action is None or isinstance(timeout, FieldError):
-        return None
-    return Notifier(name, timeout, action)
-
-
-def _timeout(value: Any, path: str, max_timeout_seconds: int) -> int | FieldError:
-    if value is None:
-        return DEFAULT_TIMEOUT_SECONDS
-    if isinstance(value, bool) or not isinstance(value, int):
-        return FieldError.invalid(path, value, "must be a whole number of seconds")
-    if not MIN_TIMEOUT_SECONDS <= value <= max_timeout_seconds:
-        return FieldError.invalid(
-            path,
-            value,
-            f"must be between {MIN_TIMEOUT_SECONDS} and {max_timeout_seconds} seconds (the "
-            "server's maximum); leave it out for the default of "
-            f"{DEFAULT_TIMEOUT_SECONDS}",
-        )
-    return value
-
-
-def _action(value: Any, path: str, errors: list[FieldError]) -> ExecAction | SignalAction | None:
-    if value is None:
-        errors.append(FieldError.required(path, "set exactly one of exec or signal"))
-        return None
-    if not isinstance(value, dict):
-        errors.append(FieldError.invalid(path, value, "must be an object with exec or signal"))
-        return None
-    _reject_unknown_fields(value, path, _ACTION_FIELDS, errors)
-    present = [key for key in _ACTION_FIELDS if key in value]
-    if not present:
-        errors.append(FieldError.required(path, "set exactly one of exec or signal"))
-        return None
-    if len(present) > 1:
-        errors.append(
-            FieldError.invalid(path, value, "exec and signal are exclusive; keep only one")
-        )
-        return None
-    if present == ["exec"]:
-        return _exec(value["exec"], f"{path}.exec", errors)
-    return _signal(value["signal"], f"{path}.signal", errors)
-
-
-def _exec(value: Any, path: str, errors: list[FieldError]) -> ExecAction | None:
-    if not isinstance(value, dict):
-        errors.append(FieldError.invalid(path, value, "must be an object with command"))
-        return None
-    _reject_unknown_fields(value, path, _EXEC_FIELDS, errors)
-    command = value.get("command")
-    path = f"{path}.command"
-    if command is None or command == []:
-        errors.append(
-            FieldError.required(path, 'give the argv to run, e.g. ["/bin/sh", "-c", "..."]')
-        )
-        return None
-    if not isinstance(command, list) or not all(isinstance(arg, str) for arg in command):
-        errors.append(FieldError.invalid(path, command, "must be a list of strings (an argv)"))
-        return None
-    if not command[0]:
-        errors.append(FieldError.invalid(f"{path}[0]", command[0], "the program must be named"))
-        return None
-    return ExecAction(tuple(command))
-
-
-def _signal(value: Any, path: str, errors: list[FieldError]) -> SignalAction | None:
-    if value in ALLOWED_SIGNALS:
-        return SignalAction(value)
-    detail = "not an allowed signal"
-    if isinstance(value, str):
-        canonical = "SIG" + value.upper().removeprefix("SIG")
-        if canonical in ALLOWED_SIGNALS:
-            detail = f"write it as {canonical}"
-    errors.append(FieldError.not_supported(path, value, ALLOWED_SIGNALS, detail))
-    return None
-
-
-def _report_duplicate_names(notifiers: list[Any], path: str, errors: list[FieldError]) -> None:
-    seen: set[str] = set()
-    for i, item in enumerate(notifiers):
-        name = item.get("name") if isinstance(item, dict) else None
-        if not isinstance(name, str):
-            continue
-        if name in seen:
-            errors.append(
-                FieldError.duplicate(
-                    f"{path}[{i}].name", name, "notifier names must be unique per container"
-                )
+        ]
+    if not isinstance(document, dict):
+        return None, [
+            FieldError.invalid(
+                ANNOTATION_PATH,
+                document,
+                "must be a JSON object mapping container names to lists of notifiers",
             )
-        seen.add(name)
+        ]
+    return document, []
 
 
-def _reject_unknown_fields(
-    value: dict[str, Any], path: str, known: tuple[str, ...], errors: list[FieldError]
-) -> None:
-    errors.extend(
-        FieldError.not_supported(f"{path}.{key}", key, known, "unknown field; remove it")
-        for key in value
-        if key not in known
-    )
+def _field_errors(container_path: str, detail: ErrorDetails) -> list[FieldError]:
+    """The field errors of one pydantic error in a container's list of notifiers.
+
+    Unknown fields are field errors here (the annotation is not a request body), listing the
+    fields the definition has."""
+    loc = detail["loc"]
+    path = container_path + path_of(loc)
+    if detail["type"] == UNKNOWN_FIELD:
+        names = [str(part) for part in loc[1:-1]]
+        model = model_in(field_info(NotifierDeclaration, *names).annotation) if names else (
+            NotifierDeclaration)
+        known = [json_name(name, info) for name, info in model.model_fields.items()]
+        return [FieldError.not_supported(path, loc[-1], known, "unknown field; remove it")]
+    if detail["type"] == FIELD_ERRORS:
+        return [problem.at_path(path, detail["input"])
+                for problem in (detail.get("ctx") or {})["problems"]]
+    return [FieldError.invalid(path, detail["input"], detail["msg"])]
 
 
 def _container_path(container: str) -> str:
-    if _DNS1123_LABEL.fullmatch(container):
+    if not dns1123_label_errors(container):
         return f"{ANNOTATION_PATH}.{container}"
     return f"{ANNOTATION_PATH}[{json.dumps(container)}]"
 
@@ -471,10 +380,3 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise _DuplicateKey(key)
         result[key] = value
     return result
-
-
-def _show(value: Any) -> str:
-    shown = json.dumps(value, ensure_ascii=False)
-    if len(shown) > _SHOWN_VALUE_CHARS:
-        return shown[: _SHOWN_VALUE_CHARS - 3] + "..."
-    return shown

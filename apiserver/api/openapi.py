@@ -1,7 +1,8 @@
 """OpenAPI documents: /openapi/v2 (Swagger 2.0) and /openapi/v3 (discovery + per group-version).
 
-Both are built from the schemas in types.py and the resource operations below, and are
-self-contained: every ``$ref`` points into the same document, as ``kubectl explain`` needs.
+Both are built from the schemas derived from the definitions in types.py and from the resource
+operations below, and are self-contained: every ``$ref`` points into the same document, as
+``kubectl explain`` needs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from fastapi import APIRouter, Request, Response
 from apiserver import errors
 from apiserver.api.media import is_plain_json, parse_accept
 from apiserver.api.resources import API_PATH, GROUP, GROUP_VERSION, VERSION
-from apiserver.api.types import META, OURS, SCHEMAS, Schema, ref
+from apiserver.api.schema import Schema, ref
+from apiserver.api.types import META, OURS, SCHEMAS
 
 V3_GROUP_VERSION_PATH = f"apis/{GROUP_VERSION}"
 _OPERATION_PREFIX = "NotifierXK8sIoV1alpha1"

@@ -5,6 +5,9 @@ server's columns (names upper-cased) and cells as they come. Each row carries th
 ``PartialObjectMetadata`` (``includeObject=Metadata``, the default), the whole object
 (``Object``) or nothing (``None``); kubectl reads the namespace for ``-A`` from it.
 
+Columns that show a field take their description and type from the field's definition
+(types.py), so a column cannot describe a field differently from ``kubectl explain``.
+
 A watch answered as Table sends one single-row Table per event; like kube-apiserver, only the
 first carries ``columnDefinitions`` (the later ones have ``null``) and kubectl reuses the columns
 it has seen.
@@ -19,27 +22,14 @@ from enum import StrEnum
 from typing import Any
 
 from apiserver import errors
-from apiserver.registry.objects import FINISHED_PHASES, parse_timestamp
+from apiserver.api.model import APIModel
+from apiserver.api.schema import field_schema
+from apiserver.api.time import parse_timestamp
+from apiserver.api.types import FINISHED_PHASES, Notification, ObjectMeta, PodNotifier
 
 Object = Mapping[str, Any]
 
 META_GROUP_VERSION = "meta.k8s.io/v1"
-
-NAME_DESCRIPTION = (
-    "Name must be unique within a namespace. Is required when creating resources, although some "
-    "resources may allow a client to request the generation of an appropriate name "
-    "automatically. Name is primarily intended for creation idempotence and configuration "
-    "definition. Cannot be updated. More info: "
-    "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
-)
-AGE_DESCRIPTION = (
-    "CreationTimestamp is a timestamp representing the server time when this object was "
-    "created. It is not guaranteed to be set in happens-before order across separate "
-    "operations. Clients may not set this value. It is represented in RFC3339 form and is in "
-    "UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: "
-    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
-)
-
 
 class IncludeObject(StrEnum):
     """The ``includeObject`` query parameter of a Table request."""
@@ -196,7 +186,7 @@ def run_duration(status_: Any, now: datetime) -> str:
     return human_duration(end - started)
 
 
-def field(*path: str, default: str = "") -> Callable[[Object, datetime], Any]:
+def field(*path: str, default: Any = "") -> Callable[[Object, datetime], Any]:
     """A cell showing the value at ``path`` (e.g. "spec", "podName"), ``default`` if unset."""
 
     def cell(obj: Object, now: datetime) -> Any:
@@ -206,13 +196,23 @@ def field(*path: str, default: str = "") -> Callable[[Object, datetime], Any]:
     return cell
 
 
+def field_column(name: str, kind: type[APIModel], *path: str, default: Any = "",
+                 priority: int = 0) -> Column:
+    """A column showing the field at ``path`` of ``kind`` (JSON names), described and typed as
+    the definition describes and types the field; ``default`` while it is unset."""
+    schema = field_schema(kind, *path)
+    return Column(name, field(*path, default=default), type=schema.get("type", "string"),
+                  description=schema["description"], priority=priority)
+
+
 def name_column() -> Column:
     return Column("Name", field("metadata", "name"), format="name",
-                  description=NAME_DESCRIPTION)
+                  description=field_schema(ObjectMeta, "name")["description"])
 
 
 def age_column() -> Column:
-    return Column("Age", age, description=AGE_DESCRIPTION)
+    return Column("Age", age,
+                  description=field_schema(ObjectMeta, "creationTimestamp")["description"])
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -245,18 +245,16 @@ def podnotifier_duration(obj: Object, now: datetime) -> str:
 
 PODNOTIFIER_TABLE = TableConvertor((
     name_column(),
-    Column("Pod", field("spec", "podName"), description="Name of the pod notified."),
-    Column("Notifier", field("spec", "notifier"), description="Name of the notifier run."),
-    Column("Phase", field("status", "phase"),
-           description="Pending, Running, Succeeded or Failed."),
+    field_column("Pod", PodNotifier, "spec", "podName"),
+    field_column("Notifier", PodNotifier, "spec", "notifier"),
+    field_column("Phase", PodNotifier, "status", "phase"),
     Column("Exit", podnotifier_exit,
            description="Exit code of the command when one container is notified, else "
                        "finished/total containers; - until known."),
     Column("Duration", podnotifier_duration,
            description="How long the run took, or has been running; empty until it starts."),
     age_column(),
-    Column("Reason", field("status", "reason"), priority=1,
-           description="Machine-readable reason for the phase."),
+    field_column("Reason", PodNotifier, "status", "reason", priority=1),
 ))
 """``kubectl get podnotifiers``: NAME POD NOTIFIER PHASE EXIT DURATION AGE (+ REASON wide)."""
 
@@ -269,28 +267,21 @@ def notification_progress(obj: Object, now: datetime) -> str:
     return f"{counts.get('succeeded', 0)}/{counts.get('total', 0)}"
 
 
-def notification_count(name: str) -> Callable[[Object, datetime], int]:
-    """A cell showing one of status.counts (0 until set)."""
-
-    def cell(obj: Object, now: datetime) -> int:
-        return int((_get(obj, "status", "counts") or {}).get(name, 0))
-
-    return cell
+def notification_count(name: str, column: str, priority: int = 0) -> Column:
+    """A column showing one of status.counts (0 until set)."""
+    return field_column(column, Notification, "status", "counts", name, default=0,
+                        priority=priority)
 
 
 NOTIFICATION_TABLE = TableConvertor((
     name_column(),
-    Column("Notifier", field("spec", "notifier"), description="Name of the notifier run."),
-    Column("Phase", field("status", "phase"),
-           description="Pending, Running, Succeeded or Failed."),
+    field_column("Notifier", Notification, "spec", "notifier"),
+    field_column("Phase", Notification, "status", "phase"),
     Column("Succeeded/Total", notification_progress,
            description="Pods whose notifier succeeded, of the pods in scope."),
-    Column("Failed", notification_count("failed"), type="integer",
-           description="Pods whose notifier failed."),
+    notification_count("failed", "Failed"),
     age_column(),
-    Column("Skipped", notification_count("skipped"), type="integer",
-           priority=1, description="Pods that do not declare the notifier."),
-    Column("Rolled-back", notification_count("rolledBack"), type="integer",
-           priority=1, description="Pods whose rollback notifier succeeded."),
+    notification_count("skipped", "Skipped", priority=1),
+    notification_count("rolledBack", "Rolled-back", priority=1),
 ))
 """``kubectl get notifications``: NAME NOTIFIER PHASE SUCCEEDED/TOTAL FAILED AGE."""

@@ -1,311 +1,612 @@
-"""OpenAPI schemas of PodNotifier and Notification, and the apimachinery types they use.
+"""The typed definitions of PodNotifier and Notification, and the apimachinery types they use.
 
-Schemas are written in OpenAPI 3 form (``#/components/schemas/...`` references); openapi.py
-derives the Swagger 2.0 form. Names follow kube-openapi: apimachinery types keep their
-``io.k8s.apimachinery...`` names, ours are ``io.x-k8s.notifier.v1alpha1.<Kind>``.
+Each object is one pydantic model (model.py describes the markers): its docstring and its
+fields' descriptions are the OpenAPI schema (``SCHEMAS``, derived in schema.py, served by
+openapi.py and read by ``kubectl explain``); its field types and markers are the strict decoding
+and the validation of create requests (decoding.py); tables.py takes its columns' descriptions
+and types from it.
+
+Schema names follow kube-openapi: apimachinery types keep their ``io.k8s.apimachinery...``
+names, ours are ``io.x-k8s.notifier.v1alpha1.<Kind>``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from enum import StrEnum
+from typing import Annotated, Any
 
-from apiserver.api.resources import GROUP, VERSION
+from pydantic import AfterValidator, Field
 
-Schema = dict[str, Any]
+from apiserver.api.field_errors import CauseReason
+from apiserver.api.model import (
+    APIModel,
+    Bounds,
+    Check,
+    Invalid,
+    NotAccepted,
+    OneOf,
+    Problem,
+    Required,
+    SchemaRef,
+    ServerSet,
+    invalid,
+)
+from apiserver.api.schema import Schema, component_schemas
+from apiserver.api.validation import (
+    dns1123_subdomain_errors,
+    label_value_errors,
+    qualified_name_errors,
+)
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 OURS = "io.x-k8s.notifier.v1alpha1"
-PHASES = ["Pending", "Running", "Succeeded", "Failed"]
 
 
-def ref(name: str, description: str = "") -> Schema:
-    """A reference; with a description, wrapped in allOf as kube-openapi does (a $ref's
-    siblings are ignored in OpenAPI 3.0)."""
-    target = {"$ref": f"#/components/schemas/{name}"}
-    return {"description": description, "allOf": [target]} if description else target
+class Phase(StrEnum):
+    """The phase of a run (a PodNotifier, one of its containers, or a Notification)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
 
 
-def _string(description: str, **more: Any) -> Schema:
-    return {"type": "string", "description": description, **more}
+PHASES = tuple(Phase)
+FINISHED_PHASES = (Phase.SUCCEEDED, Phase.FAILED)
+PhaseName = Annotated[str, OneOf(PHASES)]
+
+PRE_EXISTING_PODS, ALL_PODS = "PreExistingPods", "AllPods"
+POLICIES = (PRE_EXISTING_PODS, ALL_PODS)
+ABORT, CONTINUE = "Abort", "Continue"
+FAILURE_POLICIES = (ABORT, CONTINUE)
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+MAX_TTL_SECONDS = 30 * 24 * 3600
+MAX_DEADLINE_SECONDS = 7 * 24 * 3600
+MAX_GENERATE_NAME_LENGTH = 248
+"""generateName prefixes leave room for the 5 characters the server appends (253 in all)."""
+RESERVED_LABEL_PREFIX = "notifier.x-k8s.io/"
+
+INT64: dict[str, Any] = {"format": "int64"}
+WHOLE_NUMBER = "must be a whole number"
+MAP_OF_STRINGS = "must be a map of strings"
+A_STRING = "must be a string"
+TIME = f"{META}.Time"
+TIME_SCHEMA: Schema = {"type": "string", "format": "date-time",
+                       "description": "Time is a timestamp in RFC 3339 form, in UTC."}
 
 
-def _integer(description: str, fmt: str = "int32", **more: Any) -> Schema:
-    return {"type": "integer", "format": fmt, "description": description, **more}
+def _list_map(*keys: str) -> dict[str, Any]:
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
 
 
-def _strings(description: str) -> Schema:
-    return {"type": "array", "items": {"type": "string"}, "description": description}
+# Checks
 
 
-def _string_map(description: str) -> Schema:
-    return {"type": "object", "additionalProperties": {"type": "string"},
-            "description": description}
+def qualified_name_problems(value: str) -> Iterator[Problem]:
+    """A ``Check`` rule: the value is a qualified name (a notifier name, a label key)."""
+    return (invalid(problem) for problem in qualified_name_errors(value))
 
 
-def _object(description: str, properties: dict[str, Schema], required: list[str] | None = None,
-            **more: Any) -> Schema:
-    schema: Schema = {"type": "object", "description": description, "properties": properties}
-    if required:
-        schema["required"] = required
-    return {**schema, **more}
+def _object_name(value: str) -> Iterator[Problem]:
+    """Problems of a name; "" is no name (generateName or the server picks one)."""
+    return (invalid(problem) for problem in dns1123_subdomain_errors(value) if value)
 
 
-def _array_of(name: str, description: str, **more: Any) -> Schema:
-    return {"type": "array", "items": ref(name), "description": description, **more}
+def _name_prefix(value: str) -> Iterator[Problem]:
+    if len(value) > MAX_GENERATE_NAME_LENGTH:
+        yield invalid(f"must be no more than {MAX_GENERATE_NAME_LENGTH} characters (the server "
+                      "appends 5)")
+    elif value:
+        yield from (invalid(problem) for problem in dns1123_subdomain_errors(value.rstrip("-")))
 
 
-def _gvk(kind: str) -> Schema:
-    return {"x-kubernetes-group-version-kind": [{"group": GROUP, "version": VERSION, "kind": kind}]}
+def _label_map(value: Any, *, reserved: bool = False) -> Iterator[Problem]:
+    """Each key a qualified name, each value a label value (checked before the type, so that
+    each bad entry is reported at its own path)."""
+    if not isinstance(value, dict):
+        return
+    for key, item in value.items():
+        problems = qualified_name_errors(key)
+        problems += label_value_errors(item) if isinstance(item, str) else [A_STRING]
+        if reserved and key.startswith(RESERVED_LABEL_PREFIX):
+            problems.append(f"the {RESERVED_LABEL_PREFIX} label prefix is reserved for the "
+                            "server")
+        yield from (invalid(problem, at=f"[{key}]", value=item) for problem in problems)
 
 
-def _top_level(kind: str, description: str, spec: str, status: str, required: list[str]
-               ) -> Schema:
-    return _object(description, {
-        "apiVersion": _string("APIVersion defines the versioned schema of this representation "
-                              "of an object."),
-        "kind": _string("Kind is a string value representing the REST resource this object "
-                        "represents."),
-        "metadata": ref(f"{META}.ObjectMeta", "Standard object's metadata."),
-        "spec": ref(spec, "What the client asks for."),
-        "status": ref(status, "What the server observed. Read-only."),
-    }, required, **_gvk(kind))
+def _object_labels(value: Any) -> Iterator[Problem]:
+    return _label_map(value, reserved=True)
 
 
-def _list(kind: str, item: str) -> Schema:
-    return _object(f"{kind} is a list of {item.rsplit('.', 1)[1]} objects.", {
-        "apiVersion": _string("APIVersion defines the versioned schema of this representation "
-                              "of an object."),
-        "kind": _string("Kind is a string value representing the REST resource this object "
-                        "represents."),
-        "metadata": ref(f"{META}.ListMeta", "Standard list metadata."),
-        "items": _array_of(item, "The objects."),
-    }, ["items"], **_gvk(kind))
+def _container_names(value: list[str]) -> Iterator[Problem]:
+    if not all(value):
+        yield invalid(CONTAINER_NAMES)
 
 
+def _unique(value: list[str] | None) -> list[str] | None:
+    return None if value is None else list(dict.fromkeys(value))
 
 
-def _time(description: str) -> Schema:
-    return ref(f"{META}.Time", description)
+CONTAINER_NAMES = "must be a list of container names (or left out for all)"
+ContainerNames = Annotated[list[str] | None, AfterValidator(_unique), Check(_container_names),
+                           Invalid(CONTAINER_NAMES)]
+"""Container names, duplicates dropped; unset means every container that declares the
+notifier."""
 
 
-NOTIFIER_SCHEMAS: dict[str, Schema] = {
-    f"{OURS}.PodNotifier": _top_level(
-        "PodNotifier",
-        "PodNotifier records one run of a named notifier on one pod. It is created through the "
-        "pods/{name}/notify subresource and holds that run's status.",
-        f"{OURS}.PodNotifierSpec", f"{OURS}.PodNotifierStatus", ["spec"],
-    ),
-    f"{OURS}.PodNotifierList": _list("PodNotifierList", f"{OURS}.PodNotifier"),
-    f"{OURS}.PodNotifierSpec": _object("PodNotifierSpec says which notifier runs where.", {
-        "podName": _string("Name of the pod to notify. It must equal the pod named in the "
-                           "request path; the server sets it when omitted."),
-        "podUID": _string("UID of the pod when the request was accepted. Set by the server."),
-        "notifier": _string("Name of the notifier to run, as the pod declares it in its "
-                            "notifier.x-k8s.io/notifiers annotation."),
-        "containers": _strings("Containers to notify. Default: every container of the pod that "
-                               "declares the notifier."),
-        "timeoutSeconds": _integer("Overrides the notifier's timeoutSeconds; bounded by the "
-                                   "server's maximum.", minimum=1),
-        "ttlSecondsAfterFinished": _integer("Seconds to keep this record after it finishes. "
-                                            "Default: set by the server.", minimum=0),
-        "requestedBy": ref(f"{OURS}.RequestedBy", "Who requested the run. Set by the server "
-                           "from the authenticated caller; a client-supplied value is ignored."),
-    }, ["notifier"]),
-    f"{OURS}.RequestedBy": _object(
-        "RequestedBy identifies who requested the run. Set by the server from the "
-        "authenticated caller; a value sent by a client is ignored.",
-        {"username": _string("User name."), "uid": _string("User UID."),
-         "groups": _strings("User's groups.")},
-    ),
-    f"{OURS}.PodNotifierStatus": _object("PodNotifierStatus is the observed state of the run.", {
-        "phase": _string("Pending, Running, Succeeded or Failed. Succeeded if and only if every "
-                         "selected container that declares the notifier succeeded.",
-                         enum=PHASES),
-        "startTime": _time("When the run started."),
-        "completionTime": _time("When the run finished."),
-        "reason": _string("Machine-readable reason for the phase: Completed, NonZeroExitCode, "
-                          "Timeout, ContainerNotRunning, PodNotRunning, PodDeleted, ExecFailed "
-                          "or Interrupted."),
-        "message": _string("Human-readable details."),
-        "containers": _array_of(f"{OURS}.ContainerNotifierStatus", "Per-container results.",
-                                **{"x-kubernetes-list-type": "map",
-                                   "x-kubernetes-list-map-keys": ["name"]}),
-    }),
-    f"{OURS}.ContainerNotifierStatus": _object("The notifier's run in one container.", {
-        "name": _string("Container name."),
-        "containerID": _string("ID of the container the notifier ran in."),
-        "phase": _string("Pending, Running, Succeeded or Failed.", enum=PHASES),
-        "startTime": _time("When the run started."),
-        "completionTime": _time("When the run finished."),
-        "exitCode": _integer("Exit code of the command, when it exited."),
-        "reason": _string("Machine-readable reason for the phase."),
-        "message": _string("Human-readable details."),
-        "stdout": _string("The last bytes of standard output (at most a few KiB)."),
-        "stdoutTruncated": {"type": "boolean",
-                            "description": "True if earlier standard output was dropped."},
-        "stderr": _string("The last bytes of standard error (at most a few KiB)."),
-        "stderrTruncated": {"type": "boolean",
-                            "description": "True if earlier standard error was dropped."},
-    }, ["name"]),
-    f"{OURS}.Notification": _top_level(
-        "Notification",
-        "Notification runs a notifier on every pod that matches a label selector. Each pod's "
-        "run is a PodNotifier labelled with the Notification's name.",
-        f"{OURS}.NotificationSpec", f"{OURS}.NotificationStatus", ["spec"],
-    ),
-    f"{OURS}.NotificationList": _list("NotificationList", f"{OURS}.Notification"),
-    f"{OURS}.NotificationSpec": _object("NotificationSpec says which pods get which notifier.", {
-        "selector": ref(f"{META}.LabelSelector", "Selects the pods to notify, in the "
-                        "Notification's namespace."),
-        "notifier": _string("Name of the notifier to run on each selected pod."),
-        "containers": _strings("Containers to notify in each pod. Default: every container "
-                               "that declares the notifier."),
-        "policy": _string("PreExistingPods (default): the pods matching at creation, fixed "
-                          "then. AllPods: also pods that match later, each at most once, until "
-                          "deletion or the deadline.", enum=["PreExistingPods", "AllPods"]),
-        "parallelism": _integer("How many pods run the notifier at once; bounded by the "
-                                "server.", minimum=1),
-        "failurePolicy": _string("Abort (default): start no new pods after the first failure. "
-                                 "Continue: notify every pod.", enum=["Abort", "Continue"]),
-        "rollback": ref(f"{OURS}.NotificationRollback", "Optional notifier that undoes the "
-                        "notifier on pods where it succeeded."),
-        "timeoutSeconds": _integer("Per-pod timeout; bounded by the server's maximum.",
-                                   minimum=1),
-        "activeDeadlineSeconds": _integer("Deadline for the whole Notification.", "int64",
-                                          minimum=1),
-    }, ["selector", "notifier"]),
-    f"{OURS}.NotificationRollback": _object(
-        "What to run on every pod whose notifier succeeded, when the Notification ends "
-        "Failed or is deleted before it finishes.",
-        {"notifier": _string("Name of the rollback notifier, e.g. unquiesce.")},
-        ["notifier"],
-    ),
-    f"{OURS}.NotificationStatus": _object("NotificationStatus summarizes the per-pod runs.", {
-        "phase": _string("Pending, Running, Succeeded or Failed.", enum=PHASES),
-        "counts": ref(f"{OURS}.NotificationCounts", "Pods by state of their run."),
-        "startTime": _time("When the run started."),
-        "completionTime": _time("When the run finished."),
-        "conditions": _array_of(f"{META}.Condition", "Latest observations.",
-                                **{"x-kubernetes-list-type": "map",
-                                   "x-kubernetes-list-map-keys": ["type"]}),
-    }),
-    f"{OURS}.NotificationCounts": _object("Pods by state of their run.", {
-        name: _integer(description) for name, description in (
-            ("total", "Pods selected."),
-            ("pending", "Pods not started yet."),
-            ("running", "Pods whose notifier is running."),
-            ("succeeded", "Pods whose notifier succeeded."),
-            ("failed", "Pods whose notifier failed (including deleted pods)."),
-            ("skipped", "Pods that do not declare the notifier."),
-            ("rolledBack", "Pods the rollback notifier ran on."),
-        )
-    }),
-}
+# apimachinery
 
-META_SCHEMAS: dict[str, Schema] = {
-    f"{META}.Time": {"type": "string", "format": "date-time",
-                     "description": "Time is a timestamp in RFC 3339 form, in UTC."},
-    f"{META}.ObjectMeta": _object(
-        "ObjectMeta is metadata that all persisted resources must have.", {
-            "name": _string("Name, unique within a namespace."),
-            "generateName": _string("Prefix the server uses to generate a unique name when "
-                                    "name is not given."),
-            "namespace": _string("Namespace of the object."),
-            "uid": _string("Unique in time and space; set by the server."),
-            "resourceVersion": _string("Opaque version of the object, for optimistic "
-                                       "concurrency and watches; set by the server."),
-            "generation": _integer("A sequence number of the desired state.", "int64"),
-            "creationTimestamp": _time("When the object was created; set by the server."),
-            "deletionTimestamp": _time("When the object will be deleted; set by the "
-                                       "server."),
-            "deletionGracePeriodSeconds": _integer("Seconds allowed for graceful deletion.",
-                                                   "int64"),
-            "labels": _string_map("Map of string keys and values for organizing and selecting "
-                                  "objects."),
-            "annotations": _string_map("Unstructured key value map stored with the object."),
-            "ownerReferences": _array_of(f"{META}.OwnerReference", "Objects this one depends "
-                                         "on.", **{"x-kubernetes-list-type": "map",
-                                                   "x-kubernetes-list-map-keys": ["uid"]}),
-            "finalizers": _strings("Must be empty before the object is deleted from storage."),
-            "managedFields": _array_of(f"{META}.ManagedFieldsEntry", "Which manager set "
-                                       "which fields (server-side apply)."),
-            "selfLink": _string("Deprecated and unset."),
-        }),
-    f"{META}.ListMeta": _object("ListMeta describes a list of objects.", {
-        "resourceVersion": _string("Version of the list, for watching from it."),
-        "continue": _string("Token to fetch the next page of a limited list."),
-        "remainingItemCount": _integer("Items left after this page, if known.", "int64"),
-        "selfLink": _string("Deprecated and unset."),
-    }),
-    f"{META}.OwnerReference": _object("Identifies an owning object.", {
-        "apiVersion": _string("API version of the owner."),
-        "kind": _string("Kind of the owner."),
-        "name": _string("Name of the owner."),
-        "uid": _string("UID of the owner."),
-        "controller": {"type": "boolean", "description": "True if the owner is the managing "
-                       "controller."},
-        "blockOwnerDeletion": {"type": "boolean", "description": "If true, the owner cannot be "
-                               "deleted from storage until this reference is removed."},
-    }, ["apiVersion", "kind", "name", "uid"], **{"x-kubernetes-map-type": "atomic"}),
-    f"{META}.ManagedFieldsEntry": _object("Which fields a workflow manages.", {
-        "manager": _string("Identifier of the workflow."),
-        "operation": _string("Apply or Update."),
-        "apiVersion": _string("Version of the fields' schema."),
-        "time": _time("When the fields were last changed."),
-        "fieldsType": _string("Format of fieldsV1; only FieldsV1."),
-        "fieldsV1": ref(f"{META}.FieldsV1", "The fields managed."),
-        "subresource": _string("Subresource the object was updated through."),
-    }),
-    f"{META}.FieldsV1": {"type": "object", "description": "A set of fields, in JSON."},
-    f"{META}.LabelSelector": _object(
-        "A label query over objects; requirements are ANDed. An empty selector matches all.", {
-            "matchLabels": _string_map("Labels that must have these values."),
-            "matchExpressions": _array_of(f"{META}.LabelSelectorRequirement",
-                                          "Requirements on labels."),
-        }, **{"x-kubernetes-map-type": "atomic"}),
-    f"{META}.LabelSelectorRequirement": _object("A requirement on one label.", {
-        "key": _string("The label key."),
-        "operator": _string("In, NotIn, Exists or DoesNotExist."),
-        "values": _strings("Values for In and NotIn; empty for Exists and DoesNotExist."),
-    }, ["key", "operator"]),
-    f"{META}.Condition": _object("One aspect of the current state.", {
-        "type": _string("Type of condition, in CamelCase."),
-        "status": _string("True, False or Unknown."),
-        "observedGeneration": _integer("Generation the condition was set for.", "int64"),
-        "lastTransitionTime": _time("When the condition last changed status."),
-        "reason": _string("Machine-readable reason for the last transition."),
-        "message": _string("Human-readable details."),
-    }, ["type", "status", "lastTransitionTime", "reason", "message"]),
-    f"{META}.Status": _object("Status is the result of an operation that returns no object.", {
-        "apiVersion": _string("APIVersion of this representation."),
-        "kind": _string("Kind of this representation."),
-        "metadata": ref(f"{META}.ListMeta", "Standard list metadata."),
-        "status": _string("Success or Failure."),
-        "message": _string("Human-readable description of the status."),
-        "reason": _string("Machine-readable reason for a Failure."),
-        "details": ref(f"{META}.StatusDetails", "Extended data about the failure."),
-        "code": _integer("HTTP status code."),
-    }),
-    f"{META}.StatusDetails": _object("Details of a Status.", {
-        "name": _string("Name of the object concerned."),
-        "group": _string("API group of the object concerned."),
-        "kind": _string("Kind (or resource) of the object concerned."),
-        "uid": _string("UID of the object concerned."),
-        "causes": _array_of(f"{META}.StatusCause", "Causes of the failure."),
-        "retryAfterSeconds": _integer("Seconds to wait before retrying."),
-    }),
-    f"{META}.StatusCause": _object("One cause of a failure.", {
-        "reason": _string("Machine-readable cause."),
-        "message": _string("Human-readable cause."),
-        "field": _string("Field path of the cause, e.g. spec.notifier."),
-    }),
-    f"{META}.WatchEvent": _object("An event in a watch stream.", {
-        "type": _string("ADDED, MODIFIED, DELETED, BOOKMARK or ERROR."),
-        "object": ref("io.k8s.apimachinery.pkg.runtime.RawExtension",
-                      "The object of the event, or a Status for ERROR."),
-    }, ["type", "object"]),
-    "io.k8s.apimachinery.pkg.runtime.RawExtension": {
-        "type": "object", "description": "The object of the event, or a Status for ERROR."},
-}
 
-SCHEMAS: dict[str, Schema] = {**NOTIFIER_SCHEMAS, **META_SCHEMAS}
+class OwnerReference(APIModel):
+    """Identifies an owning object."""
+
+    schema_name = f"{META}.OwnerReference"
+    schema_extra = {"x-kubernetes-map-type": "atomic"}
+
+    api_version: Annotated[str, Field(description="API version of the owner.")]
+    kind: Annotated[str, Field(description="Kind of the owner.")]
+    name: Annotated[str, Field(description="Name of the owner.")]
+    uid: Annotated[str, Field(description="UID of the owner.")]
+    controller: Annotated[bool | None, Field(
+        description="True if the owner is the managing controller.")] = None
+    block_owner_deletion: Annotated[bool | None, Field(
+        description="If true, the owner cannot be deleted from storage until this reference is "
+                    "removed.")] = None
+
+
+class FieldsV1(APIModel):
+    """A set of fields, in JSON."""
+
+    schema_name = f"{META}.FieldsV1"
+
+
+class ManagedFieldsEntry(APIModel):
+    """Which fields a workflow manages."""
+
+    schema_name = f"{META}.ManagedFieldsEntry"
+
+    manager: Annotated[str | None, Field(description="Identifier of the workflow.")] = None
+    operation: Annotated[str | None, Field(description="Apply or Update.")] = None
+    api_version: Annotated[str | None, Field(description="Version of the fields' schema.")] = None
+    time: Annotated[str | None, Field(description="When the fields were last changed."),
+                    SchemaRef(TIME)] = None
+    fields_type: Annotated[str | None, Field(description="Format of fieldsV1; only FieldsV1.")
+                           ] = None
+    fields_v1: Annotated[FieldsV1 | None, Field(alias="fieldsV1",
+                                                description="The fields managed.")] = None
+    subresource: Annotated[str | None, Field(
+        description="Subresource the object was updated through.")] = None
+
+
+class ObjectMeta(APIModel):
+    """ObjectMeta is metadata that all persisted resources must have.
+
+    A create request may set name or generateName, namespace (that of the URL), labels
+    (except the server's notifier.x-k8s.io/ ones) and annotations; the server sets the rest.
+    """
+
+    schema_name = f"{META}.ObjectMeta"
+
+    name: Annotated[str | None, Field(description=(
+        "Name must be unique within a namespace. Is required when creating resources, although "
+        "some resources may allow a client to request the generation of an appropriate name "
+        "automatically. Name is primarily intended for creation idempotence and configuration "
+        "definition. Cannot be updated. More info: "
+        "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names")),
+        Check(_object_name), Invalid(A_STRING)] = None
+    generate_name: Annotated[str | None, Field(
+        description="Prefix the server uses to generate a unique name when name is not given."),
+        Check(_name_prefix), Invalid(A_STRING)] = None
+    namespace: Annotated[str | None, Field(description="Namespace of the object."),
+                         Invalid(A_STRING)] = None
+    labels: Annotated[dict[str, str] | None, Field(
+        description="Map of string keys and values for organizing and selecting objects."),
+        Check(_object_labels, before=True), Invalid(MAP_OF_STRINGS)] = None
+    annotations: Annotated[dict[str, str] | None, Field(
+        description="Unstructured key value map stored with the object."),
+        Invalid(MAP_OF_STRINGS)] = None
+    uid: Annotated[str | None, Field(description="Unique in time and space; set by the server."),
+                   NotAccepted()] = None
+    resource_version: Annotated[str | None, Field(
+        description="Opaque version of the object, for optimistic concurrency and watches; set "
+                    "by the server."), NotAccepted()] = None
+    generation: Annotated[int | None, Field(
+        description="A sequence number of the desired state.", json_schema_extra=INT64),
+        NotAccepted()] = None
+    creation_timestamp: Annotated[str | None, Field(description=(
+        "CreationTimestamp is a timestamp representing the server time when this object was "
+        "created. It is not guaranteed to be set in happens-before order across separate "
+        "operations. Clients may not set this value. It is represented in RFC3339 form and is "
+        "in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: "
+        "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md"
+        "#metadata")), SchemaRef(TIME), NotAccepted()] = None
+    deletion_timestamp: Annotated[str | None, Field(
+        description="When the object will be deleted; set by the server."), SchemaRef(TIME),
+        NotAccepted()] = None
+    deletion_grace_period_seconds: Annotated[int | None, Field(
+        description="Seconds allowed for graceful deletion.", json_schema_extra=INT64),
+        NotAccepted()] = None
+    owner_references: Annotated[list[OwnerReference] | None, Field(
+        description="Objects this one depends on.", json_schema_extra=_list_map("uid")),
+        NotAccepted()] = None
+    finalizers: Annotated[list[str] | None, Field(
+        description="Must be empty before the object is deleted from storage."),
+        NotAccepted()] = None
+    managed_fields: Annotated[list[ManagedFieldsEntry] | None, Field(
+        description="Which manager set which fields (server-side apply)."), NotAccepted()] = None
+    self_link: Annotated[str | None, Field(description="Deprecated and unset."),
+                         NotAccepted()] = None
+
+
+class ListMeta(APIModel):
+    """ListMeta describes a list of objects."""
+
+    schema_name = f"{META}.ListMeta"
+
+    resource_version: Annotated[str | None, Field(
+        description="Version of the list, for watching from it.")] = None
+    continue_: Annotated[str | None, Field(
+        alias="continue", description="Token to fetch the next page of a limited list.")] = None
+    remaining_item_count: Annotated[int | None, Field(
+        description="Items left after this page, if known.", json_schema_extra=INT64)] = None
+    self_link: Annotated[str | None, Field(description="Deprecated and unset.")] = None
+
+
+LABEL_SELECTOR_VALUES = ("must be a non-empty list of label values for In and NotIn, and empty "
+                         "for Exists and DoesNotExist")
+
+
+def _requirement_values(requirement: LabelSelectorRequirement) -> Iterator[Problem]:
+    values = requirement.values or []
+    if (requirement.operator in ("In", "NotIn")) != bool(values) or not all(
+            value and not label_value_errors(value) for value in values):
+        yield invalid(LABEL_SELECTOR_VALUES, at=".values", value=requirement.values)
+
+
+class LabelSelectorRequirement(APIModel):
+    """A requirement on one label."""
+
+    schema_name = f"{META}.LabelSelectorRequirement"
+
+    key: Annotated[str, Field(description="The label key."), Check(qualified_name_problems),
+                   Invalid(A_STRING)]
+    operator: Annotated[str, Field(description="In, NotIn, Exists or DoesNotExist."),
+                        OneOf(SELECTOR_OPERATORS)]
+    values: Annotated[list[str] | None, Field(
+        description="Values for In and NotIn; empty for Exists and DoesNotExist."),
+        Invalid(LABEL_SELECTOR_VALUES)] = None
+
+
+class LabelSelector(APIModel):
+    """A label query over objects; requirements are ANDed. An empty selector matches all."""
+
+    schema_name = f"{META}.LabelSelector"
+    schema_extra = {"x-kubernetes-map-type": "atomic"}
+
+    match_labels: Annotated[dict[str, str] | None, Field(
+        description="Labels that must have these values."), Check(_label_map, before=True),
+        Invalid(MAP_OF_STRINGS)] = None
+    match_expressions: Annotated[list[Annotated[
+        LabelSelectorRequirement, Check(_requirement_values),
+        Invalid("must be {key, operator, values}")]] | None, Field(
+        description="Requirements on labels."), Invalid("must be a list")] = None
+
+
+class Condition(APIModel):
+    """One aspect of the current state."""
+
+    schema_name = f"{META}.Condition"
+
+    type: Annotated[str, Field(description="Type of condition, in CamelCase.")]
+    status: Annotated[str, Field(description="True, False or Unknown.")]
+    observed_generation: Annotated[int | None, Field(
+        description="Generation the condition was set for.", json_schema_extra=INT64)] = None
+    last_transition_time: Annotated[str, Field(
+        description="When the condition last changed status."), SchemaRef(TIME)]
+    reason: Annotated[str, Field(description="Machine-readable reason for the last transition.")]
+    message: Annotated[str, Field(description="Human-readable details.")]
+
+
+class StatusCause(APIModel):
+    """One cause of a failure."""
+
+    schema_name = f"{META}.StatusCause"
+
+    reason: Annotated[str | None, Field(description="Machine-readable cause.")] = None
+    message: Annotated[str | None, Field(description="Human-readable cause.")] = None
+    field: Annotated[str | None, Field(
+        description="Field path of the cause, e.g. spec.notifier.")] = None
+
+
+class StatusDetails(APIModel):
+    """Details of a Status."""
+
+    schema_name = f"{META}.StatusDetails"
+
+    name: Annotated[str | None, Field(description="Name of the object concerned.")] = None
+    group: Annotated[str | None, Field(description="API group of the object concerned.")] = None
+    kind: Annotated[str | None, Field(
+        description="Kind (or resource) of the object concerned.")] = None
+    uid: Annotated[str | None, Field(description="UID of the object concerned.")] = None
+    causes: Annotated[list[StatusCause] | None, Field(
+        description="Causes of the failure.")] = None
+    retry_after_seconds: Annotated[int | None, Field(
+        description="Seconds to wait before retrying.")] = None
+
+
+class Status(APIModel):
+    """Status is the result of an operation that returns no object."""
+
+    schema_name = f"{META}.Status"
+
+    api_version: Annotated[str | None, Field(
+        description="APIVersion of this representation.")] = None
+    kind: Annotated[str | None, Field(description="Kind of this representation.")] = None
+    metadata: Annotated[ListMeta | None, Field(description="Standard list metadata.")] = None
+    status: Annotated[str | None, Field(description="Success or Failure.")] = None
+    message: Annotated[str | None, Field(
+        description="Human-readable description of the status.")] = None
+    reason: Annotated[str | None, Field(
+        description="Machine-readable reason for a Failure.")] = None
+    details: Annotated[StatusDetails | None, Field(
+        description="Extended data about the failure.")] = None
+    code: Annotated[int | None, Field(description="HTTP status code.")] = None
+
+
+class RawExtension(APIModel):
+    """The object of the event, or a Status for ERROR."""
+
+    schema_name = "io.k8s.apimachinery.pkg.runtime.RawExtension"
+
+
+class WatchEvent(APIModel):
+    """An event in a watch stream."""
+
+    schema_name = f"{META}.WatchEvent"
+
+    type: Annotated[str, Field(description="ADDED, MODIFIED, DELETED, BOOKMARK or ERROR.")]
+    object: Annotated[RawExtension, Field(
+        description="The object of the event, or a Status for ERROR.")]
+
+
+# notifier.x-k8s.io/v1alpha1
+
+
+class RequestedBy(APIModel):
+    """RequestedBy identifies who requested the run. Set by the server from the authenticated
+    caller; a value sent by a client is ignored."""
+
+    schema_name = f"{OURS}.RequestedBy"
+
+    username: Annotated[str | None, Field(description="User name.")] = None
+    uid: Annotated[str | None, Field(description="User UID.")] = None
+    groups: Annotated[list[str] | None, Field(description="User's groups.")] = None
+    extra: Annotated[dict[str, list[str]] | None, Field(
+        description="Further attributes of the user, as the authenticator gave them.")] = None
+
+
+API_VERSION_DESCRIPTION = ("APIVersion defines the versioned schema of this representation of "
+                           "an object.")
+KIND_DESCRIPTION = ("Kind is a string value representing the REST resource this object "
+                    "represents.")
+SPEC_DESCRIPTION = "What the client asks for."
+STATUS_DESCRIPTION = "What the server observed. Read-only."
+
+
+class TopLevel(APIModel):
+    """The fields every top-level object has (its kind's docstring describes it)."""
+
+    api_version: Annotated[str | None, Field(description=API_VERSION_DESCRIPTION)] = None
+    kind: Annotated[str | None, Field(description=KIND_DESCRIPTION)] = None
+    metadata: Annotated[ObjectMeta, Field(default_factory=ObjectMeta,
+                                          description="Standard object's metadata.")]
+
+
+class PodNotifierSpec(APIModel):
+    """PodNotifierSpec says which notifier runs where."""
+
+    schema_name = f"{OURS}.PodNotifierSpec"
+
+    pod_name: Annotated[str | None, Field(
+        description="Name of the pod to notify. It must equal the pod named in the request "
+                    "path; the server sets it when omitted."), Invalid(A_STRING)] = None
+    pod_uid: Annotated[str | None, Field(
+        alias="podUID", description="UID of the pod when the request was accepted. Set by the "
+                                    "server."), ServerSet()] = None
+    notifier: Annotated[str | None, Field(
+        description="Name of the notifier to run, as the pod declares it in its "
+                    "notifier.x-k8s.io/notifiers annotation."),
+        Check(qualified_name_problems), Invalid(A_STRING),
+        Required("name the notifier to run, as the pod declares it")] = None
+    containers: Annotated[ContainerNames, Field(
+        description="Containers to notify. Default: every container of the pod that declares "
+                    "the notifier.")] = None
+    timeout_seconds: Annotated[int | None, Field(
+        description="Overrides the notifier's timeoutSeconds; bounded by the server's maximum."),
+        Bounds(1, "max_timeout_seconds"), Invalid(WHOLE_NUMBER)] = None
+    ttl_seconds_after_finished: Annotated[int | None, Field(
+        description="Seconds to keep this record after it finishes. Default: set by the "
+                    "server."), Bounds(0, MAX_TTL_SECONDS), Invalid(WHOLE_NUMBER)] = None
+    requested_by: Annotated[RequestedBy | None, Field(
+        description="Who requested the run. Set by the server from the authenticated caller; a "
+                    "client-supplied value is ignored."), ServerSet()] = None
+
+
+class ContainerNotifierStatus(APIModel):
+    """The notifier's run in one container."""
+
+    schema_name = f"{OURS}.ContainerNotifierStatus"
+
+    name: Annotated[str, Field(description="Container name.")]
+    container_id: Annotated[str | None, Field(
+        alias="containerID", description="ID of the container the notifier ran in.")] = None
+    phase: Annotated[PhaseName | None, Field(
+        description="Pending, Running, Succeeded or Failed.")] = None
+    start_time: Annotated[str | None, Field(description="When the run started."),
+                          SchemaRef(TIME)] = None
+    completion_time: Annotated[str | None, Field(description="When the run finished."),
+                               SchemaRef(TIME)] = None
+    exit_code: Annotated[int | None, Field(
+        description="Exit code of the command, when it exited.")] = None
+    reason: Annotated[str | None, Field(
+        description="Machine-readable reason for the phase.")] = None
+    message: Annotated[str | None, Field(description="Human-readable details.")] = None
+    stdout: Annotated[str | None, Field(
+        description="The last bytes of standard output (at most a few KiB).")] = None
+    stdout_truncated: Annotated[bool | None, Field(
+        description="True if earlier standard output was dropped.")] = None
+    stderr: Annotated[str | None, Field(
+        description="The last bytes of standard error (at most a few KiB).")] = None
+    stderr_truncated: Annotated[bool | None, Field(
+        description="True if earlier standard error was dropped.")] = None
+
+
+class PodNotifierStatus(APIModel):
+    """PodNotifierStatus is the observed state of the run."""
+
+    schema_name = f"{OURS}.PodNotifierStatus"
+
+    phase: Annotated[PhaseName | None, Field(
+        description="Pending, Running, Succeeded or Failed. Succeeded if and only if every "
+                    "selected container that declares the notifier succeeded.")] = None
+    start_time: Annotated[str | None, Field(description="When the run started."),
+                          SchemaRef(TIME)] = None
+    completion_time: Annotated[str | None, Field(description="When the run finished."),
+                               SchemaRef(TIME)] = None
+    reason: Annotated[str | None, Field(
+        description="Machine-readable reason for the phase: Completed, NonZeroExitCode, "
+                    "Timeout, ContainerNotRunning, PodNotRunning, PodDeleted, ExecFailed or "
+                    "Interrupted.")] = None
+    message: Annotated[str | None, Field(description="Human-readable details.")] = None
+    containers: Annotated[list[ContainerNotifierStatus] | None, Field(
+        description="Per-container results.", json_schema_extra=_list_map("name"))] = None
+
+
+class PodNotifier(TopLevel):
+    """PodNotifier records one run of a named notifier on one pod. It is created through the
+    pods/{name}/notify subresource and holds that run's status."""
+
+    schema_name = f"{OURS}.PodNotifier"
+    KIND = "PodNotifier"
+
+    spec: Annotated[PodNotifierSpec, Field(description=SPEC_DESCRIPTION)]
+    status: Annotated[PodNotifierStatus | None, Field(description=STATUS_DESCRIPTION),
+                      ServerSet()] = None
+
+
+NOTIFIER_NAME_REQUIRED = "name the notifier the pods declare"
+
+
+class NotificationRollback(APIModel):
+    """What to run on every pod whose notifier succeeded, when the Notification ends Failed or
+    is deleted before it finishes."""
+
+    schema_name = f"{OURS}.NotificationRollback"
+
+    notifier: Annotated[str | None, Field(
+        description="Name of the rollback notifier, e.g. unquiesce."),
+        Check(qualified_name_problems), Invalid(A_STRING), Required(NOTIFIER_NAME_REQUIRED)] = None
+
+
+class NotificationSpec(APIModel):
+    """NotificationSpec says which pods get which notifier."""
+
+    schema_name = f"{OURS}.NotificationSpec"
+
+    selector: Annotated[LabelSelector | None, Field(
+        description="Selects the pods to notify, in the Notification's namespace."),
+        Invalid("must be a label selector object"),
+        Required('a label selector of the pods to notify, e.g. {"matchLabels": {"app": '
+                 '"db"}}', empty=False)] = None
+    notifier: Annotated[str | None, Field(
+        description="Name of the notifier to run on each selected pod."),
+        Check(qualified_name_problems), Invalid(A_STRING), Required(NOTIFIER_NAME_REQUIRED)] = None
+    policy: Annotated[str, Field(
+        description="PreExistingPods (default): the pods matching at creation, fixed then. "
+                    "AllPods: also pods that match later, each at most once, until deletion or "
+                    "the deadline."), OneOf(POLICIES)] = PRE_EXISTING_PODS
+    failure_policy: Annotated[str, Field(
+        description="Abort (default): start no new pods after the first failure. Continue: "
+                    "notify every pod."), OneOf(FAILURE_POLICIES)] = ABORT
+    parallelism: Annotated[int, Field(
+        description="How many pods run the notifier at once; bounded by the server."),
+        Bounds(1, "max_parallelism"), Invalid(WHOLE_NUMBER)] = 1
+    containers: Annotated[ContainerNames, Field(
+        description="Containers to notify in each pod. Default: every container that declares "
+                    "the notifier.")] = None
+    rollback: Annotated[NotificationRollback | None, Field(
+        description="Optional notifier that undoes the notifier on pods where it succeeded."),
+        Invalid('must be {"notifier": NAME}')] = None
+    timeout_seconds: Annotated[int | None, Field(
+        description="Per-pod timeout; bounded by the server's maximum."),
+        Bounds(1, "max_timeout_seconds"), Invalid(WHOLE_NUMBER)] = None
+    active_deadline_seconds: Annotated[int | None, Field(
+        description="Deadline for the whole Notification.", json_schema_extra=INT64),
+        Bounds(1, MAX_DEADLINE_SECONDS), Invalid(WHOLE_NUMBER)] = None
+    requested_by: Annotated[RequestedBy | None, Field(
+        description="Who created the Notification. Set by the server from the authenticated "
+                    "caller; a client-supplied value is ignored."), ServerSet()] = None
+
+
+class NotificationCounts(APIModel):
+    """Pods by state of their run."""
+
+    schema_name = f"{OURS}.NotificationCounts"
+
+    total: Annotated[int | None, Field(description="Pods selected.")] = None
+    pending: Annotated[int | None, Field(description="Pods not started yet.")] = None
+    running: Annotated[int | None, Field(description="Pods whose notifier is running.")] = None
+    succeeded: Annotated[int | None, Field(
+        description="Pods whose notifier succeeded.")] = None
+    failed: Annotated[int | None, Field(
+        description="Pods whose notifier failed (including deleted pods).")] = None
+    skipped: Annotated[int | None, Field(
+        description="Pods that do not declare the notifier.")] = None
+    rolled_back: Annotated[int | None, Field(
+        description="Pods whose rollback notifier succeeded.")] = None
+
+
+class NotificationStatus(APIModel):
+    """NotificationStatus summarizes the per-pod runs."""
+
+    schema_name = f"{OURS}.NotificationStatus"
+
+    phase: Annotated[PhaseName | None, Field(
+        description="Pending, Running, Succeeded or Failed.")] = None
+    counts: Annotated[NotificationCounts | None, Field(
+        description="Pods by state of their run.")] = None
+    start_time: Annotated[str | None, Field(description="When the run started."),
+                          SchemaRef(TIME)] = None
+    completion_time: Annotated[str | None, Field(description="When the run finished."),
+                               SchemaRef(TIME)] = None
+    conditions: Annotated[list[Condition] | None, Field(
+        description="Latest observations.", json_schema_extra=_list_map("type"))] = None
+
+
+def _name_or_generate_name(meta: ObjectMeta) -> Iterator[Problem]:
+    if not meta.name and not meta.generate_name:
+        yield Problem(CauseReason.REQUIRED, "name or generateName is required", at=".name")
+
+
+class Notification(TopLevel):
+    """Notification runs a notifier on every pod that matches a label selector. Each pod's run
+    is a PodNotifier labelled with the Notification's name."""
+
+    schema_name = f"{OURS}.Notification"
+    KIND = "Notification"
+
+    metadata: Annotated[ObjectMeta, Field(default_factory=ObjectMeta,
+                                          description="Standard object's metadata."),
+                        Check(_name_or_generate_name)]
+    spec: Annotated[NotificationSpec, Field(description=SPEC_DESCRIPTION)]
+    status: Annotated[NotificationStatus | None, Field(description=STATUS_DESCRIPTION),
+                      ServerSet()] = None
+
+
+KINDS: tuple[type[TopLevel], ...] = (PodNotifier, Notification)
+SCHEMAS: dict[str, Schema] = component_schemas(
+    (*KINDS, Status, WatchEvent), extra={TIME: TIME_SCHEMA},
+    list_meta=ListMeta.schema_name)
+"""Every component the OpenAPI documents hold, in OpenAPI 3 form."""

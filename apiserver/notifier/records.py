@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from apiserver.api.validation import label_value_errors
 from apiserver.authn.user import UserInfo
 from apiserver.notifier.exec_stream import ExecResult
 
@@ -31,7 +32,6 @@ CONTAINER_NOT_RUNNING = "ContainerNotRunning"
 INTERRUPTED_MESSAGE = ("the server stopped while this notifier ran; it may or may not have "
                        "completed in the container")
 
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _NAME_UNSAFE = re.compile(r"[^a-z0-9-]+")
 
 
@@ -55,7 +55,7 @@ def pod_label(pod: str) -> dict[str, str]:
     """The `notifier.x-k8s.io/pod` label, when the pod name fits a label value (63 chars).
 
     Longer pod names are found with the field selector spec.podName instead."""
-    if len(pod) <= 63 and _LABEL_VALUE.fullmatch(pod):
+    if not label_value_errors(pod):
         return {POD_LABEL: pod}
     return {}
 

@@ -14,11 +14,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver.definitions import qualified_name_errors
+from apiserver.api.validation import label_value_errors, qualified_name_errors
 from apiserver.registry.errors import InvalidSelector
 
 _TOKEN = re.compile(r"\s*(?:(?P<op>!=|==|=|!|\(|\)|,)|(?P<word>[^\s!=(),]+))")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _SET_OPERATORS = ("in", "notin")
 
 
@@ -190,11 +189,9 @@ def _key(key: str) -> str:
 
 
 def _value(value: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
-        raise _label_error(
-            f"invalid label value {value!r}: at most 63 characters, alphanumeric, '-', '_' or "
-            "'.', starting and ending with an alphanumeric character"
-        )
+    problems = label_value_errors(value)
+    if problems:
+        raise _label_error(f"invalid label value {value!r}: {'; '.join(problems)}")
     return value
 
 

@@ -6,19 +6,18 @@ import json
 
 import pytest
 
+from apiserver.api.field_errors import CauseReason, FieldError
+from apiserver.api.validation import qualified_name_errors
 from apiserver.definitions import (
     ALLOWED_SIGNALS,
     ANNOTATION_PATH,
     DEFAULT_TIMEOUT_SECONDS,
-    CauseReason,
     ExecAction,
-    FieldError,
     InvalidNotifiers,
     Notifier,
     SignalAction,
     annotation_matches_template,
     parse_notifiers,
-    qualified_name_errors,
     select_containers,
 )
 

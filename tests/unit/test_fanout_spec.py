@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from apiserver.api.status import status_body
+from apiserver.api.types import MAX_DEADLINE_SECONDS
 from apiserver.errors import APIError
-from apiserver.fanout import spec as notification_spec
 from apiserver.fanout.spec import NotificationRequest, selector_string, validate
 
 MAX_PARALLELISM = 100
@@ -55,7 +55,7 @@ def test_defaults() -> None:
         "notifier": "quiesce", "policy": "PreExistingPods", "failurePolicy": "Abort",
         "parallelism": 1,
     }
-    assert ask.label_selector == "app=postgres"
+    assert selector_string(ask.spec["selector"]) == "app=postgres"
 
 
 def test_everything_set() -> None:
@@ -65,7 +65,7 @@ def test_everything_set() -> None:
         notifier="example.com/quiesce", containers=["db", "db", "wal"], policy="AllPods",
         parallelism=MAX_PARALLELISM, failurePolicy="Continue",
         rollback={"notifier": "unquiesce"}, timeoutSeconds=MAX_TIMEOUT,
-        activeDeadlineSeconds=notification_spec.MAX_DEADLINE_SECONDS,
+        activeDeadlineSeconds=MAX_DEADLINE_SECONDS,
         requestedBy={"username": "ignored"})
     obj["metadata"]["labels"] = {"team": "db"}
     obj["metadata"]["namespace"] = "prod"
@@ -77,11 +77,11 @@ def test_everything_set() -> None:
         "policy": "AllPods", "failurePolicy": "Continue", "parallelism": MAX_PARALLELISM,
         "containers": ["db", "wal"], "rollback": {"notifier": "unquiesce"},
         "timeoutSeconds": MAX_TIMEOUT,
-        "activeDeadlineSeconds": notification_spec.MAX_DEADLINE_SECONDS,
+        "activeDeadlineSeconds": MAX_DEADLINE_SECONDS,
     }
     assert "requestedBy" not in ask.spec
     assert ask.metadata["labels"] == {"team": "db"}
-    assert ask.label_selector == "app=postgres,tier=db,env in (prod,staging)"
+    assert selector_string(ask.spec["selector"]) == "app=postgres,tier=db,env in (prod,staging)"
 
 
 def test_generate_name_instead_of_name() -> None:
@@ -92,7 +92,7 @@ def test_generate_name_instead_of_name() -> None:
 
 
 def test_empty_selector_selects_every_pod() -> None:
-    assert check(body(selector={})).label_selector == ""
+    assert selector_string(check(body(selector={})).spec["selector"]) == ""
 
 
 # 400: the envelope
@@ -163,7 +163,7 @@ def test_bad_parallelism(value: Any) -> None:
 @pytest.mark.parametrize(("key", "value"), [
     ("timeoutSeconds", 0), ("timeoutSeconds", MAX_TIMEOUT + 1), ("timeoutSeconds", False),
     ("activeDeadlineSeconds", 0),
-    ("activeDeadlineSeconds", notification_spec.MAX_DEADLINE_SECONDS + 1),
+    ("activeDeadlineSeconds", MAX_DEADLINE_SECONDS + 1),
 ])
 def test_bad_durations(key: str, value: Any) -> None:
     assert invalid_fields(body(**{key: value})) == [f"spec.{key}"]
@@ -272,7 +272,7 @@ def test_valid_expressions_of_each_operator() -> None:
         {"key": "backup", "operator": "Exists"},
         {"key": "legacy", "operator": "DoesNotExist", "values": []},
     ]}
-    assert check(body(selector=selector)).label_selector == (
+    assert selector_string(check(body(selector=selector)).spec["selector"]) == (
         "env in (prod),example.com/tier notin (cache,web),backup,!legacy")
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from apiserver.api.status import status_body
+from apiserver.api.types import MAX_TTL_SECONDS
 from apiserver.errors import APIError
-from apiserver.notifier import request
 from apiserver.notifier.request import NotifyRequest, parse_body, validate
 
 MAX_TIMEOUT = 600
@@ -102,9 +102,9 @@ def test_generate_name_and_prefixed_notifier() -> None:
 
 
 def test_bounds_inclusive() -> None:
-    ask = check(body(timeoutSeconds=1, ttlSecondsAfterFinished=request.MAX_TTL_SECONDS))
+    ask = check(body(timeoutSeconds=1, ttlSecondsAfterFinished=MAX_TTL_SECONDS))
     assert ask.timeout_seconds == 1
-    assert ask.ttl_seconds_after_finished == request.MAX_TTL_SECONDS
+    assert ask.ttl_seconds_after_finished == MAX_TTL_SECONDS
 
 
 # 400: the envelope
@@ -276,7 +276,7 @@ def test_bool_for_an_int_says_whole_number() -> None:
         "spec.ttlSecondsAfterFinished: Invalid value: false: must be a whole number")
 
 
-@pytest.mark.parametrize("value", [-1, request.MAX_TTL_SECONDS + 1, True, "3600"])
+@pytest.mark.parametrize("value", [-1, MAX_TTL_SECONDS + 1, True, "3600"])
 def test_bad_ttl(value: Any) -> None:
     assert invalid_fields(body(ttlSecondsAfterFinished=value)) == [
         "spec.ttlSecondsAfterFinished"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from apiserver.api.validation import label_value_errors
 from apiserver.registry.errors import InvalidSelector
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.selectors import (
@@ -145,3 +146,13 @@ def test_unsupported_field_names_the_supported_ones() -> None:
 def test_malformed_field_selectors(selector: str) -> None:
     with pytest.raises(InvalidSelector):
         parse_field_selector(selector, PODNOTIFIERS.selectable_fields)
+
+
+def test_bad_label_values_are_worded_by_the_validation_module() -> None:
+    with pytest.raises(InvalidSelector) as raised:
+        parse_label_selector(f"app={'x' * 64}")
+
+    assert raised.value.message == (
+        f"unable to parse requirement: invalid label value {'x' * 64!r}: "
+        f"{'; '.join(label_value_errors('x' * 64))}")
+    assert "must be no more than 63 characters" in raised.value.message
