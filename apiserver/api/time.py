@@ -6,6 +6,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 
+def timestamp(moment: datetime | None = None) -> str:
+    """RFC 3339 in UTC with second precision, as ``metav1.Time`` serialises."""
+    return (moment or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def parse_timestamp(text: Any) -> float | None:
     """Seconds since the epoch of an RFC 3339 timestamp; None if absent or unreadable (a
     timestamp without a zone is taken as UTC)."""

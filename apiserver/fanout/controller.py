@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from apiserver.api.time import parse_timestamp
 from apiserver.authn.user import UserInfo
 from apiserver.authz.sar import Authorizer
 from apiserver.errors import APIError
@@ -29,7 +30,6 @@ from apiserver.notifier.admission import Admission
 from apiserver.notifier.request import NotifyRequest
 from apiserver.notifier.runner import Runner
 from apiserver.registry.errors import NotFound, StoreError
-from apiserver.registry.objects import parse_timestamp
 from apiserver.registry.store import ObjectStore
 
 log = logging.getLogger(__name__)

@@ -12,17 +12,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from apiserver.api.resources import GROUP_VERSION
+from apiserver.api.types import FINISHED_PHASES, Phase
 from apiserver.api.validation import label_value_errors
 from apiserver.authn.user import UserInfo
 from apiserver.notifier.exec_stream import ExecResult
 
-API_VERSION = "notifier.x-k8s.io/v1alpha1"
+API_VERSION = GROUP_VERSION
 KIND = "PodNotifier"
 POD_LABEL = "notifier.x-k8s.io/pod"
 NOTIFICATION_LABEL = "notifier.x-k8s.io/notification"
 
-PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
-FINISHED_PHASES = (SUCCEEDED, FAILED)
+PENDING, RUNNING, SUCCEEDED, FAILED = Phase.PENDING, Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED
 
 COMPLETED = "Completed"
 INTERRUPTED = "Interrupted"

@@ -18,8 +18,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from apiserver.api.time import parse_timestamp
+from apiserver.api.types import FINISHED_PHASES
 from apiserver.registry.errors import Conflict, NotFound, TooManyRequests, required
-from apiserver.registry.objects import FINISHED_PHASES, metadata, parse_timestamp
+from apiserver.registry.objects import metadata
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import Cohort, ListResult, Object, ObjectStore
 from apiserver.registry.watch import Watch

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from apiserver.api.time import timestamp
 from apiserver.registry import sqlite_database as db
 from apiserver.registry.errors import (
     AlreadyExists,
@@ -30,7 +31,7 @@ from apiserver.registry.errors import (
     not_found,
     required,
 )
-from apiserver.registry.objects import encode, generate_name, metadata, timestamp
+from apiserver.registry.objects import encode, generate_name, metadata
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.selectors import (
     FieldSelector,

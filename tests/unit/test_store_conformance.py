@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from apiserver.api.status import status_body
+from apiserver.api.time import timestamp
 from apiserver.registry.errors import (
     AlreadyExists,
     BadRequest,
@@ -34,7 +35,6 @@ from apiserver.registry.errors import (
     TooLarge,
     TooManyRequests,
 )
-from apiserver.registry.objects import timestamp
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.store import Cohort, Object, ObjectStore
