@@ -12,9 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apiserver.authn.user import UserInfo
-from apiserver.definitions import ANNOTATION, InvalidNotifiers, parse_notifiers, select_containers
 from apiserver.errors import Cause
 from apiserver.notifier import records, request
+from apiserver.notifier.declarations import (
+    ANNOTATION,
+    InvalidNotifiers,
+    parse_notifiers,
+    select_containers,
+)
 from apiserver.notifier.errors import (
     InvalidDeclaration,
     InvalidSelection,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from apiserver import errors
-from apiserver.definitions import ANNOTATION
 from apiserver.errors import Cause
+from apiserver.notifier.declarations import ANNOTATION
 
 
 class PodNotFound(errors.NotFound):

@@ -23,9 +23,9 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from apiserver.definitions import ANNOTATION
 from apiserver.kube import KubeClient, KubeRejected
 from apiserver.kube.informer import NAMESPACE, Backoff, Informer, by_namespace
+from apiserver.notifier.declarations import ANNOTATION
 
 Object = dict[str, Any]
 

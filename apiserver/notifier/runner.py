@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from apiserver.definitions import Notifier, SignalAction
 from apiserver.notifier import records
+from apiserver.notifier.declarations import Notifier, SignalAction
 from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
 from apiserver.notifier.pods import PodDirectory
 from apiserver.registry.errors import NotFound

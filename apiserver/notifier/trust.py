@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
-from apiserver.definitions import ANNOTATION, annotation_matches_template
+from apiserver.notifier.declarations import ANNOTATION, annotation_matches_template
 from apiserver.notifier.podcache import OWNER_KINDS
 
 OWNER_TEMPLATE = "OwnerTemplate"

@@ -25,8 +25,8 @@ from apiserver.api.schema import description_of, field_schema, json_name
 from apiserver.api.status import status_body
 from apiserver.api.tables import NOTIFICATION_TABLE, PODNOTIFIER_TABLE, field_column
 from apiserver.api.types import SCHEMAS, Notification, PodNotifier
-from apiserver.definitions import NotifierDeclaration, parse_notifiers
 from apiserver.errors import APIError
+from apiserver.notifier.declarations import NotifierDeclaration, parse_notifiers
 
 MODELS = sorted((value for value in vars(types).values()
                  if isinstance(value, type) and issubclass(value, APIModel)
@@ -253,7 +253,7 @@ def test_a_column_of_a_field_the_definition_lacks_fails_at_definition() -> None:
 
 
 def test_unknown_annotation_fields_list_the_definitions_fields() -> None:
-    from apiserver.definitions import InvalidNotifiers
+    from apiserver.notifier.declarations import InvalidNotifiers
 
     with pytest.raises(InvalidNotifiers) as raised:
         parse_notifiers('{"db": [{"name": "q", "action": {"signal": "SIGHUP"}, "colour": 1}]}')

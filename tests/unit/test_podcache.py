@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from apiserver.definitions import ANNOTATION
 from apiserver.kube import Connection, KubeClient, KubeRejected, KubeUnavailable
+from apiserver.notifier.declarations import ANNOTATION
 from apiserver.notifier.podcache import OWNER_KINDS, OwnerTemplates, PodCache, trim_pod
 
 

@@ -17,8 +17,8 @@ import pytest
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Decision
-from apiserver.definitions import ANNOTATION
 from apiserver.kube import Connection, KubeClient, KubeRejected
+from apiserver.notifier.declarations import ANNOTATION
 from apiserver.notifier.podcache import OwnerTemplates
 from apiserver.notifier.trust import OWNER_TEMPLATE, POD_EXEC, controller_of, decide
 

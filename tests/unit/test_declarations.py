@@ -8,7 +8,7 @@ import pytest
 
 from apiserver.api.field_errors import CauseReason, FieldError
 from apiserver.api.validation import qualified_name_errors
-from apiserver.definitions import (
+from apiserver.notifier.declarations import (
     ALLOWED_SIGNALS,
     ANNOTATION_PATH,
     DEFAULT_TIMEOUT_SECONDS,
