@@ -93,5 +93,5 @@ def busy_ports(ports: dict[str, int]) -> list[str]:
             except OSError as error:
                 if error.errno != errno.EADDRINUSE:
                     raise
-                busy.append(f"{name} port {port}")
+                busy.append(f"{name}={port}")
     return busy
