@@ -42,6 +42,8 @@ APISERVER_READY_SECONDS = 180.0
 """A cold first start (empty etcd) creates the bootstrap RBAC roles, priority classes and
 system namespaces before /readyz passes; on two busy cores that can take well over a minute."""
 COMPONENT_READY_SECONDS = 120.0
+PORTS_RELEASE_SECONDS = 10.0
+"""How long `up` waits for the ports of a plane it just stopped to be released."""
 
 
 def create_nodes(layout: Layout, ports: Ports, count: int) -> None:
@@ -128,7 +130,7 @@ def up(layout: Layout, ports: Ports, node_count: int) -> None:
     layout.root.mkdir(parents=True, exist_ok=True)
     pki.ensure(layout, ports)
     components.write_kwok_config(bins, layout)
-    if busy := busy_ports(ports.by_variable()):
+    if busy := busy_ports(ports.by_variable(), timeout=PORTS_RELEASE_SECONDS):
         raise StartFailed(f"ports already in use on 127.0.0.1: {', '.join(busy)}; stop what "
                           "listens there (ss -ltnp) or move the cluster with those variables")
     probe = {p.component: p for p in health.probes(layout, ports)}

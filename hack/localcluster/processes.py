@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 LOG_TAIL_LINES = 30
+KILL_WAIT_SECONDS = 5.0
+"""How long `stop` waits for a SIGKILLed process to be gone."""
 
 
 @dataclass(frozen=True)
@@ -117,25 +119,34 @@ def start(name: str, argv: list[str], log_dir: Path, stop_signal: str = "SIGTERM
                          stop_signal=stop_signal), proc.poll)
 
 
-def stop(tracked: list[Tracked], grace_seconds: float = 10.0) -> list[str]:
-    """Signal each live process (last started first) with its stop signal, then SIGKILL what is
-    left after the grace period.
+def _gone_within(proc: Tracked, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while is_alive(proc):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
+
+def stop(tracked: list[Tracked], grace_seconds: float = 10.0) -> list[str]:
+    """Stop each live process in turn, last started first, and wait until it is gone: its stop
+    signal, then SIGKILL if it outlives the grace period.
+
+    One at a time, so that each shuts down while what it depends on still runs (kube-apiserver
+    stopped together with etcd retries etcd until it is SIGKILLed).
     Returns the names of the processes that were running.
     """
-    running = [p for p in reversed(tracked) if is_alive(p)]
-    for proc in running:
-        try:
-            os.kill(proc.pid, signal.Signals[proc.stop_signal])
-        except ProcessLookupError:
+    stopped = []
+    for proc in reversed(tracked):
+        if not is_alive(proc):
             continue
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and any(is_alive(p) for p in running):
-        time.sleep(0.1)
-    for proc in running:
-        if is_alive(proc):
+        stopped.append(proc.name)
+        for sig, wait in ((signal.Signals[proc.stop_signal], grace_seconds),
+                          (signal.SIGKILL, KILL_WAIT_SECONDS)):
             try:
-                os.kill(proc.pid, signal.SIGKILL)
+                os.kill(proc.pid, sig)
             except ProcessLookupError:
-                continue
-    return [p.name for p in running]
+                break
+            if _gone_within(proc, wait):
+                break
+    return stopped

@@ -81,8 +81,16 @@ class Startup:
             time.sleep(self._poll_interval)
 
 
-def busy_ports(ports: dict[str, int]) -> list[str]:
-    """The ports (named by what uses them) that some process already listens on 127.0.0.1."""
+def busy_ports(ports: dict[str, int], timeout: float = 0.0) -> list[str]:
+    """The ports (keyed by the variable that moves them) that some process still listens on, on
+    127.0.0.1, after waiting up to `timeout` seconds for them to be released."""
+    deadline = time.monotonic() + timeout
+    while (busy := _listened_on(ports)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return busy
+
+
+def _listened_on(ports: dict[str, int]) -> list[str]:
     busy = []
     for name, port in ports.items():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

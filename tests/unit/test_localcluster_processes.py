@@ -59,6 +59,29 @@ def test_stop_signals_each_live_process_and_names_them(tmp_path: Path) -> None:
     assert processes.stop([first, second]) == []
 
 
+def test_stop_stops_one_at_a_time_so_each_shuts_down_while_what_it_depends_on_runs(
+        tmp_path: Path) -> None:
+    # kube-apiserver signalled together with etcd retried etcd until it was SIGKILLed.
+    first = processes.start("etcd", ["/bin/sleep", "30"], tmp_path).tracked
+    script = (f'trap \'[ "$(cut -d" " -f3 /proc/{first.pid}/stat)" != Z ] && echo etcd-ran; '
+              'exit 0\' TERM; while :; do sleep 0.05; done')
+    second = processes.start("kube-apiserver", ["/bin/sh", "-c", script], tmp_path).tracked
+    _wait_state(second.pid, "S")
+    assert processes.stop([first, second], grace_seconds=5) == ["kube-apiserver", "etcd"]
+    assert processes.log_path(tmp_path, "kube-apiserver").read_text() == "etcd-ran\n"
+
+
+def test_stop_returns_once_a_process_that_ignores_its_stop_signal_is_killed(
+        tmp_path: Path) -> None:
+    script = "trap '' TERM; while :; do sleep 0.05; done"
+    stubborn = processes.start("stubborn", ["/bin/sh", "-c", script], tmp_path).tracked
+    _wait_state(stubborn.pid, "S")
+    began = time.monotonic()
+    assert processes.stop([stubborn], grace_seconds=0.3) == ["stubborn"]
+    assert not processes.is_alive(stubborn)
+    assert 0.3 <= time.monotonic() - began < 5
+
+
 def test_output_goes_to_the_components_log(tmp_path: Path) -> None:
     child = processes.start("talker", ["/bin/sh", "-c", "echo out; echo err >&2"], tmp_path)
     _wait_state(child.tracked.pid, "Z")

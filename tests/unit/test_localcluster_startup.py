@@ -134,5 +134,9 @@ def test_busy_ports_names_the_ports_something_listens_on() -> None:
         free = unused.getsockname()[1]
         unused.close()
         taken = listener.getsockname()[1]
-        assert busy_ports({"CN_ETCD_PORT": taken, "CN_KWOK_PORT": free}) == [
+        began = time.monotonic()
+        assert busy_ports({"CN_ETCD_PORT": taken, "CN_KWOK_PORT": free}, timeout=0.3) == [
             f"CN_ETCD_PORT={taken}"]
+        assert time.monotonic() - began >= 0.3
+        listener.close()
+        assert busy_ports({"CN_ETCD_PORT": taken, "CN_KWOK_PORT": free}) == []
