@@ -9,7 +9,8 @@ py=.venv/bin/python
 
 $py -m localcluster up
 bins="$(bash hack/build.sh 2>/dev/null)"
-export KUBECONFIG="$PWD/.cluster/kubeconfig"
+cluster_dir="${CN_CLUSTER_DIR:-$PWD/.cluster}"
+export KUBECONFIG="$cluster_dir/kubeconfig"
 kubectl="$bins/kubectl"
 api=/apis/notifier.x-k8s.io/v1alpha1
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*" >&2; "$@"; }
@@ -40,12 +41,12 @@ echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"n
 
 say "Reload (SIGHUP to the container's PID 1) with curl, as the same user"
 cert="${bot_kubeconfig%.kubeconfig}"
-step curl -sS --cacert .cluster/pki/ca.crt --cert "$cert.crt" --key "$cert.key" \
+step curl -sS --cacert "$cluster_dir/pki/ca.crt" --cert "$cert.crt" --key "$cert.key" \
   -H 'Content-Type: application/json' \
   -d '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"reload"}}' \
   "https://127.0.0.1:${CN_APISERVER_PORT:-26443}$api/namespaces/demo/pods/$pod/notify?waitSeconds=20" \
   -o /dev/null -w 'HTTP %{http_code}\n'
-step tail -n 1 .cluster/pid1-signals.log
+step tail -n 1 "$cluster_dir/pid1-signals.log"
 
 say "Unquiesce, then the records"
 echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"unquiesce"}}' |

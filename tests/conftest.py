@@ -1,4 +1,5 @@
-"""Session fixtures: the local control plane, reused when healthy, else started and stopped."""
+"""Session fixtures: the local control plane, reused when healthy (every component runs and
+answers, and the APIService is Available), else started and stopped."""
 
 from __future__ import annotations
 

@@ -3,8 +3,11 @@
 up      build missing binaries (hack/build.sh), start etcd, kube-apiserver, controller-manager,
         scheduler and kwok (in its own PID namespace) with N fake nodes, wait until all are
         healthy; reuses a healthy running plane; prints what it started and how long it took.
+        If a start fails, stops everything it started and exits 1 naming the component, with
+        the last lines of its log.
 down    stop every process `up` started, by pid, and remove the state directory.
-status  print each process and whether it runs; exit 1 unless all run.
+status  print each process and whether it runs, and every health problem; exit 1 unless
+        every component runs and answers and the APIService is Available.
 user    issue a client certificate (CN NAME, O each --group) and print its kubeconfig path;
         the certificate and key sit beside it as NAME.crt and NAME.key.
 """
@@ -17,13 +20,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
-from localcluster import admin, components, notifier, pki, processes
+from localcluster import admin, components, health, notifier, pki, processes
 from localcluster.layout import HACK_DIR, Layout, Ports
+from localcluster.startup import StartFailed, Startup, busy_ports
 
 NODE_COUNT = int(os.environ.get("CN_NODES", "3"))
 
@@ -34,28 +37,13 @@ def build_binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def _ok(url: str, **kwargs: object) -> bool:
-    try:
-        response = httpx.get(url, timeout=2.0, **kwargs)  # type: ignore[arg-type]
-    except httpx.HTTPError:
-        return False
-    return response.status_code == 200
-
-
-def wait_for(what: str, check: Callable[[], bool], tracked: list[processes.Tracked],
-             layout: Layout, timeout: float = 90.0) -> None:
-    """Poll `check` until it passes; fail early, with the log tail, if a process died."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        for proc in tracked:
-            if not processes.is_alive(proc):
-                log = (layout.logs / f"{proc.name}.log").read_text(errors="replace")
-                raise SystemExit(f"{proc.name} exited while waiting for {what}; last log lines:\n"
-                                 + "\n".join(log.splitlines()[-30:]))
-        time.sleep(0.25)
-    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}; logs in {layout.logs}")
+ETCD_READY_SECONDS = 60.0
+APISERVER_READY_SECONDS = 180.0
+"""A cold first start (empty etcd) creates the bootstrap RBAC roles, priority classes and
+system namespaces before /readyz passes; on two busy cores that can take well over a minute."""
+COMPONENT_READY_SECONDS = 120.0
+PORTS_RELEASE_SECONDS = 10.0
+"""How long `up` waits for the ports of a plane it just stopped to be released."""
 
 
 def create_nodes(layout: Layout, ports: Ports, count: int) -> None:
@@ -74,7 +62,8 @@ def create_nodes(layout: Layout, ports: Ports, count: int) -> None:
             }
             response = kube.post("/api/v1/nodes", json=node)
             if response.status_code not in (201, 409):
-                raise SystemExit(f"creating node {name}: {response.status_code} {response.text}")
+                raise StartFailed(f"creating node {name}: kube-apiserver answered "
+                                  f"{response.status_code} {response.text}")
 
 
 def nodes_ready(layout: Layout, ports: Ports, count: int) -> bool:
@@ -85,20 +74,21 @@ def nodes_ready(layout: Layout, ports: Ports, count: int) -> bool:
         return False
     ready = [n for n in items if any(c["type"] == "Ready" and c["status"] == "True"
                                      for c in n.get("status", {}).get("conditions", []))]
-    sa = _default_service_account_exists(layout, ports)
-    return len(ready) >= count and sa
+    return len(ready) >= count
 
 
-def _default_service_account_exists(layout: Layout, ports: Ports) -> bool:
-    with admin.client(layout, ports) as kube:
-        return kube.get("/api/v1/namespaces/default/serviceaccounts/default").status_code == 200
+def default_service_account_exists(layout: Layout, ports: Ports) -> bool:
+    """The controller-manager's serviceaccount controller has made `default` in `default`."""
+    try:
+        with admin.client(layout, ports) as kube:
+            return kube.get("/api/v1/namespaces/default/serviceaccounts/default"
+                            ).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def apiservice_available(layout: Layout, ports: Ports) -> bool:
-    with admin.client(layout, ports) as kube:
-        response = kube.get(
-            f"/apis/apiregistration.k8s.io/v1/apiservices/{notifier.APISERVICE_NAME}")
-    return response.status_code == 200 and notifier.apiservice_available(response.json())
+    return health.apiservice_problem(layout, ports) is None
 
 
 def restart(layout: Layout, name: str) -> processes.Tracked:
@@ -106,7 +96,7 @@ def restart(layout: Layout, name: str) -> processes.Tracked:
     tracked = processes.load(layout.state_file)
     (old,) = [p for p in tracked if p.name == name]
     processes.stop([old])
-    new = processes.start(name, old.argv, layout.logs, stop_signal=old.stop_signal)
+    new = processes.start(name, old.argv, layout.logs, stop_signal=old.stop_signal).tracked
     processes.save(layout.state_file, [new if p.name == name else p for p in tracked])
     return new
 
@@ -117,56 +107,62 @@ def stop_component(layout: Layout, name: str) -> None:
 
 
 def healthy(layout: Layout, ports: Ports) -> bool:
-    tracked = processes.load(layout.state_file)
-    if not tracked or not all(processes.is_alive(p) for p in tracked):
-        return False
-    return _ok(f"https://127.0.0.1:{ports.apiserver}/readyz", verify=admin.ssl_context(layout))
+    """Every component recorded, running and answering, and the APIService Available."""
+    return not health.check(layout, ports)
+
+
+def _wait_answers(plane: Startup, probe: health.Probe, timeout: float) -> None:
+    plane.wait_for(probe.component, f"{probe.component} to answer GET {probe.url}",
+                   probe.answers, timeout)
 
 
 def up(layout: Layout, ports: Ports, node_count: int) -> None:
+    """Start the plane unless it is healthy; on failure stop what was started, raise StartFailed."""
     started_at = time.monotonic()
-    if healthy(layout, ports):
+    found = health.check(layout, ports)
+    if not found:
         print(f"cluster: already running and healthy; kubeconfig {layout.kubeconfig}")
         return
+    if layout.state_file.exists():
+        print("cluster: not healthy, starting afresh:\n  " + "\n  ".join(found))
     down(layout, quiet=True)
     bins = build_binaries()
     layout.root.mkdir(parents=True, exist_ok=True)
     pki.ensure(layout, ports)
     components.write_kwok_config(bins, layout)
-    tracked: list[processes.Tracked] = []
-
-    def launch(name: str, argv: list[str], stop_signal: str = "SIGTERM") -> None:
-        tracked.append(processes.start(name, argv, layout.logs, stop_signal=stop_signal))
-        processes.save(layout.state_file, tracked)
-
-    launch("etcd", components.etcd(bins, layout, ports))
-    wait_for("etcd", lambda: _ok(f"http://127.0.0.1:{ports.etcd}/health"), tracked, layout)
-    launch("kube-apiserver", components.kube_apiserver(bins, layout, ports))
-    tls = admin.ssl_context(layout)
-    wait_for("kube-apiserver /readyz",
-             lambda: _ok(f"https://127.0.0.1:{ports.apiserver}/readyz", verify=tls),
-             tracked, layout)
-    launch("kube-controller-manager", components.controller_manager(bins, layout, ports))
-    launch("kube-scheduler", components.scheduler(bins, layout, ports))
-    # unshare ignores SIGTERM while it waits for its child; SIGKILL makes it SIGKILL the
-    # namespace's init (--kill-child), which takes every process in the namespace with it.
-    launch("kwok", components.kwok(bins, layout, ports), stop_signal="SIGKILL")
-    create_nodes(layout, ports, node_count)
-    wait_for("kube-controller-manager /healthz",
-             lambda: _ok(f"https://127.0.0.1:{ports.controller_manager}/healthz", verify=False),
-             tracked, layout)
-    wait_for("kube-scheduler /healthz",
-             lambda: _ok(f"https://127.0.0.1:{ports.scheduler}/healthz", verify=False),
-             tracked, layout)
-    wait_for(f"{node_count} Ready kwok nodes and the default ServiceAccount",
-             lambda: nodes_ready(layout, ports, node_count), tracked, layout)
-    notifier.register(bins, layout, ports)
-    launch("notifier-apiserver", notifier.server_argv(layout, ports))
-    wait_for(f"APIService {notifier.APISERVICE_NAME} Available",
-             lambda: apiservice_available(layout, ports), tracked, layout)
+    if busy := busy_ports(ports.by_variable(), timeout=PORTS_RELEASE_SECONDS):
+        raise StartFailed(f"ports already in use on 127.0.0.1: {', '.join(busy)}; stop what "
+                          "listens there (ss -ltnp) or move the cluster with those variables")
+    probe = {p.component: p for p in health.probes(layout, ports)}
+    with Startup(layout) as plane:
+        plane.launch(components.ETCD, components.etcd(bins, layout, ports))
+        _wait_answers(plane, probe[components.ETCD], ETCD_READY_SECONDS)
+        plane.launch(components.KUBE_APISERVER, components.kube_apiserver(bins, layout, ports))
+        _wait_answers(plane, probe[components.KUBE_APISERVER], APISERVER_READY_SECONDS)
+        plane.launch(components.CONTROLLER_MANAGER,
+                     components.controller_manager(bins, layout, ports))
+        plane.launch(components.SCHEDULER, components.scheduler(bins, layout, ports))
+        # unshare ignores SIGTERM while it waits for its child; SIGKILL makes it SIGKILL the
+        # namespace's init (--kill-child), which takes every process in the namespace with it.
+        plane.launch(components.KWOK, components.kwok(bins, layout, ports), stop_signal="SIGKILL")
+        create_nodes(layout, ports, node_count)
+        for name in (components.CONTROLLER_MANAGER, components.SCHEDULER, components.KWOK):
+            _wait_answers(plane, probe[name], COMPONENT_READY_SECONDS)
+        plane.wait_for(components.KWOK, f"{node_count} Ready kwok nodes",
+                       lambda: nodes_ready(layout, ports, node_count), COMPONENT_READY_SECONDS)
+        plane.wait_for(components.CONTROLLER_MANAGER, "the default ServiceAccount",
+                       lambda: default_service_account_exists(layout, ports),
+                       COMPONENT_READY_SECONDS)
+        notifier.register(bins, layout, ports)
+        plane.launch(components.NOTIFIER, notifier.server_argv(layout, ports))
+        _wait_answers(plane, probe[components.NOTIFIER], COMPONENT_READY_SECONDS)
+        plane.wait_for(components.NOTIFIER, f"APIService {notifier.APISERVICE_NAME} Available",
+                       lambda: apiservice_available(layout, ports), COMPONENT_READY_SECONDS)
     elapsed = time.monotonic() - started_at
-    for proc in tracked:
-        print(f"cluster: started {proc.name} (pid {proc.pid}), log {layout.logs / proc.name}.log")
+    for child in plane.children:
+        proc = child.tracked
+        print(f"cluster: started {proc.name} (pid {proc.pid}), log "
+              f"{processes.log_path(layout.logs, proc.name)}")
     print(f"cluster: {node_count} kwok nodes Ready; kube-apiserver https://127.0.0.1:{ports.apiserver}")
     print(f"cluster: up in {elapsed:.1f} s; export KUBECONFIG={layout.kubeconfig}")
     print(f"cluster: kubectl is {bins / 'kubectl'}")
@@ -181,12 +177,18 @@ def down(layout: Layout, quiet: bool = False) -> None:
               f"removed {layout.root}")
 
 
-def status(layout: Layout) -> int:
-    tracked = processes.load(layout.state_file)
-    for proc in tracked:
+def status(layout: Layout, ports: Ports) -> int:
+    """Print each recorded process and every health problem; 0 only if healthy."""
+    for proc in processes.load(layout.state_file):
         state = "running" if processes.is_alive(proc) else "stopped"
         print(f"{proc.name}\tpid {proc.pid}\t{state}")
-    return 0 if tracked and all(processes.is_alive(p) for p in tracked) else 1
+    found = health.check(layout, ports)
+    for problem in found:
+        print(f"unhealthy: {problem}")
+    if not found:
+        print(f"healthy: {', '.join(components.ALL)} answer; APIService "
+              f"{notifier.APISERVICE_NAME} is Available")
+    return 1 if found else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     layout, ports = Layout.default(), Ports()
     if args.command == "up":
-        up(layout, ports, args.nodes)
+        try:
+            up(layout, ports, args.nodes)
+        except StartFailed as error:
+            print(f"cluster: {error}", file=sys.stderr)
+            return 1
     elif args.command == "down":
         down(layout)
     elif args.command == "user":
@@ -209,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("user needs a NAME")
         print(pki.user_kubeconfig(layout, ports, args.name, tuple(args.group)))
     else:
-        return status(layout)
+        return status(layout, ports)
     return 0
 
 

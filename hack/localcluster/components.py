@@ -12,6 +12,16 @@ from localcluster.pki import FRONT_PROXY_CLIENT_NAME
 
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 
+ETCD = "etcd"
+KUBE_APISERVER = "kube-apiserver"
+CONTROLLER_MANAGER = "kube-controller-manager"
+SCHEDULER = "kube-scheduler"
+KWOK = "kwok"
+NOTIFIER = "notifier-apiserver"
+"""The container-notifier extension server (its command line is in notifier.py)."""
+ALL = (ETCD, KUBE_APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, NOTIFIER)
+"""Every process of a running plane, in start order; their names in processes.json and logs/."""
+
 
 def etcd(bins: Path, layout: Layout, ports: Ports) -> list[str]:
     url = f"http://127.0.0.1:{ports.etcd}"

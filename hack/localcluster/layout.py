@@ -3,27 +3,43 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HACK_DIR = REPO_ROOT / "hack"
 
 
-def _port(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
+PORT_VARIABLES = {
+    "etcd": ("CN_ETCD_PORT", 23790),
+    "apiserver": ("CN_APISERVER_PORT", 26443),
+    "controller_manager": ("CN_CONTROLLER_MANAGER_PORT", 20257),
+    "scheduler": ("CN_SCHEDULER_PORT", 20259),
+    "kwok": ("CN_KWOK_PORT", 20250),
+    "notifier": ("CN_NOTIFIER_PORT", 28443),
+}
+"""Each port: the environment variable that moves it, and its default."""
+
+
+def _port(field: str) -> int:
+    variable, default = PORT_VARIABLES[field]
+    return int(os.environ.get(variable, default))
 
 
 @dataclass(frozen=True)
 class Ports:
-    """Loopback ports; each can be moved with the environment variable of the same name."""
+    """Loopback ports; each can be moved with its environment variable (PORT_VARIABLES)."""
 
-    etcd: int = _port("CN_ETCD_PORT", 23790)
-    apiserver: int = _port("CN_APISERVER_PORT", 26443)
-    controller_manager: int = _port("CN_CONTROLLER_MANAGER_PORT", 20257)
-    scheduler: int = _port("CN_SCHEDULER_PORT", 20259)
-    kwok: int = _port("CN_KWOK_PORT", 20250)
-    notifier: int = _port("CN_NOTIFIER_PORT", 28443)
+    etcd: int = _port("etcd")
+    apiserver: int = _port("apiserver")
+    controller_manager: int = _port("controller_manager")
+    scheduler: int = _port("scheduler")
+    kwok: int = _port("kwok")
+    notifier: int = _port("notifier")
+
+    def by_variable(self) -> dict[str, int]:
+        """Each port keyed by the environment variable that moves it."""
+        return {PORT_VARIABLES[f.name][0]: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import yaml
 
 from localcluster.layout import REPO_ROOT, Layout, Ports
 from localcluster.pki import NOTIFIER_NAMESPACE, NOTIFIER_SERVICE
+from localcluster.startup import StartFailed
 
 APISERVICE_NAME = "v1alpha1.notifier.x-k8s.io"
 LOCAL_ONLY_KINDS = {"Deployment", "PersistentVolumeClaim"}
@@ -26,7 +27,8 @@ LOCAL_ONLY_KINDS = {"Deployment", "PersistentVolumeClaim"}
 def server_argv(layout: Layout, ports: Ports) -> list[str]:
     pki = layout.pki
     return [
-        sys.executable, "-m", "apiserver",
+        # -u: unbuffered, so that its log holds everything it wrote when it exits or is killed.
+        sys.executable, "-u", "-m", "apiserver",
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.notifier}",
         f"--tls-cert-file={pki / 'notifier-serving.crt'}",
@@ -55,11 +57,10 @@ def local_manifests(bins: Path, layout: Layout, ports: Ports) -> list[dict]:
 
 def register(bins: Path, layout: Layout, ports: Ports) -> None:
     manifests = "\n---\n".join(json.dumps(o) for o in local_manifests(bins, layout, ports))
-    subprocess.run([str(bins / "kubectl"), f"--kubeconfig={layout.kubeconfig}", "apply",
-                    "--server-side", "--force-conflicts", "-f", "-"],
-                   input=manifests, check=True, capture_output=True, text=True)
+    applied = subprocess.run([str(bins / "kubectl"), f"--kubeconfig={layout.kubeconfig}", "apply",
+                              "--server-side", "--force-conflicts", "-f", "-"],
+                             input=manifests, capture_output=True, text=True)
+    if applied.returncode != 0:
+        raise StartFailed(f"kubectl apply of the apiservice/ manifests failed "
+                          f"({applied.returncode}):\n{applied.stdout}{applied.stderr}")
 
-
-def apiservice_available(status: dict) -> bool:
-    return any(c["type"] == "Available" and c["status"] == "True"
-               for c in status.get("status", {}).get("conditions", []))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -82,12 +83,12 @@ def ensure(layout: Layout, ports: Ports) -> None:
 
     sa_key = pki / "sa.key"
     if not sa_key.exists():
-        key = ec.generate_private_key(ec.SECP256R1())
+        signing_key = ec.generate_private_key(ec.SECP256R1())
         sa_key.touch(mode=0o600)
-        sa_key.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+        sa_key.write_bytes(signing_key.private_bytes(serialization.Encoding.PEM,
                                              serialization.PrivateFormat.PKCS8,
                                              serialization.NoEncryption()))
-        (pki / "sa.pub").write_bytes(key.public_key().public_bytes(
+        (pki / "sa.pub").write_bytes(signing_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
     server = f"https://127.0.0.1:{ports.apiserver}"
@@ -97,8 +98,8 @@ def ensure(layout: Layout, ports: Ports) -> None:
         ("system:kube-scheduler", (), layout.root / "scheduler.kubeconfig"),
         (NOTIFIER_USER, NOTIFIER_GROUPS, layout.notifier_kubeconfig),
     ):
-        cert, key = _leaf(pki / user.replace(":", "-"), lambda user=user, groups=groups: issue(
-            ca, user, organizations=groups, client=True))
+        cert, key = _leaf(pki / user.replace(":", "-"),
+                          partial(issue, ca, user, organizations=groups, client=True))
         if not kubeconfig.exists():
             write_kubeconfig(kubeconfig, server, pki / "ca.crt", cert, key, user)
 

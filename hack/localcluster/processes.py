@@ -1,4 +1,11 @@
-"""Start, track and stop the control plane's processes by pid."""
+"""Start, track and stop the control plane's processes by pid.
+
+A process is identified by its pid and its start time (field 22 of /proc/<pid>/stat, clock ticks
+since boot). The start time is set by fork and never changes, so it tells a reused pid apart and,
+unlike /proc/<pid>/cmdline, it is valid from the first instant: the kernel fills in a new
+program's command line only late in execve (after it has released the parent and paged in the
+binary), so a cmdline read right after Popen returns is often empty.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +14,76 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+LOG_TAIL_LINES = 30
+KILL_WAIT_SECONDS = 5.0
+"""How long `stop` waits for a SIGKILLed process to be gone."""
 
 
 @dataclass(frozen=True)
 class Tracked:
-    """A started process: its pid and the executable it was started as (against pid reuse)."""
+    """A started process: its pid and its start time (so that a reused pid is never taken for
+    it), and how to start it again."""
 
     name: str
     pid: int
     argv: list[str]
+    start_time: int
+    """Clock ticks since boot at fork (/proc/<pid>/stat field 22)."""
     stop_signal: str = "SIGTERM"
     """What `stop` sends first; SIGKILL follows after the grace period."""
 
-    @property
-    def executable(self) -> str:
-        return self.argv[0]
+
+@dataclass(frozen=True)
+class Child:
+    """A process this Python process started: its record, and its exit status once it ended
+    (None while it runs)."""
+
+    tracked: Tracked
+    exit_status: Callable[[], int | None]
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (field 3, the state, first)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def start_time(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def is_alive(proc: Tracked) -> bool:
+    """True if the pid runs (not a zombie) and is still the process we started."""
+    fields = _stat_fields(proc.pid)
+    return fields is not None and fields[0] not in ("Z", "X") and int(fields[19]) == proc.start_time
+
+
+def _legacy_start_time(entry: dict) -> int:
+    """The start time of an entry saved before start times were recorded, if its pid still runs
+    the executable it was started as (the check those versions made); else -1 (never alive)."""
+    try:
+        argv0 = Path(f"/proc/{entry['pid']}/cmdline").read_bytes().split(b"\0")[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return -1
+    started = start_time(entry["pid"])
+    return started if started is not None and argv0.decode(errors="replace") == entry["argv"][0] \
+        else -1
 
 
 def load(state_file: Path) -> list[Tracked]:
     if not state_file.exists():
         return []
-    return [Tracked(**entry) for entry in json.loads(state_file.read_text())]
+    entries = json.loads(state_file.read_text())
+    return [Tracked(**{"start_time": _legacy_start_time(e), **e}) if "start_time" not in e
+            else Tracked(**e) for e in entries]
 
 
 def save(state_file: Path, tracked: list[Tracked]) -> None:
@@ -37,48 +91,62 @@ def save(state_file: Path, tracked: list[Tracked]) -> None:
     state_file.write_text(json.dumps([asdict(t) for t in tracked], indent=2))
 
 
-def is_alive(proc: Tracked) -> bool:
-    """True if the pid runs and is still the executable we started (not a zombie, not reused)."""
+def log_path(log_dir: Path, name: str) -> Path:
+    return log_dir / f"{name}.log"
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a log, or a note saying it is empty or missing."""
     try:
-        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{proc.pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state != "Z" and cmdline[0].decode(errors="replace") == proc.executable
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return f"({path} does not exist)"
+    tail = text.splitlines()[-lines:]
+    return "\n".join(tail) if tail else f"({path} is empty)"
 
 
-def start(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None,
-          stop_signal: str = "SIGTERM") -> Tracked:
-    """Start argv in its own session, output appended to log_dir/<name>.log."""
+def start(name: str, argv: list[str], log_dir: Path, stop_signal: str = "SIGTERM") -> Child:
+    """Start argv in its own session, stdout and stderr appended to log_dir/<name>.log."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / f"{name}.log", "ab") as log:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, env={**os.environ, **(env or {})},
-        )
-    return Tracked(name=name, pid=proc.pid, argv=argv, stop_signal=stop_signal)
+    with open(log_path(log_dir, name), "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    # Our unreaped child: its /proc entry exists until we wait for it, even if it has exited.
+    started = start_time(proc.pid)
+    if started is None:
+        raise RuntimeError(f"/proc/{proc.pid}/stat of {name} is missing although it is our child")
+    return Child(Tracked(name=name, pid=proc.pid, argv=argv, start_time=started,
+                         stop_signal=stop_signal), proc.poll)
+
+
+def _gone_within(proc: Tracked, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while is_alive(proc):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def stop(tracked: list[Tracked], grace_seconds: float = 10.0) -> list[str]:
-    """Signal each live process (last started first) with its stop signal, then SIGKILL what is
-    left after the grace period.
+    """Stop each live process in turn, last started first, and wait until it is gone: its stop
+    signal, then SIGKILL if it outlives the grace period.
 
+    One at a time, so that each shuts down while what it depends on still runs (kube-apiserver
+    stopped together with etcd retries etcd until it is SIGKILLed).
     Returns the names of the processes that were running.
     """
-    running = [p for p in reversed(tracked) if is_alive(p)]
-    for proc in running:
-        try:
-            os.kill(proc.pid, signal.Signals[proc.stop_signal])
-        except ProcessLookupError:
+    stopped = []
+    for proc in reversed(tracked):
+        if not is_alive(proc):
             continue
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and any(is_alive(p) for p in running):
-        time.sleep(0.1)
-    for proc in running:
-        if is_alive(proc):
+        stopped.append(proc.name)
+        for sig, wait in ((signal.Signals[proc.stop_signal], grace_seconds),
+                          (signal.SIGKILL, KILL_WAIT_SECONDS)):
             try:
-                os.kill(proc.pid, signal.SIGKILL)
+                os.kill(proc.pid, sig)
             except ProcessLookupError:
-                continue
-    return [p.name for p in running]
+                break
+            if _gone_within(proc, wait):
+                break
+    return stopped

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
+from localcluster import __main__ as localcluster
+from localcluster import components, health, processes
 from tests.support.kube import Cluster, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -57,3 +61,28 @@ def test_extension_apiserver_authentication_configmap_holds_requestheader_keys(
     assert json.loads(data["requestheader-username-headers"]) == ["X-Remote-User"]
     assert json.loads(data["requestheader-group-headers"]) == ["X-Remote-Group"]
     assert json.loads(data["requestheader-extra-headers-prefix"]) == ["X-Remote-Extra-"]
+
+
+def test_every_component_answers_its_probe(cluster: Cluster) -> None:
+    recorded = processes.load(cluster.layout.state_file)
+    assert [p.name for p in recorded] == list(components.ALL)
+    for probe in health.probes(cluster.layout, cluster.ports):
+        assert probe.answers(), probe
+    assert health.check(cluster.layout, cluster.ports) == []
+
+
+def test_a_component_that_runs_but_does_not_answer_makes_the_plane_unhealthy(
+        cluster: Cluster) -> None:
+    (scheduler,) = [p for p in processes.load(cluster.layout.state_file)
+                    if p.name == components.SCHEDULER]
+    os.kill(scheduler.pid, signal.SIGSTOP)
+    try:
+        assert processes.is_alive(scheduler)
+        assert health.check(cluster.layout, cluster.ports) == [
+            f"kube-scheduler: pid {scheduler.pid} runs but GET "
+            f"https://127.0.0.1:{cluster.ports.scheduler}/healthz does not answer 200"]
+        assert not localcluster.healthy(cluster.layout, cluster.ports)
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+    wait_until(lambda: localcluster.healthy(cluster.layout, cluster.ports),
+               "the plane to be healthy again", 30)

@@ -1,22 +1,28 @@
-"""`localcluster up` is idempotent and `down` leaves no process behind.
+"""`localcluster up` is idempotent, restarts an unhealthy plane, stops everything when it fails,
+and `down` leaves no process behind.
 
-Runs a second, one-node control plane on other ports and another state directory, so the
-session's cluster is untouched."""
+Runs a second, one-node control plane on other ports (the session's + 10000) and another state
+directory, so the session's cluster is untouched."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from localcluster.layout import REPO_ROOT
-from tests.support.kube import Cluster
+from localcluster.layout import REPO_ROOT, Ports
+from tests.support.kube import Cluster, wait_until
 
 pytestmark = pytest.mark.cluster
+
+SECOND_PLANE_PORT_OFFSET = 10000
+STOPPED_IN_ORDER = ("notifier-apiserver, kwok, kube-scheduler, kube-controller-manager, "
+                    "kube-apiserver, etcd")
 
 
 def _processes_mentioning(text: str) -> list[str]:
@@ -34,30 +40,94 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_up_is_idempotent_and_down_stops_everything(cluster: Cluster, tmp_path: Path) -> None:
-    state = tmp_path / "second-cluster"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "hack"), "CN_CLUSTER_DIR": str(state),
-           "CN_ETCD_PORT": "33790", "CN_APISERVER_PORT": "36443",
-           "CN_CONTROLLER_MANAGER_PORT": "30257", "CN_SCHEDULER_PORT": "30259",
-           "CN_KWOK_PORT": "30250", "CN_NOTIFIER_PORT": "38443"}
-
-    def localcluster(*args: str) -> str:
-        result = subprocess.run([sys.executable, "-m", "localcluster", *args], env=env,
-                                capture_output=True, text=True, timeout=180)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
-
+def _runs(pid: int) -> bool:
     try:
-        first = localcluster("up", "--nodes", "1")
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class SecondPlane:
+    """`python -m localcluster` for a plane in `state`, run from `cwd`."""
+
+    def __init__(self, state: Path, cwd: Path = REPO_ROOT) -> None:
+        self.state = state
+        self.cwd = cwd
+        ports = {name: str(port + SECOND_PLANE_PORT_OFFSET)
+                 for name, port in Ports().by_variable().items()}
+        self.env = {**os.environ, **ports, "PYTHONPATH": f"{REPO_ROOT / 'hack'}:{REPO_ROOT}",
+                    "CN_CLUSTER_DIR": str(state)}
+
+    def run(self, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
+        result = subprocess.run([sys.executable, "-m", "localcluster", *args], env=self.env,
+                                cwd=self.cwd, capture_output=True, text=True, timeout=300)
+        assert result.returncode == expect, result.stdout + result.stderr
+        return result
+
+    def pids(self) -> dict[str, int]:
+        recorded = json.loads((self.state / "processes.json").read_text())
+        return {p["name"]: p["pid"] for p in recorded}
+
+    def kubectl(self, cluster: Cluster, *args: str) -> None:
+        subprocess.run([str(cluster.bins / "kubectl"), f"--kubeconfig={self.state / 'kubeconfig'}",
+                        *args], check=True, capture_output=True, timeout=60)
+
+
+def test_up_is_idempotent_restarts_what_is_unhealthy_and_down_stops_everything(
+        cluster: Cluster, tmp_path: Path) -> None:
+    plane = SecondPlane(tmp_path / "second-cluster")
+    try:
+        first = plane.run("up", "--nodes", "1").stdout
         assert "cluster: up in" in first
-        pids = [p["pid"] for p in json.loads((state / "processes.json").read_text())]
+        pids = plane.pids()
         assert len(pids) == 6
-        second = localcluster("up", "--nodes", "1")
-        assert "already running and healthy" in second
-        assert [p["pid"] for p in json.loads((state / "processes.json").read_text())] == pids
+        assert "already running and healthy" in plane.run("up", "--nodes", "1").stdout
+        assert plane.pids() == pids
+
+        os.kill(pids["kube-scheduler"], signal.SIGKILL)
+        wait_until(lambda: not _runs(pids["kube-scheduler"]), "kube-scheduler to die", 10)
+        assert (f"unhealthy: kube-scheduler: pid {pids['kube-scheduler']} is not running"
+                in plane.run("status", expect=1).stdout)
+        restarted = plane.run("up", "--nodes", "1").stdout
+        assert "cluster: not healthy, starting afresh:\n  kube-scheduler: pid" in restarted
+        assert "cluster: up in" in restarted
+        assert set(plane.pids().values()).isdisjoint(pids.values())
+        assert plane.run("status").stdout.splitlines()[-1].startswith("healthy: ")
+
+        # Every process runs and answers, but the extension API is not served: not healthy.
+        plane.kubectl(cluster, "delete", "apiservice", "v1alpha1.notifier.x-k8s.io")
+        assert ("unhealthy: APIService v1alpha1.notifier.x-k8s.io: not found (not registered)"
+                in plane.run("status", expect=1).stdout)
+        assert "cluster: up in" in plane.run("up", "--nodes", "1").stdout
+        plane.run("status")
     finally:
-        stopped = localcluster("down")
-    assert ("stopped notifier-apiserver, kwok, kube-scheduler, kube-controller-manager, "
-            "kube-apiserver, etcd") in stopped
-    assert not state.exists()
-    assert _processes_mentioning(str(state)) == []
+        stopped = plane.run("down").stdout
+    assert f"stopped {STOPPED_IN_ORDER}" in stopped
+    assert not plane.state.exists()
+    assert _processes_mentioning(str(plane.state)) == []
+
+
+def test_a_failed_up_stops_everything_it_started(cluster: Cluster, tmp_path: Path) -> None:
+    # The extension server is started last: an `apiserver` package in the working directory that
+    # exits at once makes `up` fail after every other component runs.
+    stub = tmp_path / "cwd" / "apiserver"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("")
+    (stub / "__main__.py").write_text(
+        "import sys\nprint('injected failure: refusing to serve', file=sys.stderr)\nsys.exit(3)\n")
+    plane = SecondPlane(tmp_path / "failing-cluster", cwd=tmp_path / "cwd")
+    try:
+        failed = plane.run("up", "--nodes", "1", expect=1)
+        assert "cluster: notifier-apiserver (pid " in failed.stderr
+        assert ("exited with status 3 while waiting for notifier-apiserver to answer"
+                in failed.stderr)
+        assert "notifier-apiserver.log:\ninjected failure: refusing to serve" in failed.stderr
+        assert f"cluster: start failed; stopped {STOPPED_IN_ORDER.split(', ', 1)[1]}" in (
+            failed.stderr)
+        assert _processes_mentioning(str(plane.state)) == []
+        assert not (plane.state / "processes.json").exists()
+        assert ("unhealthy: no cluster: processes.json records no process"
+                in plane.run("status", expect=1).stdout)
+    finally:
+        plane.run("down")
+    assert not plane.state.exists()
