@@ -6,19 +6,16 @@ that RBAC on that subresource decides who may notify which pod; this collection 
 
 from __future__ import annotations
 
-from fastapi import Request
+from fastapi import APIRouter
 
 from apiserver.api.tables import PODNOTIFIER_TABLE
 from apiserver.handlers.collection import Collection, collection_router
+from apiserver.handlers.watch_response import Watches
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import ObjectStore
-from apiserver.services import services
 
 
-def podnotifier_store(request: Request) -> ObjectStore:
-    return services(request).podnotifiers
-
-
-COLLECTION = Collection(resource=PODNOTIFIERS, store=podnotifier_store, table=PODNOTIFIER_TABLE)
-
-router = collection_router(COLLECTION)
+def router(store: ObjectStore, watches: Watches) -> APIRouter:
+    """The podnotifiers routes over ``store``; their watch streams are held by ``watches``."""
+    return collection_router(
+        Collection(resource=PODNOTIFIERS, store=store, table=PODNOTIFIER_TABLE), watches)
