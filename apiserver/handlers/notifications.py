@@ -21,6 +21,7 @@ from apiserver.authz.attributes import RequestAttributes
 from apiserver.fanout import spec as notification_spec
 from apiserver.handlers.collection import Collection, collection_router, delete_object
 from apiserver.handlers.notify import dry_run, read_json_body
+from apiserver.handlers.watch_response import Watches
 from apiserver.notifier import records
 from apiserver.registry.resources import NOTIFICATIONS
 from apiserver.registry.store import ObjectStore
@@ -31,14 +32,7 @@ NAMESPACED = f"{API_PATH}/namespaces/{{namespace}}/notifications"
 LIST_PAGE_SIZE = "500"
 
 
-def notification_store(request: Request) -> ObjectStore:
-    return services(request).notifications
-
-
-COLLECTION = Collection(resource=NOTIFICATIONS, store=notification_store,
-                        table=NOTIFICATION_TABLE, deletecollection=False)
-
-router = APIRouter()
+create_router = APIRouter()
 
 
 async def pods_in_scope(svc: Services, namespace: str, selector: str) -> list[tuple[str, str]]:
@@ -57,7 +51,7 @@ async def pods_in_scope(svc: Services, namespace: str, selector: str) -> list[tu
             return found
 
 
-@router.post(NAMESPACED, status_code=201)
+@create_router.post(NAMESPACED, status_code=201)
 async def create(namespace: str, http: Request, user: CurrentUser, authorizer: CurrentAuthorizer,
                  svc: Annotated[Services, Depends(services)]) -> JSONResponse:
     ask = notification_spec.validate(
@@ -91,13 +85,20 @@ async def create(namespace: str, http: Request, user: CurrentUser, authorizer: C
     return JSONResponse(created, status_code=201)
 
 
-@router.delete(f"{NAMESPACED}/{{name}}")
-async def delete(namespace: str, name: str, http: Request,
-                 svc: Annotated[Services, Depends(services)]) -> Response:
-    uid = (await svc.notifications.get(namespace, name))["metadata"]["uid"]
-    response = await delete_object(COLLECTION, http, namespace, name)
-    svc.fanout.deleted(uid)
-    return response
+def router(store: ObjectStore, watches: Watches) -> APIRouter:
+    """The notifications routes over ``store``; their watch streams are held by ``watches``."""
+    collection = Collection(resource=NOTIFICATIONS, store=store, table=NOTIFICATION_TABLE,
+                            deletecollection=False)
+    routes = APIRouter()
+    routes.include_router(create_router)
 
+    @routes.delete(f"{NAMESPACED}/{{name}}")
+    async def delete(namespace: str, name: str, http: Request,
+                     svc: Annotated[Services, Depends(services)]) -> Response:
+        uid = (await store.get(namespace, name))["metadata"]["uid"]
+        response = await delete_object(collection, http, namespace, name)
+        svc.fanout.deleted(uid)
+        return response
 
-router.include_router(collection_router(COLLECTION))
+    routes.include_router(collection_router(collection, watches))
+    return routes

@@ -16,7 +16,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
 from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
@@ -25,7 +25,7 @@ from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
 from apiserver.fanout.controller import FanoutManager
 from apiserver.handlers import resource_router
-from apiserver.handlers.collection import stop_watches
+from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.notifier import housekeeping
 from apiserver.services import Services
@@ -67,9 +67,10 @@ async def serve(options: ServerOptions) -> None:
     kube = (KubeClient.from_kubeconfig(options.kubeconfig) if options.kubeconfig
             else KubeClient.in_cluster())
     tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
-    app = build_app(options, kube, tls)
+    watches = Watches()
+    app = build_app(options, kube, tls, watches)
     await _Server(uvicorn_config(app, tls, options.bind_address, options.secure_port),
-                  app).serve()
+                  watches).serve()
 
 
 class _Server(uvicorn.Server):
@@ -77,18 +78,19 @@ class _Server(uvicorn.Server):
     before the lifespan shutdown, and a watch would otherwise hold it for the whole grace
     period."""
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    def __init__(self, config: uvicorn.Config, watches: Watches) -> None:
         super().__init__(config)
-        self._app = app
+        self._watches = watches
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        stop_watches(self._app)
+        self._watches.stop()
         await super().shutdown(sockets)
 
 
-def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> FastAPI:
+def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS, watches: Watches
+              ) -> FastAPI:
     """The app with delegated authentication and authorization; its lifespan keeps the trust
-    material (and so `tls`'s client trust) current."""
+    material (and so `tls`'s client trust) current. `watches` holds its watch streams."""
     trust = TrustStore()
 
     def follow_trust(material: TrustMaterial) -> None:
@@ -109,6 +111,11 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await Services.open(options, kube, metrics)
         app.state.services = services
+        # Transitional (until the composition root opens the stores before the app is built):
+        # the resource routes need the store objects, which exist only from here.
+        app.include_router(resource_router(podnotifier_store=services.podnotifiers,
+                                           notification_store=services.notifications,
+                                           watches=watches))
         await housekeeping.recover_interrupted(services.podnotifiers)
         services.fanout = FanoutManager(services, authorizer)
         await services.fanout.resume()
@@ -139,6 +146,6 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
         authenticator=Authenticator(trust, tokens),
         authorizer=authorizer,
         readiness=readiness,
-        resource_router=resource_router(),
+        resource_router=APIRouter(),
         metrics=metrics,
     )

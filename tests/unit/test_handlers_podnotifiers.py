@@ -9,9 +9,9 @@ since httpx's ASGITransport buffers a whole response before returning it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any

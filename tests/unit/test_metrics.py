@@ -16,6 +16,7 @@ from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustStore
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
+from apiserver.handlers.watch_response import Watches
 from apiserver.kube import Connection, KubeClient
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
@@ -171,7 +172,8 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
     options = ServerOptions(tls_cert_file=tmp_path / "tls.crt",
                             tls_private_key_file=tmp_path / "tls.key",
                             data_dir=tmp_path / "data")
-    app = build_app(options, kube, ServingTLS(options.tls_cert_file, options.tls_private_key_file))
+    app = build_app(options, kube, ServingTLS(options.tls_cert_file, options.tls_private_key_file),
+                    Watches())
     async with app.router.lifespan_context(app), _client(app) as client:
         async with asyncio.timeout(5):
             while (await client.get("/readyz")).status_code != 200:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
+from unittest.mock import create_autospec
 
 import pytest
 from fastapi import APIRouter
@@ -15,6 +16,8 @@ from apiserver.api.openapi import (
     openapi_v3_group_version,
 )
 from apiserver.handlers import resource_router
+from apiserver.handlers.watch_response import Watches
+from apiserver.registry.store import ObjectStore
 
 OURS = "io.x-k8s.notifier.v1alpha1"
 
@@ -123,7 +126,11 @@ def test_paths_match_the_served_routes():
     documented = {(method.upper(), path) for path, item in openapi_v2()["paths"].items()
                   for method in item if method != "parameters"}
     served = {(method, route.path.replace("{pod}", "{name}"))
-              for route in api_routes(resource_router()) for method in route.methods}
+              for route in api_routes(resource_router(
+                  podnotifier_store=create_autospec(ObjectStore, instance=True),
+                  notification_store=create_autospec(ObjectStore, instance=True),
+                  watches=Watches()))
+              for method in route.methods}
     assert documented == served
     assert len(served) == 11
 
