@@ -87,9 +87,12 @@ class Flag:
 _FLAG = "flag"
 
 
-def option(default: Any = dataclasses.MISSING, **flag: Any) -> Any:
+def option(default: Any = dataclasses.MISSING, *, help: str,
+           parse: Callable[[str], Any] = str, show: Callable[[Any], str] = str,
+           metavar: str | None = None, choices: Sequence[str] | None = None) -> Any:
     """A ``ServerOptions`` field and its flag; without ``default`` the flag is required."""
-    return dataclasses.field(default=default, metadata={_FLAG: Flag(**flag)})
+    flag = Flag(help=help, parse=parse, show=show, metavar=metavar, choices=choices)
+    return dataclasses.field(default=default, metadata={_FLAG: flag})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,7 +48,15 @@ def test_every_option_has_exactly_one_flag():
     flags = {option for action in build_parser()._actions for option in action.option_strings}
     fields = dataclasses.fields(ServerOptions)
     assert flags - {"-h", "--help"} == {flag_name(field) for field in fields}
-    assert len(fields) == 16
+
+
+def test_a_field_without_a_flag_is_refused():
+    @dataclasses.dataclass
+    class Bare:
+        x: int = 1
+
+    with pytest.raises(TypeError, match=r"ServerOptions.x has no flag: declare it with option"):
+        flag_of(dataclasses.fields(Bare)[0])
 
 
 def test_defaults():
