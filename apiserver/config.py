@@ -1,13 +1,26 @@
-"""Server options, as parsed from the command line."""
+"""Server options and their command-line flags, defined once.
+
+Each field of ``ServerOptions`` carries its flag (``option``): the help text, how the flag's
+text is parsed and checked, and how its default is shown. ``add_flags`` turns the fields into
+argparse arguments (``--secure-port`` for ``secure_port``) and ``options_from_args`` turns the
+parsed arguments back into ``ServerOptions``, so ``--help``, the defaults and the options object
+cannot disagree.
+"""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def parse_duration(text: str) -> float:
@@ -25,22 +38,151 @@ def parse_duration(text: str) -> float:
     return total
 
 
+def format_duration(seconds: float) -> str:
+    """The shortest of ``Nh``, ``Nm``, ``Ns`` or ``Nms`` that ``parse_duration`` reads back."""
+    if seconds == 0:
+        return "0"
+    for unit in ("h", "m", "s"):
+        count = seconds / _UNIT_SECONDS[unit]
+        if count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
+def parse_positive(text: str) -> int:
+    """A whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{text!r} is not a positive whole number")
+    return value
+
+
+def parse_port(text: str) -> int:
+    """A TCP port, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise ValueError(f"{text!r} is not a port: use a whole number from 1 to 65535")
+    return value
+
+
 @dataclass(frozen=True)
+class Flag:
+    """How one option is set on the command line."""
+
+    help: str
+    parse: Callable[[str], Any] = str
+    """Text to value; a ValueError's message is what the user sees."""
+    show: Callable[[Any], str] = str
+    """Value to text, for the help's default (the inverse of ``parse``)."""
+    metavar: str | None = None
+    choices: Sequence[str] | None = None
+
+
+_FLAG = "flag"
+
+
+def option(default: Any = dataclasses.MISSING, *, help: str,
+           parse: Callable[[str], Any] = str, show: Callable[[Any], str] = str,
+           metavar: str | None = None, choices: Sequence[str] | None = None) -> Any:
+    """A ``ServerOptions`` field and its flag; without ``default`` the flag is required."""
+    flag = Flag(help=help, parse=parse, show=show, metavar=metavar, choices=choices)
+    return dataclasses.field(default=default, metadata={_FLAG: flag})
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServerOptions:
-    tls_cert_file: Path
-    tls_private_key_file: Path
-    bind_address: str = "0.0.0.0"
-    secure_port: int = 8443
-    kubeconfig: Path | None = None
-    """None: use the in-cluster service account."""
-    authentication_token_cache_ttl: float = 10.0
-    authorization_allowed_cache_ttl: float = 10.0
-    authorization_denied_cache_ttl: float = 10.0
-    log_level: str = "info"
-    data_dir: Path = Path("/var/lib/container-notifier")
-    max_records_per_pod: int = 10
-    max_timeout_seconds: int = 600
-    default_ttl_seconds_after_finished: int = 3600
-    max_concurrent_executions: int = 64
-    output_tail_bytes: int = 4096
-    max_notification_parallelism: int = 100
+    """What the server is told on its command line; field order is the order of ``--help``."""
+
+    bind_address: str = option("0.0.0.0", help="address to listen on for HTTPS")
+    secure_port: int = option(8443, parse=parse_port, help="port to listen on for HTTPS")
+    tls_cert_file: Path = option(
+        parse=Path, help="PEM serving certificate (with any intermediates after it); re-read "
+        "when the file changes")
+    tls_private_key_file: Path = option(
+        parse=Path, help="PEM private key of --tls-cert-file; re-read when the file changes")
+    kubeconfig: Path | None = option(
+        None, parse=Path, help="kubeconfig used to reach kube-apiserver (its current context); "
+        "without it, the in-cluster service account is used")
+    authentication_token_cache_ttl: float = option(
+        10.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        help="how long TokenReview answers (success and failure) are cached")
+    authorization_allowed_cache_ttl: float = option(
+        10.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        help="how long 'allowed' SubjectAccessReview answers are cached")
+    authorization_denied_cache_ttl: float = option(
+        10.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        help="how long 'denied' SubjectAccessReview answers are cached")
+    data_dir: Path = option(
+        Path("/var/lib/container-notifier"), parse=Path,
+        help="directory of the embedded SQLite store; one server process per directory")
+    max_records_per_pod: int = option(
+        10, parse=parse_positive, metavar="K",
+        help="PodNotifier records kept per pod; creating one more deletes the oldest finished "
+        "ones, or answers 429 if K are unfinished")
+    max_timeout_seconds: int = option(
+        600, parse=parse_positive, help="upper bound of a notifier's timeoutSeconds")
+    default_ttl_seconds_after_finished: int = option(
+        3600, parse=parse_positive, help="how long finished records are kept when the request "
+        "sets no spec.ttlSecondsAfterFinished")
+    max_concurrent_executions: int = option(
+        64, parse=parse_positive, help="notifier runs in flight across the server; a request "
+        "beyond it gets 429")
+    output_tail_bytes: int = option(
+        4096, parse=parse_positive,
+        help="bytes of stdout and of stderr kept per container, from the end")
+    max_notification_parallelism: int = option(
+        100, parse=parse_positive, help="upper bound of a Notification's spec.parallelism")
+    log_level: str = option(
+        "info", choices=LOG_LEVELS,
+        help="least severe level written to stderr as JSON lines")
+
+
+def flag_name(field: dataclasses.Field[Any]) -> str:
+    """``--secure-port`` for the field ``secure_port``."""
+    return "--" + field.name.replace("_", "-")
+
+
+def flag_of(field: dataclasses.Field[Any]) -> Flag:
+    flag = field.metadata.get(_FLAG)
+    if not isinstance(flag, Flag):
+        raise TypeError(f"ServerOptions.{field.name} has no flag: declare it with option()")
+    return flag
+
+
+def _argument_type(flag: Flag) -> Callable[[str], Any]:
+    """``flag.parse`` with its ValueError turned into argparse's usage error."""
+
+    def parse(text: str) -> Any:
+        try:
+            return flag.parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One argument per ``ServerOptions`` field, its default shown in the help if it has one."""
+    for field in dataclasses.fields(ServerOptions):
+        flag = flag_of(field)
+        required = field.default is dataclasses.MISSING
+        help_text = flag.help
+        if not required and field.default is not None:
+            shown = flag.show(field.default).replace("%", "%%")
+            help_text = f"{help_text} (default: {shown})"
+        parser.add_argument(
+            flag_name(field), dest=field.name, type=_argument_type(flag),
+            required=required, default=None if required else field.default,
+            metavar=flag.metavar, choices=flag.choices, help=help_text)
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    """The options of arguments parsed by a parser given ``add_flags``."""
+    return ServerOptions(**{field.name: getattr(args, field.name)
+                            for field in dataclasses.fields(ServerOptions)})

@@ -23,7 +23,7 @@ from apiserver.config import ServerOptions
 from apiserver.fanout.controller import FanoutManager, RunParts
 from apiserver.fanout.scope import ScopeStore
 from apiserver.handlers import notifications, notify, podnotifiers
-from apiserver.handlers.collection import stop_watches
+from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.notifier import housekeeping
 from apiserver.notifier.admission import Admission, Limits
@@ -55,13 +55,14 @@ async def serve(options: ServerOptions) -> None:
     kube = connect(options)
     tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
     database = await SqliteDatabase.open(options.data_dir)
-    app = build_app(options, kube, tls, database)
+    watches = Watches()
+    app = build_app(options, kube, tls, database, watches)
     await Server(uvicorn_config(app, tls, options.bind_address, options.secure_port),
-                 lambda: stop_watches(app)).serve()
+                 watches.stop).serve()
 
 
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
-              database: SqliteDatabase) -> FastAPI:
+              database: SqliteDatabase, watches: Watches) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
     `kube` and `database` at the end."""
     trust_store = TrustStore()
@@ -113,9 +114,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     routes = APIRouter()
     routes.include_router(notify.router(admission, runner, records,
                                         options.max_timeout_seconds))
-    routes.include_router(podnotifiers.router(records))
+    routes.include_router(podnotifiers.router(records, watches))
     routes.include_router(notifications.router(
-        notification_store, fanout, kube, authorizer,
+        notification_store, fanout, kube, authorizer, watches,
         max_parallelism=options.max_notification_parallelism,
         max_timeout_seconds=options.max_timeout_seconds))
 

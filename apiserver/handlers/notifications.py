@@ -24,6 +24,7 @@ from apiserver.fanout.controller import FanoutManager
 from apiserver.handlers.caller import CurrentUser
 from apiserver.handlers.collection import Collection, collection_router, delete_object
 from apiserver.handlers.notify import dry_run, read_json_body
+from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.notifier import records
 from apiserver.registry.resources import NOTIFICATIONS
@@ -51,11 +52,11 @@ async def pods_in_scope(kube: KubeClient, namespace: str, selector: str
 
 
 def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authorizer: Authorizer,
-           *, max_parallelism: int, max_timeout_seconds: int) -> APIRouter:
+           watches: Watches, *, max_parallelism: int, max_timeout_seconds: int) -> APIRouter:
     """The notifications routes: create and delete here, the rest from the generic
     collection."""
-    collection = Collection(resource=NOTIFICATIONS, store=lambda _request: store,
-                            table=NOTIFICATION_TABLE, deletecollection=False)
+    collection = Collection(resource=NOTIFICATIONS, store=store, table=NOTIFICATION_TABLE,
+                            deletecollection=False)
     routes = APIRouter()
 
     @routes.post(NAMESPACED, status_code=201)
@@ -96,5 +97,5 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         fanout.deleted(uid)
         return response
 
-    routes.include_router(collection_router(collection))
+    routes.include_router(collection_router(collection, watches))
     return routes

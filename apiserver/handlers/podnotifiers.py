@@ -10,10 +10,12 @@ from fastapi import APIRouter
 
 from apiserver.api.tables import PODNOTIFIER_TABLE
 from apiserver.handlers.collection import Collection, collection_router
+from apiserver.handlers.watch_response import Watches
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import ObjectStore
 
 
-def router(store: ObjectStore) -> APIRouter:
-    return collection_router(Collection(resource=PODNOTIFIERS, store=lambda _request: store,
-                                        table=PODNOTIFIER_TABLE))
+def router(store: ObjectStore, watches: Watches) -> APIRouter:
+    """The podnotifiers routes over ``store``; their watch streams are held by ``watches``."""
+    return collection_router(
+        Collection(resource=PODNOTIFIERS, store=store, table=PODNOTIFIER_TABLE), watches)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -7,9 +8,18 @@ from pathlib import Path
 import pytest
 
 from apiserver import jsonlog
-from apiserver.__main__ import build_parser, options_from_args
-from apiserver.config import ServerOptions, parse_duration
+from apiserver.__main__ import build_parser
+from apiserver.config import (
+    ServerOptions,
+    flag_name,
+    flag_of,
+    format_duration,
+    options_from_args,
+    parse_duration,
+)
 from apiserver.jsonlog import JSONFormatter
+
+REQUIRED = ["--tls-cert-file", "c", "--tls-private-key-file", "k"]
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -25,31 +35,113 @@ def test_parse_duration_rejects(text):
         parse_duration(text)
 
 
+@pytest.mark.parametrize(("seconds", "text"), [
+    (10.0, "10s"), (0.0, "0"), (90.0, "90s"), (120.0, "2m"), (7200.0, "2h"), (0.5, "500ms"),
+    (1.5, "1500ms"),
+])
+def test_format_duration_reads_back(seconds, text):
+    assert format_duration(seconds) == text
+    assert parse_duration(text) == seconds
+
+
+def test_every_option_has_exactly_one_flag():
+    flags = {option for action in build_parser()._actions for option in action.option_strings}
+    fields = dataclasses.fields(ServerOptions)
+    assert flags - {"-h", "--help"} == {flag_name(field) for field in fields}
+
+
+def test_a_field_without_a_flag_is_refused():
+    @dataclasses.dataclass
+    class Bare:
+        x: int = 1
+
+    with pytest.raises(TypeError, match=r"ServerOptions.x has no flag: declare it with option"):
+        flag_of(dataclasses.fields(Bare)[0])
+
+
 def test_defaults():
-    args = build_parser().parse_args(["--tls-cert-file", "c", "--tls-private-key-file", "k"])
+    args = build_parser().parse_args(REQUIRED)
     assert options_from_args(args) == ServerOptions(tls_cert_file=Path("c"),
                                                     tls_private_key_file=Path("k"))
 
 
-def test_flags():
+def test_help_shows_each_flag_with_its_default_as_typed(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # no wrapping inside a help text
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    options = capsys.readouterr().out.partition("\noptions:\n")[2]
+    lines: dict[str, str] = {}  # flag: its line and the help under it, as one line
+    for line in options.splitlines():
+        if line.startswith("  -"):
+            flag = line.split()[0]
+            lines[flag] = line
+        else:
+            lines[flag] += " " + line.strip()
+    for field in dataclasses.fields(ServerOptions):
+        flag = flag_of(field)
+        line = lines[flag_name(field)]
+        assert flag.help in line
+        if field.default is dataclasses.MISSING or field.default is None:
+            assert "(default:" not in line
+            continue
+        shown = flag.show(field.default)
+        assert flag.parse(shown) == field.default, field.name
+        assert line.endswith(f"(default: {shown})")
+    assert lines["--authentication-token-cache-ttl"].startswith(
+        "  --authentication-token-cache-ttl DURATION ")
+    assert lines["--authorization-denied-cache-ttl"].endswith("(default: 10s)")
+    assert lines["--log-level"].startswith("  --log-level {debug,info,warning,error} ")
+
+
+def test_every_flag_sets_its_option():
     args = build_parser().parse_args([
         "--tls-cert-file", "c", "--tls-private-key-file", "k", "--bind-address", "127.0.0.1",
         "--secure-port", "9443", "--kubeconfig", "/kc", "--authentication-token-cache-ttl", "1m",
         "--authorization-allowed-cache-ttl", "5s", "--authorization-denied-cache-ttl", "0",
+        "--data-dir", "/d", "--max-records-per-pod", "3", "--max-timeout-seconds", "60",
+        "--default-ttl-seconds-after-finished", "120", "--max-concurrent-executions", "8",
+        "--output-tail-bytes", "100", "--max-notification-parallelism", "7",
         "--log-level", "debug",
     ])
-    assert options_from_args(args) == ServerOptions(
+    expected = ServerOptions(
         tls_cert_file=Path("c"), tls_private_key_file=Path("k"), bind_address="127.0.0.1",
         secure_port=9443, kubeconfig=Path("/kc"), authentication_token_cache_ttl=60.0,
         authorization_allowed_cache_ttl=5.0, authorization_denied_cache_ttl=0.0,
-        log_level="debug")
+        data_dir=Path("/d"), max_records_per_pod=3, max_timeout_seconds=60,
+        default_ttl_seconds_after_finished=120, max_concurrent_executions=8,
+        output_tail_bytes=100, max_notification_parallelism=7, log_level="debug")
+    assert options_from_args(args) == expected
+    defaults = ServerOptions(tls_cert_file=Path("c"), tls_private_key_file=Path("k"))
+    assert all(getattr(expected, field.name) != getattr(defaults, field.name)
+               for field in dataclasses.fields(ServerOptions)
+               if field.name not in ("tls_cert_file", "tls_private_key_file"))
 
 
-def test_bad_duration_flag_exits(capsys):
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--authorization-allowed-cache-ttl", "10",
+     "argument --authorization-allowed-cache-ttl: invalid duration '10': "
+     "use e.g. 10s, 1m30s or 500ms"),
+    ("--secure-port", "https", "argument --secure-port: 'https' is not a port: "
+     "use a whole number from 1 to 65535"),
+    ("--secure-port", "70000", "argument --secure-port: '70000' is not a port"),
+    ("--max-records-per-pod", "0",
+     "argument --max-records-per-pod: '0' is not a positive whole number"),
+    ("--output-tail-bytes", "4k",
+     "argument --output-tail-bytes: '4k' is not a positive whole number"),
+    ("--log-level", "trace", "argument --log-level: invalid choice: 'trace'"),
+])
+def test_bad_values_exit_with_the_flag_and_what_to_use(capsys, flag, value, message):
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*REQUIRED, flag, value])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_required_flags(capsys):
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["--tls-cert-file", "c", "--tls-private-key-file", "k",
-                                   "--authorization-allowed-cache-ttl", "10"])
-    assert "invalid duration" in capsys.readouterr().err
+        build_parser().parse_args([])
+    assert ("the following arguments are required: --tls-cert-file, --tls-private-key-file"
+            in capsys.readouterr().err)
 
 
 def test_json_log_line_has_time_level_msg_and_fields():

@@ -9,6 +9,7 @@ since httpx's ASGITransport buffers a whole response before returning it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from fastapi import APIRouter, FastAPI
 from apiserver.authn.user import UserInfo
 from apiserver.authz.sar import Decision
 from apiserver.handlers import podnotifiers
-from apiserver.handlers.collection import stop_watches
+from apiserver.handlers.watch_response import Watches
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
@@ -103,27 +104,21 @@ def store(database: SqliteDatabase) -> TrackedStore:
     return TrackedStore(database, PODNOTIFIERS)
 
 
-class SwappableStore:
-    """The store the routes serve, replaceable by a test after the app is built."""
-
-    def __init__(self, target: TrackedStore) -> None:
-        self.target = target
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.target, name)
-
-
 @pytest.fixture
-def served_store(store: TrackedStore) -> SwappableStore:
-    return SwappableStore(store)
+def watches() -> Watches:
+    return Watches()
 
 
-@pytest.fixture
-def app(served_store: SwappableStore) -> FastAPI:
+def make_app(store: TrackedStore, watches: Watches) -> FastAPI:
     router = APIRouter()
-    router.include_router(podnotifiers.router(served_store))  # type: ignore[arg-type]
+    router.include_router(podnotifiers.router(store, watches))
     return create_app(authenticator=AllowAll(), authorizer=AllowAll(), readiness=Readiness(),
                       resource_router=router)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def app(store: TrackedStore, watches: Watches) -> FastAPI:
+    return make_app(store, watches)
 
 
 @pytest.fixture
@@ -135,6 +130,12 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def served(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with serving(app) as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the app served by uvicorn (h11, like the server) on a free local port."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
@@ -732,17 +733,29 @@ async def test_client_disconnect_releases_the_store_watch(served: httpx.AsyncCli
     assert await is_closed(store.watches[0])
 
 
-async def test_stop_watches_ends_open_streams_cleanly(served: httpx.AsyncClient,
-                                                      store: TrackedStore, app: FastAPI
-                                                      ) -> None:
+async def test_stopping_watches_ends_open_streams_cleanly(served: httpx.AsyncClient,
+                                                          store: TrackedStore, watches: Watches
+                                                          ) -> None:
     await store.create(record("a"))
     async with served.stream("GET", f"{NS}?watch=true") as response:
         lines = response.aiter_lines()
         await read_event(lines)
-        stop_watches(app)
+        watches.stop()
         rest = [line async for line in lines]  # ends without a protocol error
 
     assert rest == []
+    assert await is_closed(store.watches[0])
+
+
+async def test_a_watch_opened_after_stop_ends_at_once(served: httpx.AsyncClient,
+                                                     store: TrackedStore, watches: Watches
+                                                     ) -> None:
+    await store.create(record("a"))
+    watches.stop()
+
+    response = await asyncio.wait_for(served.get(f"{NS}?watch=true"), EVENT_WAIT)
+
+    assert response.status_code == 200 and response.text == ""
     assert await is_closed(store.watches[0])
 
 
@@ -811,14 +824,12 @@ async def test_watch_list_ends_initial_events_with_a_bookmark(served: httpx.Asyn
     assert (later["type"], later["object"]["metadata"]["name"]) == ("ADDED", "c")
 
 
-async def test_falling_behind_is_an_error_event(served: httpx.AsyncClient,
-                                                database: SqliteDatabase,
-                                                served_store: SwappableStore) -> None:
+async def test_falling_behind_is_an_error_event(database: SqliteDatabase) -> None:
     slow = TrackedStore(database, PODNOTIFIERS, max_queued_events=2)
-    served_store.target = slow
     for name in "abcd":
         await slow.create(record(name))
-    async with served.stream("GET", f"{NS}?watch=true&resourceVersion=4") as response:
+    async with serving(make_app(slow, Watches())) as served, served.stream(
+            "GET", f"{NS}?watch=true&resourceVersion=4") as response:
         lines = response.aiter_lines()
         while not slow.watches:
             await asyncio.sleep(0.01)

@@ -16,6 +16,7 @@ from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustStore
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
+from apiserver.handlers.watch_response import Watches
 from apiserver.kube import Connection, KubeClient
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.server import build_app
@@ -178,7 +179,7 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
                             tls_private_key_file=tmp_path / "tls.key",
                             data_dir=tmp_path / "data")
     app = build_app(options, kube, ServingTLS(options.tls_cert_file, options.tls_private_key_file),
-                    await SqliteDatabase.open(options.data_dir))
+                    await SqliteDatabase.open(options.data_dir), Watches())
     async with app.router.lifespan_context(app), _client(app) as client:
         async with asyncio.timeout(5):
             while (await client.get("/readyz")).status_code != 200:

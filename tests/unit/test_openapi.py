@@ -15,6 +15,7 @@ from apiserver.api.openapi import (
     openapi_v3_group_version,
 )
 from apiserver.handlers import notifications, notify, podnotifiers
+from apiserver.handlers.watch_response import Watches
 
 OURS = "io.x-k8s.notifier.v1alpha1"
 
@@ -123,9 +124,9 @@ def served_routes() -> APIRouter:
     """The resource routes as the server mounts them (no component is used to build them)."""
     router = APIRouter()
     router.include_router(notify.router(None, None, None, 600))  # type: ignore[arg-type]
-    router.include_router(podnotifiers.router(None))  # type: ignore[arg-type]
+    router.include_router(podnotifiers.router(None, Watches()))  # type: ignore[arg-type]
     router.include_router(notifications.router(  # type: ignore[arg-type]
-        None, None, None, None, max_parallelism=1, max_timeout_seconds=1))
+        None, None, None, None, Watches(), max_parallelism=1, max_timeout_seconds=1))
     return router
 
 
