@@ -66,6 +66,7 @@ async def _api_error(request: Request, error: Exception) -> JSONResponse:
 
 async def _http_exception(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, HTTPException)
+    result: APIError
     if error.status_code == 404:
         result = status.path_not_found()
     elif error.status_code == 405:

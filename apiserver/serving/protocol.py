@@ -8,12 +8,13 @@ uvicorn does not expose the peer certificate; this protocol reads it once the ha
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 
-def client_cert_der(scope: dict[str, Any]) -> bytes | None:
+def client_cert_der(scope: MutableMapping[str, Any]) -> bytes | None:
     """The verified client certificate of the request's connection, if it presented one."""
     return scope.get("extensions", {}).get("tls", {}).get("client_cert_der")
 
