@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
+from apiserver import errors
+from apiserver.authn.user import UserInfo
+from apiserver.authz.sar import Authorizer
 from apiserver.config import ServerOptions
 from apiserver.kube import KubeClient
+from apiserver.notifier import admission
+from apiserver.notifier.errors import NotDeclared, PodNotFound
 from apiserver.notifier.exec_stream import KubeEndpoint
 from apiserver.notifier.pods import PodDirectory
-from apiserver.notifier.runner import Runner
+from apiserver.notifier.request import NotifyRequest
+from apiserver.notifier.runner import KubeExec, Runner
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
@@ -37,8 +43,8 @@ class Services:
 
     def __post_init__(self) -> None:
         self.pods = PodDirectory(self.kube)
-        self.runner = Runner(self.podnotifiers, self.exec_endpoint, self.pods, self.metrics,
-                             self.options.max_concurrent_executions)
+        self.runner = Runner(self.podnotifiers, KubeExec(self.exec_endpoint), self.pods,
+                             self.metrics, self.options.max_concurrent_executions)
 
     def exec_endpoint(self) -> KubeEndpoint:
         """Where runs exec, as the server's own identity (re-read: tokens rotate)."""
@@ -57,6 +63,32 @@ class Services:
         self.podnotifiers.close()
         self.notifications.close()
         await self.database.close()
+
+
+class ServicesAdmission:
+    """The admission functions behind the interface of the coming
+    ``apiserver.notifier.admission.Admission`` class, which the fan-out codes against;
+    replaced by that class when it lands."""
+
+    def __init__(self, svc: Services, authorizer: Authorizer) -> None:
+        self._svc = svc
+        self._authorizer = authorizer
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return await admission.read_pod(self._svc, namespace, name)
+        except errors.NotFound:
+            raise PodNotFound(namespace, name) from None
+
+    async def admit(self, user: UserInfo, pod: dict[str, Any], ask: NotifyRequest
+                    ) -> admission.Admitted:
+        try:
+            return await admission.admit(self._svc, self._authorizer, user, pod, ask)
+        except errors.NotFound:
+            raise NotDeclared(pod["metadata"]["name"], ask.notifier, []) from None
+
+    async def start(self, admitted: admission.Admitted) -> dict[str, Any]:
+        return await admission.start(self._svc, admitted)
 
 
 def services(request: Request) -> Services:

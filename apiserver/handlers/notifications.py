@@ -86,8 +86,7 @@ async def create(namespace: str, http: Request, user: CurrentUser, authorizer: C
     if dry_run(http):
         return JSONResponse(obj, status_code=201)
     created = await svc.notifications.create(obj)
-    await svc.fanout.scopes.add(created["metadata"]["uid"], pods)
-    svc.fanout.start(created)
+    await svc.fanout.begin(created, pods)
     return JSONResponse(created, status_code=201)
 
 
@@ -96,7 +95,7 @@ async def delete(namespace: str, name: str, http: Request,
                  svc: Annotated[Services, Depends(services)]) -> Response:
     uid = (await svc.notifications.get(namespace, name))["metadata"]["uid"]
     response = await delete_object(COLLECTION, http, namespace, name)
-    svc.fanout.deleted(uid)
+    await svc.fanout.deleted(uid)
     return response
 
 

@@ -23,12 +23,14 @@ from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
-from apiserver.fanout.controller import FanoutManager
+from apiserver.fanout.controller import FanoutManager, FanoutParts
+from apiserver.fanout.pod_feed import KubeNewPods
+from apiserver.fanout.scope import ScopeStore
 from apiserver.handlers import resource_router
 from apiserver.handlers.collection import stop_watches
 from apiserver.kube import KubeClient
 from apiserver.notifier import housekeeping
-from apiserver.services import Services
+from apiserver.services import Services, ServicesAdmission
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
 from apiserver.serving.metrics import Metrics
@@ -110,7 +112,11 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS) -> Fast
         services = await Services.open(options, kube, metrics)
         app.state.services = services
         await housekeeping.recover_interrupted(services.podnotifiers)
-        services.fanout = FanoutManager(services, authorizer)
+        services.fanout = FanoutManager(FanoutParts(
+            notifications=services.notifications, podnotifiers=services.podnotifiers,
+            scopes=ScopeStore(services.database),
+            admission=ServicesAdmission(services, authorizer), runner=services.runner,
+            authorizer=authorizer, metrics=metrics, new_pods=KubeNewPods(kube)))
         await services.fanout.resume()
         background = [
             asyncio.create_task(TrustWatcher(kube, trust).run(), name="trust-watcher"),
