@@ -360,6 +360,10 @@ class NotificationRun:
             if pod is None:
                 continue
             await slots.acquire()
+            if deadline is not None and time.monotonic() >= deadline:
+                slots.release()  # the deadline passed while waiting for a slot
+                self.queue.put_nowait(pod)
+                continue
             name = record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
             if self._halted() or not await self._stored("start a pod", functools.partial(
                     self.parts.scopes.start_pod, self.uid, pod.pod_uid, name)):
