@@ -23,12 +23,13 @@ reason (see `pod_outcome`), and a failure of the run itself ends the Notificatio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -465,6 +466,10 @@ class NotificationRun:
     async def _follow_new_pods(self) -> None:
         """AllPods: pods that later match the selector and run join the scope, once each."""
         feed = self.parts.new_pods.matching(self.namespace, selector_string(self.spec["selector"]))
+        async with contextlib.aclosing(feed):
+            await self._add_new_pods(feed)
+
+    async def _add_new_pods(self, feed: AsyncIterator[tuple[str, str]]) -> None:
         async for name, uid in feed:
             if uid in self.pods:
                 continue
@@ -623,7 +628,11 @@ class FanoutManager:
         restart does not start any either) and rolls back; the scope of any other is swept."""
         entry = self._runs.get(uid)
         if entry is not None:
-            await self.parts.scopes.stop(uid, DELETED)
+            try:
+                await self.parts.scopes.stop(uid, DELETED)
+            except Exception as error:  # the run stops anyway, and stores it when it can
+                log.warning("storing that a deleted notification stops failed", extra={
+                    "notification_uid": uid, "error": f"{type(error).__name__}: {error}"})
             entry[0].deleted.set()
         if self._sweep is None or self._sweep.done():
             self._sweep = asyncio.create_task(self._sweep_later(), name="notification sweep")

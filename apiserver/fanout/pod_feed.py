@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from apiserver.kube import KubeRejected, KubeUnavailable
@@ -25,7 +25,7 @@ BACKOFF_MAX_SECONDS = 30.0
 
 
 class NewPods(Protocol):
-    def matching(self, namespace: str, selector: str) -> AsyncIterator[tuple[str, str]]:
+    def matching(self, namespace: str, selector: str) -> AsyncGenerator[tuple[str, str], None]:
         """(name, uid) of each pod of `namespace` matching `selector` that runs and is not
         terminating: those that already do first, then each as it starts to. A pod may be
         reported more than once; the caller keeps each UID once."""
@@ -57,7 +57,8 @@ class KubeNewPods:
         self._kube = kube
         self._sleep = sleep
 
-    async def matching(self, namespace: str, selector: str) -> AsyncIterator[tuple[str, str]]:
+    async def matching(self, namespace: str, selector: str
+                       ) -> AsyncGenerator[tuple[str, str], None]:
         path = f"/api/v1/namespaces/{namespace}/pods"
         failures = 0
         while True:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,7 +161,8 @@ class FakeNewPods:
         self.queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self.asked: list[tuple[str, str]] = []
 
-    async def matching(self, namespace: str, selector: str) -> AsyncIterator[tuple[str, str]]:
+    async def matching(self, namespace: str, selector: str
+                       ) -> AsyncGenerator[tuple[str, str], None]:
         self.asked.append((namespace, selector))
         while True:
             yield await self.queue.get()
