@@ -625,7 +625,8 @@ class FanoutManager:
 
     async def deleted(self, uid: str) -> None:
         """The Notification was deleted: a running one starts no more pods (stored first, so a
-        restart does not start any either) and rolls back; the scope of any other is swept."""
+        restart does not start any either), rolls back and then deletes its scope; a finished
+        one's scope is deleted at once. A sweep follows either way, for whatever else is gone."""
         entry = self._runs.get(uid)
         if entry is not None:
             try:
@@ -634,6 +635,10 @@ class FanoutManager:
                 log.warning("storing that a deleted notification stops failed", extra={
                     "notification_uid": uid, "error": f"{type(error).__name__}: {error}"})
             entry[0].deleted.set()
+        else:
+            run = await self.parts.scopes.run(uid)
+            if run is not None and (run.finished or run.outcome == scope.OUTCOME_SUCCEEDED):
+                await self.parts.scopes.forget(uid)
         if self._sweep is None or self._sweep.done():
             self._sweep = asyncio.create_task(self._sweep_later(), name="notification sweep")
 

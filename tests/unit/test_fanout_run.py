@@ -520,7 +520,7 @@ async def test_deleting_a_finished_notification_deletes_its_scope(server: Server
     assert await server.scopes.run(uid) is not None
     await server.notifications.delete(NS, "done")
     await server.manager.deleted(uid)
-    await server.until(lambda: _forgotten(server, uid))
+    assert await _forgotten(server, uid)  # at once, not at the next sweep
     assert server.fake.started == [("db-0", QUIESCE)]  # succeeded: nothing to roll back
 
 
