@@ -174,17 +174,14 @@ class NotificationRun:
     # status
 
     async def _write_status(self, **changes: Any) -> None:
-        """Store the status: at once when `changes` (phase, times, conditions) are given; a
-        change of counts alone is coalesced with others for STATUS_INTERVAL_SECONDS, so a
-        1000-pod run writes its object tens of times, not thousands."""
+        """Store the status with `changes` (phase, times, conditions) at once. Changes of counts
+        alone are coalesced (see `_changed`), so a 1000-pod run writes its object tens of
+        times, not thousands."""
         self.status.update(changes)
-        if changes:
-            if self._pending_flush is not None:
-                self._pending_flush.cancel()
-                self._pending_flush = None
-            await self._flush_status()
-        elif self._pending_flush is None:
-            self._pending_flush = asyncio.create_task(self._flush_later())
+        if self._pending_flush is not None:
+            self._pending_flush.cancel()
+            self._pending_flush = None
+        await self._flush_status()
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(STATUS_INTERVAL_SECONDS)
@@ -214,11 +211,11 @@ class NotificationRun:
             self.deleted.set()
 
     def _changed(self, pod: ScopedPod) -> None:
+        """Keep the pod's new state; the status (counts) follows within
+        STATUS_INTERVAL_SECONDS."""
         self.pods[pod.pod_uid] = pod
-        if not self.deleted.is_set():
-            self.status["counts"] = scope.counts(list(self.pods.values()))
-            if self._pending_flush is None:
-                self._pending_flush = asyncio.create_task(self._flush_later())
+        if not self.deleted.is_set() and self._pending_flush is None:
+            self._pending_flush = asyncio.create_task(self._flush_later())
 
     async def _stored(self, what: str, write: Callable[[], Awaitable[T]]) -> T:
         return await retry_until_stored(write, what, extra={
@@ -258,7 +255,8 @@ class NotificationRun:
             await self._finish(False)
             return
         started = self.status.get("startTime") or records.now()
-        await self._write_status(phase=records.RUNNING, startTime=started)
+        await self._stored("store the status", functools.partial(
+            self._write_status, phase=records.RUNNING, startTime=started))
         for pod in self.pods.values():
             if pod.state == scope.PENDING:
                 self.queue.put_nowait(pod)
@@ -543,13 +541,11 @@ class NotificationRun:
         """The final status, retried until stored (or the object is gone)."""
         now = records.now()
         phase = records.SUCCEEDED if outcome == scope.OUTCOME_SUCCEEDED else records.FAILED
-        if self._pending_flush is not None:
-            self._pending_flush.cancel()
-            self._pending_flush = None
-        self.status.update(phase=phase, completionTime=now,
-                           conditions=[self._condition(outcome, reason, detail)])
         self.status.setdefault("startTime", now)
-        await self._stored("store the final status", self._flush_status)
+        changes = {"phase": phase, "completionTime": now,
+                   "conditions": [self._condition(outcome, reason, detail)]}
+        await self._stored("store the final status",
+                           functools.partial(self._write_status, **changes))
         if not self.deleted.is_set():
             self.parts.metrics.notification_finished(phase)
 
