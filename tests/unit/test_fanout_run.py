@@ -741,3 +741,50 @@ async def test_when_the_scope_cannot_be_stored_the_notification_is_removed(
     with pytest.raises(OSError):
         await server.create("never", server.fake.add("db-0"))
     assert (await server.notifications.list(NS)).items == []
+
+
+async def test_a_failing_status_write_is_retried_not_a_failure(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = server.notifications.guaranteed_update
+    failures = 3
+
+    async def flaky(*args: Any) -> dict[str, Any]:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise OSError("database or disk is full")
+        return await real(*args)
+
+    monkeypatch.setattr("apiserver.notifier.runner.RETRY_INITIAL_SECONDS", 0.001)
+    monkeypatch.setattr(server.notifications, "guaranteed_update", flaky)
+    await server.create("flaky-status", server.fake.add("db-0"))
+    status = (await server.finished("flaky-status"))["status"]
+    assert (status["phase"], status["counts"]["succeeded"]) == ("Succeeded", 1)
+    assert failures == 0
+
+
+async def test_pods_recorded_by_an_older_server_are_adopted_and_run(tmp_path: Path) -> None:
+    """A scope written before run rows existed (pod rows only) is not mistaken for a lost
+    one: its pods run."""
+    data = tmp_path / "data"
+    first = await Server.open(data)
+    created = await first.notifications.create({
+        "apiVersion": records.API_VERSION, "kind": "Notification",
+        "metadata": {"namespace": NS, "name": "legacy"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}, "notifier": QUIESCE,
+                 "policy": "PreExistingPods", "parallelism": 1, "failurePolicy": "Abort",
+                 "requestedBy": {"username": CREATOR.name, "uid": CREATOR.uid,
+                                 "groups": CREATOR.groups}},
+        "status": {"phase": records.RUNNING}})
+    uid = created["metadata"]["uid"]
+    await first.database.transaction(lambda c: c.execute(
+        "INSERT INTO notification_pods (notification_uid, seq, pod, pod_uid, state) "
+        "VALUES (?, 1, 'db-0', 'uid-db-0', 'pending')", (uid,)))
+    await first.crash()
+    second = await restart(data, first, ["db-0"])
+    try:
+        status = (await second.finished("legacy"))["status"]
+        assert (status["phase"], status["counts"]["succeeded"]) == ("Succeeded", 1)
+        assert second.fake.started == [("db-0", QUIESCE)]
+    finally:
+        await second.close()
