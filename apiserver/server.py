@@ -20,7 +20,8 @@ from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import ServerOptions
-from apiserver.fanout.controller import FanoutManager, RunParts
+from apiserver.fanout.controller import FanoutManager, FanoutParts
+from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
 from apiserver.fanout.scope import ScopeStore
 from apiserver.handlers import notifications, notify, podnotifiers
 from apiserver.handlers.watch_response import Watches
@@ -30,7 +31,7 @@ from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.exec_stream import KubeEndpoint
 from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
-from apiserver.notifier.runner import Runner
+from apiserver.notifier.runner import KubeExec, Runner
 from apiserver.notifier.trust import TrustRules
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
@@ -96,7 +97,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         """Where runs exec, as the server's own identity (re-read: tokens rotate)."""
         return KubeEndpoint(kube.base_url, kube.ssl_context, kube.auth_headers())
 
-    runner = Runner(records, exec_endpoint, pod_index, metrics,
+    runner = Runner(records, KubeExec(exec_endpoint), pod_index, metrics,
                     options.max_concurrent_executions)
     admission = Admission(
         pods=pod_cache, trust=TrustRules(owners, authorizer), records=records,
@@ -106,10 +107,10 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             default_ttl_seconds_after_finished=options.default_ttl_seconds_after_finished,
             max_records_per_pod=options.max_records_per_pod,
             max_concurrent_executions=options.max_concurrent_executions))
-    fanout = FanoutManager(RunParts(notifications=notification_store, podnotifiers=records,
-                                    kube=kube, runner=runner, admission=admission,
-                                    metrics=metrics),
-                           authorizer, ScopeStore(database))
+    fanout = FanoutManager(FanoutParts(
+        notifications=notification_store, podnotifiers=records, scopes=ScopeStore(database),
+        admission=admission, runner=runner, authorizer=authorizer, metrics=metrics,
+        new_pods=InformerNewPods(pod_informer(kube))))
 
     routes = APIRouter()
     routes.include_router(notify.router(admission, runner, records,

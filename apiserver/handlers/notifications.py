@@ -86,15 +86,14 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         if dry_run(http):
             return JSONResponse(obj, status_code=201)
         created = await store.create(obj)
-        await fanout.scopes.add(created["metadata"]["uid"], pods)
-        fanout.start(created)
+        await fanout.begin(created, pods)
         return JSONResponse(created, status_code=201)
 
     @routes.delete(f"{NAMESPACED}/{{name}}")
     async def delete(namespace: str, name: str, http: Request) -> Response:
         uid = (await store.get(namespace, name))["metadata"]["uid"]
         response = await delete_object(collection, http, namespace, name)
-        fanout.deleted(uid)
+        await fanout.deleted(uid)
         return response
 
     routes.include_router(collection_router(collection, watches))

@@ -3,6 +3,11 @@
 No thread per request: every exec is a WebSocket stream on the event loop. The runner also
 bounds how many records run at once across the server, ends a run as PodDeleted the moment its
 pod is deleted, and on shutdown ends unfinished runs as Interrupted.
+
+A run's final state is retried until the store accepts it (capped backoff, each failure
+logged): a record left Running would refuse every later run of that notifier on that pod (409)
+until a restart. Progress writes (Running, a container's result) are best effort; the final
+write carries every container's result again.
 """
 
 from __future__ import annotations
@@ -10,19 +15,76 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from apiserver.notifier import records
 from apiserver.notifier.declarations import Notifier, SignalAction
-from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
-from apiserver.notifier.pods import PodDirectory
+from apiserver.notifier.exec_stream import ExecResult, KubeEndpoint, exec_in_container
 from apiserver.registry.errors import NotFound
 from apiserver.registry.store import ObjectStore
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_INITIAL_SECONDS = 0.1
+RETRY_MAX_SECONDS = 5.0
+
+
+async def retry_until_stored(write: Callable[[], Awaitable[T]], what: str, *,
+                             extra: Mapping[str, Any] | None = None,
+                             give_up: tuple[type[BaseException], ...] = (),
+                             sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> T:
+    """Call `write` until it returns, sleeping a capped, jittered, doubling backoff after each
+    failure (logged); `give_up` errors (e.g. NotFound) are raised at once, and cancellation
+    ends the attempts."""
+    failures = 0
+    while True:
+        try:
+            return await write()
+        except give_up:
+            raise
+        except Exception as error:
+            failures += 1
+            delay = min(RETRY_MAX_SECONDS, RETRY_INITIAL_SECONDS * 2 ** (failures - 1))
+            log.warning(f"{what} failed; retrying", extra={
+                **(extra or {}), "error": f"{type(error).__name__}: {error}",
+                "failures": failures, "retry_in_seconds": round(delay, 3)})
+            await sleep(delay * (0.5 + random.random() / 2))
+
+
+class ContainerExec(Protocol):
+    """Runs a command in a container and reports how it ended (never raises for the command's
+    own failure: that is in the result)."""
+
+    async def __call__(self, namespace: str, pod: str, container: str, argv: Sequence[str],
+                       *, timeout_seconds: int, tail_bytes: int) -> ExecResult: ...
+
+
+class KubeExec:
+    """`ContainerExec` through kube-apiserver's pods/exec, as the server's own identity."""
+
+    def __init__(self, endpoint: Callable[[], KubeEndpoint]) -> None:
+        self._endpoint = endpoint
+        """Re-read for each exec: tokens rotate."""
+
+    async def __call__(self, namespace: str, pod: str, container: str, argv: Sequence[str],
+                       *, timeout_seconds: int, tail_bytes: int) -> ExecResult:
+        return await exec_in_container(self._endpoint(), namespace, pod, container, argv,
+                                       timeout_seconds=timeout_seconds, tail_bytes=tail_bytes)
+
+
+class PodDeletions(Protocol):
+    """What the runner needs of ``apiserver.notifier.pods.PodDirectory``."""
+
+    def deletion(self, namespace: str, name: str, uid: str
+                 ) -> contextlib.AbstractContextManager[asyncio.Event]: ...
+
+    def gone(self, namespace: str, name: str, uid: str) -> bool: ...
 
 
 class RunMetrics(Protocol):
@@ -63,10 +125,10 @@ class _Run:
 
 
 class Runner:
-    def __init__(self, store: ObjectStore, endpoint: Callable[[], KubeEndpoint],
-                 pods: PodDirectory, metrics: RunMetrics, max_concurrent: int) -> None:
+    def __init__(self, store: ObjectStore, execute: ContainerExec, pods: PodDeletions,
+                 metrics: RunMetrics, max_concurrent: int) -> None:
         self._store = store
-        self._endpoint = endpoint
+        self._execute = execute
         self._pods = pods
         self._metrics = metrics
         self._max_concurrent = max_concurrent
@@ -106,47 +168,84 @@ class Runner:
                       ) -> dict[str, Any]:
         return await self._store.guaranteed_update(plan.namespace, plan.record, mutate)
 
+    async def _progress(self, plan: Plan, mutate: Callable[[dict[str, Any]], dict[str, Any]]
+                        ) -> None:
+        """A progress write: a failure is logged and the run goes on (NotFound ends it)."""
+        try:
+            await self._update(plan, mutate)
+        except NotFound:
+            raise
+        except Exception as error:
+            log.warning("storing a run's progress failed; its final write carries it", extra={
+                "namespace": plan.namespace, "podnotifier": plan.record,
+                "error": f"{type(error).__name__}: {error}"})
+
+    async def _final(self, plan: Plan, mutate: Callable[[dict[str, Any]], dict[str, Any]]
+                     ) -> dict[str, Any]:
+        """The final write, retried until stored; NotFound if the record was deleted."""
+        return await retry_until_stored(
+            lambda: self._update(plan, mutate), "storing a run's final state",
+            extra={"namespace": plan.namespace, "podnotifier": plan.record},
+            give_up=(NotFound,))
+
     async def _run(self, plan: Plan) -> None:
         started = time.monotonic()
         self._metrics.run_started()
         phase, reason = records.FAILED, records.INTERRUPTED
+        entries: list[dict[str, Any]] = []
+        """Every container result so far, applied again by the final write."""
+
+        def ending(reason: str = "", message: str = "") -> Callable[[dict[str, Any]],
+                                                                      dict[str, Any]]:
+            def mutate(record: dict[str, Any]) -> dict[str, Any]:
+                for entry in entries:
+                    records.set_container(record, entry)
+                return records.finish(record, records.now(), reason, message)
+            return mutate
+
         try:
-            start_time = records.now()
-            await self._update(plan, lambda r: records.mark_running(r, start_time))
-            if plan.pod_not_running:
-                final = await self._update(plan, lambda r: records.finish(
-                    r, records.now(), records.POD_NOT_RUNNING, plan.pod_not_running))
-            else:
-                final = await self._run_containers(plan)
-            phase, reason = final["status"]["phase"], final["status"].get("reason", "")
+            try:
+                start_time = records.now()
+                await self._progress(plan, lambda r: records.mark_running(r, start_time))
+                if plan.pod_not_running:
+                    final = ending(records.POD_NOT_RUNNING, plan.pod_not_running)
+                else:
+                    final = await self._run_containers(plan, entries, ending)
+            except (NotFound, asyncio.CancelledError):
+                raise
+            except Exception as error:
+                log.exception("run failed", extra={"namespace": plan.namespace,
+                                                   "podnotifier": plan.record})
+                final = ending("InternalError", "the server failed while running the notifier: "
+                               f"{type(error).__name__}")
+            stored = await self._final(plan, final)
+            phase, reason = stored["status"]["phase"], stored["status"].get("reason", "")
         except NotFound:
             log.info("record deleted while it ran", extra={"namespace": plan.namespace,
                                                             "podnotifier": plan.record})
             reason = "RecordDeleted"
         except asyncio.CancelledError:
-            await _shielded(self._update(plan, lambda r: records.finish(
-                r, records.now(), records.INTERRUPTED, records.INTERRUPTED_MESSAGE)))
+            await _shielded(self._update(plan, ending(records.INTERRUPTED,
+                                                      records.INTERRUPTED_MESSAGE)))
             raise
-        except Exception as error:
-            log.exception("run failed", extra={"namespace": plan.namespace,
-                                               "podnotifier": plan.record})
-            reason = "InternalError"
-            message = f"the server failed while running the notifier: {type(error).__name__}"
-            with contextlib.suppress(Exception):
-                await self._update(plan, lambda r: records.finish(
-                    r, records.now(), reason, message))
         finally:
             self._metrics.run_finished(phase, reason, time.monotonic() - started)
 
-    async def _run_containers(self, plan: Plan) -> dict[str, Any]:
-        record: dict[str, Any] = {}
+    async def _run_containers(
+            self, plan: Plan, entries: list[dict[str, Any]],
+            ending: Callable[..., Callable[[dict[str, Any]], dict[str, Any]]]
+    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """Run the containers' notifiers, adding each result to `entries` as it comes; returns
+        the final mutation."""
         for container in plan.containers:
             if container.not_running:
                 entry = records.container_failure(container.name, records.CONTAINER_NOT_RUNNING,
                                                   container.not_running, records.now(),
                                                   container.container_id)
-                record = await self._update(plan, lambda r, e=entry: records.set_container(r, e))
+                entries.append(entry)
+                await self._progress(plan, _with_container(entry))
         runnable = [c for c in plan.containers if not c.not_running]
+        deleted_message = f"pod {plan.pod} was deleted while the notifier ran"
         with self._pods.deletion(plan.namespace, plan.pod, plan.pod_uid) as deleted:
             tasks = {asyncio.create_task(self._exec(plan, c)): c for c in runnable}
             deletion = asyncio.create_task(deleted.wait())
@@ -155,33 +254,28 @@ class Runner:
                 while pending:
                     done, _ = await asyncio.wait(pending | {deletion},
                                                  return_when=asyncio.FIRST_COMPLETED)
-                    for task in done & pending:
+                    for task in [t for t in pending if t in done]:
                         pending.discard(task)
                         entry = task.result()
-                        record = await self._update(
-                            plan, lambda r, e=entry: records.set_container(r, e))
+                        entries.append(entry)
+                        await self._progress(plan, _with_container(entry))
                     if deletion in done and pending:
                         for task in pending:
                             task.cancel()
                         await asyncio.gather(*pending, return_exceptions=True)
-                        return await self._update(plan, lambda r: records.finish(
-                            r, records.now(), records.POD_DELETED,
-                            f"pod {plan.pod} was deleted while the notifier ran"))
+                        return ending(records.POD_DELETED, deleted_message)
             finally:
                 deletion.cancel()
                 for task in pending:
                     task.cancel()
         if self._pods.gone(plan.namespace, plan.pod, plan.pod_uid) and any(
-                c.get("phase") != records.SUCCEEDED
-                for c in record.get("status", {}).get("containers", [])):
-            return await self._update(plan, lambda r: records.finish(
-                r, records.now(), records.POD_DELETED,
-                f"pod {plan.pod} was deleted while the notifier ran"))
-        return await self._update(plan, lambda r: records.finish(r, records.now()))
+                entry.get("phase") != records.SUCCEEDED for entry in entries):
+            return ending(records.POD_DELETED, deleted_message)
+        return ending()
 
     async def _exec(self, plan: Plan, container: ContainerPlan) -> dict[str, Any]:
-        result = await exec_in_container(
-            self._endpoint(), plan.namespace, plan.pod, container.name, container.notifier.argv,
+        result = await self._execute(
+            plan.namespace, plan.pod, container.name, container.notifier.argv,
             timeout_seconds=plan.timeout_seconds[container.name], tail_bytes=plan.tail_bytes)
         entry = records.container_result(container.name, container.container_id, result)
         if isinstance(container.notifier.action, SignalAction):
@@ -189,7 +283,17 @@ class Runner:
         return entry
 
 
-async def _shielded(update: Any) -> None:
-    """Finish a store update even though the calling task is being cancelled."""
-    with contextlib.suppress(Exception):
+def _with_container(entry: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda record: records.set_container(record, entry)
+
+
+async def _shielded(update: Awaitable[Any]) -> None:
+    """Finish a store update even though the calling task is being cancelled (a failure is
+    logged: the next server start ends the record as Interrupted)."""
+    try:
         await asyncio.shield(update)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:
+        log.warning("storing an interrupted run failed; the next start ends it", extra={
+            "error": f"{type(error).__name__}: {error}"})

@@ -65,8 +65,21 @@ CREATE TABLE IF NOT EXISTS events (
     name TEXT NOT NULL,
     type TEXT NOT NULL
 );
--- The pod set of each Notification, kept by the server rather than in the object: one row per
--- pod, in the order pods joined the scope, with how far its run got (see apiserver/fanout).
+-- The fan-out state of each Notification, kept by the server rather than in the object (see
+-- apiserver/fanout/scope.py). notification_runs: one row per Notification, written in the same
+-- transaction as its pod set, with the spec a rollback needs and the decisions taken (why no
+-- pod starts any more, the outcome). notification_pods: one row per pod, in the order pods
+-- joined the scope, with how far its run got and, separately, how far its rollback got.
+CREATE TABLE IF NOT EXISTS notification_runs (
+    notification_uid TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    stopped TEXT NOT NULL DEFAULT '',
+    outcome TEXT NOT NULL DEFAULT '',
+    outcome_reason TEXT NOT NULL DEFAULT '',
+    finished INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS notification_pods (
     notification_uid TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -76,6 +89,8 @@ CREATE TABLE IF NOT EXISTS notification_pods (
     record TEXT NOT NULL DEFAULT '',
     reason TEXT NOT NULL DEFAULT '',
     rollback TEXT NOT NULL DEFAULT '',
+    rollback_record TEXT NOT NULL DEFAULT '',
+    rollback_attempts INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (notification_uid, pod_uid)
 );
 CREATE INDEX IF NOT EXISTS notification_pods_by_seq ON notification_pods (notification_uid, seq);
@@ -227,6 +242,7 @@ class SqliteDatabase:
                 log.info("migrated the registry database", extra={"path": str(self.path),
                                                                   "from": 1, "to": 2})
                 schema = _SCHEMA_VERSION
+            _migrate_notification_pods(connection)
         except sqlite3.OperationalError as error:
             connection.close()
             if "locked" in str(error):
@@ -296,6 +312,20 @@ _REMEDIES = {
     "SQLITE_CORRUPT": "the database file is damaged; restart the server with a restored or "
                       "empty --data-dir {data_dir}",
 }
+
+
+def _migrate_notification_pods(connection: sqlite3.Connection) -> None:
+    """Bring a notification_pods table made before rollback had its own state up to date:
+    add the rollback record and attempt columns, and rename the old rollback outcomes."""
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(notification_pods)")}
+    if "rollback_record" in columns:
+        return
+    _script(
+        connection,
+        "ALTER TABLE notification_pods ADD COLUMN rollback_record TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE notification_pods ADD COLUMN rollback_attempts INTEGER NOT NULL DEFAULT 0;"
+        "UPDATE notification_pods SET rollback = 'done' WHERE rollback = 'rolledBack';"
+        "UPDATE notification_pods SET rollback = 'failed' WHERE rollback = 'rollbackFailed';")
 
 
 def resource_version(connection: sqlite3.Connection) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import ssl
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +146,24 @@ class Cluster:
                 return False
 
         wait_until(served, "the restarted server behind the aggregator", 60)
+
+    @contextlib.contextmanager
+    def notifier_stopped(self) -> Iterator[Path]:
+        """Stop the extension server cleanly (SIGTERM) and yield its data directory, whose
+        database may then be read; start the server again afterwards."""
+        localcluster.stop_component(self.layout, "notifier-apiserver")
+        try:
+            yield self.layout.notifier_data
+        finally:
+            localcluster.restart(self.layout, "notifier-apiserver")
+            wait_until(self._served, "the restarted server behind the aggregator", 60)
+
+    def _served(self) -> bool:
+        try:
+            with self.admin(timeout=5) as kube:
+                return kube.get("/apis/notifier.x-k8s.io/v1alpha1").status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def create_pod(self, namespace: str, name: str, containers: tuple[str, ...] = ("app",),
                    annotations: dict[str, str] | None = None,

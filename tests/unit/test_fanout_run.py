@@ -1,0 +1,791 @@
+"""Notification runs with fake pods, a fake admission and fake runs over the real SQLite stores:
+parallelism, Abort, Continue, deadline, rollback, deletion mid-run, every error path, and the
+crash cases (a run cancelled at an await point is what SIGKILL leaves behind: nothing after
+that point happens, and the next server ends the unfinished records as Interrupted)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apiserver.authn.user import UserInfo
+from apiserver.authz.attributes import RequestAttributes
+from apiserver.authz.sar import Decision
+from apiserver.fanout import scope
+from apiserver.fanout.controller import (
+    ROLLBACK_ATTEMPT_LABEL,
+    FanoutManager,
+    FanoutParts,
+    pod_outcome,
+    record_name,
+)
+from apiserver.fanout.scope import ScopeStore
+from apiserver.kube import KubeRejected, KubeUnavailable
+from apiserver.notifier import housekeeping, records
+from apiserver.notifier.errors import (
+    InvalidDeclaration,
+    NotDeclared,
+    PodNotFound,
+    RunConflict,
+    TooManyRuns,
+    Untrusted,
+)
+from apiserver.notifier.request import NotifyRequest
+from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
+from apiserver.registry.sqlite_database import SqliteDatabase
+from apiserver.registry.sqlite_store import SqliteObjectStore
+
+NS = "prod"
+QUIESCE, UNQUIESCE = "quiesce", "unquiesce"
+CREATOR = UserInfo("db-operator", "uid-1", ["ops"])
+
+
+@dataclass
+class Admitted:
+    pod: dict[str, Any]
+    ask: NotifyRequest
+
+
+@dataclass
+class FakePods:
+    """Pods, their admission and their runs. A run's outcome is `outcomes[(pod, notifier)]`
+    ("ok" by default, "fail", or an exception admission raises); `gates[pod]` holds a run
+    until set. Counts what ran, and the peak of runs at once."""
+
+    podnotifiers: PodNotifierStore
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outcomes: dict[tuple[str, str], Any] = field(default_factory=dict)
+    read_errors: dict[str, Exception] = field(default_factory=dict)
+    gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    started: list[tuple[str, str]] = field(default_factory=list)
+    labels: list[dict[str, str]] = field(default_factory=list)
+    running: int = 0
+    peak: int = 0
+    runs: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    on_start: Callable[[str, str], Awaitable[None]] | None = None
+
+    def add(self, *names: str) -> list[tuple[str, str]]:
+        for name in names:
+            self.pods[name] = {"metadata": {"namespace": NS, "name": name, "uid": f"uid-{name}"},
+                               "spec": {"containers": [{"name": "app"}]},
+                               "status": {"phase": "Running"}}
+        return [(name, f"uid-{name}") for name in names]
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        if name in self.read_errors:
+            raise self.read_errors[name]
+        if name not in self.pods:
+            raise PodNotFound(namespace, name)
+        return self.pods[name]
+
+    async def admit(self, user: UserInfo, pod: dict[str, Any], ask: NotifyRequest) -> Admitted:
+        assert user == CREATOR
+        outcome = self.outcomes.get((pod["metadata"]["name"], ask.notifier))
+        if isinstance(outcome, Exception):
+            raise outcome
+        return Admitted(pod, ask)
+
+    async def start(self, admitted: Admitted) -> dict[str, Any]:
+        meta, ask = admitted.pod["metadata"], admitted.ask
+        record = records.new_record(records.RecordRequest(
+            namespace=NS, pod=meta["name"], pod_uid=meta["uid"], notifier=ask.notifier,
+            containers=["app"], requested_containers=None, timeout_seconds=None,
+            ttl_seconds_after_finished=3600, name=ask.name, generate_name="",
+            labels=ask.labels, requested_by=CREATOR))
+        created = await self.podnotifiers.create_bounded(record, max_per_pod=100)
+        self.started.append((meta["name"], ask.notifier))
+        self.labels.append(dict(created["metadata"].get("labels", {})))
+        if self.on_start is not None:
+            await self.on_start(meta["name"], ask.notifier)
+        self.runs[ask.name] = asyncio.create_task(self._run(meta["name"], ask.notifier,
+                                                            ask.name))
+        return created
+
+    async def _run(self, pod: str, notifier: str, name: str) -> None:
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await self.podnotifiers.guaranteed_update(
+                NS, name, lambda r: records.mark_running(r, records.now()))
+            if pod in self.gates:
+                await self.gates[pod].wait()
+            else:
+                await asyncio.sleep(0.01)
+            ok = self.outcomes.get((pod, notifier), "ok") == "ok"
+            entry = {"name": "app", "phase": records.SUCCEEDED if ok else records.FAILED,
+                     "reason": "Completed" if ok else "NonZeroExitCode",
+                     "exitCode": 0 if ok else 1}
+            await self.podnotifiers.guaranteed_update(NS, name, lambda r: records.finish(
+                records.set_container(r, entry), records.now()))
+        finally:
+            self.running -= 1
+
+    async def wait(self, namespace: str, record: str, timeout: float) -> None:
+        run = self.runs.get(record)
+        if run is not None:
+            await asyncio.shield(run)
+
+    async def stop(self) -> None:
+        """The server dies: runs end without writing anything."""
+        for run in self.runs.values():
+            run.cancel()
+        await asyncio.gather(*self.runs.values(), return_exceptions=True)
+
+
+@dataclass
+class FakeAuthorizer:
+    denied: set[str] = field(default_factory=set)
+    asked: list[RequestAttributes] = field(default_factory=list)
+
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes) -> Decision:
+        self.asked.append(attributes)
+        return Decision(attributes.name not in self.denied, "RBAC: no")
+
+
+@dataclass
+class FakeMetrics:
+    finished: list[str] = field(default_factory=list)
+
+    def notification_finished(self, phase: str) -> None:
+        self.finished.append(phase)
+
+
+class FakeNewPods:
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self.asked: list[tuple[str, str]] = []
+
+    async def matching(self, namespace: str, selector: str
+                       ) -> AsyncGenerator[tuple[str, str], None]:
+        self.asked.append((namespace, selector))
+        while True:
+            yield await self.queue.get()
+
+
+@dataclass
+class Server:
+    """One server process: its stores on the data directory and its fan-out."""
+
+    database: SqliteDatabase
+    notifications: SqliteObjectStore
+    podnotifiers: PodNotifierStore
+    scopes: ScopeStore
+    fake: FakePods
+    authorizer: FakeAuthorizer
+    metrics: FakeMetrics
+    new_pods: FakeNewPods
+    manager: FanoutManager
+
+    @classmethod
+    async def open(cls, data: Path) -> Server:
+        database = await SqliteDatabase.open(data)
+        notifications = SqliteObjectStore(database, NOTIFICATIONS)
+        podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS))
+        scopes = ScopeStore(database)
+        fake, authorizer = FakePods(podnotifiers), FakeAuthorizer()
+        metrics, new_pods = FakeMetrics(), FakeNewPods()
+        manager = FanoutManager(FanoutParts(
+            notifications=notifications, podnotifiers=podnotifiers, scopes=scopes,
+            admission=fake, runner=fake, authorizer=authorizer, metrics=metrics,
+            new_pods=new_pods), sweep_delay=0.01)
+        return cls(database, notifications, podnotifiers, scopes, fake, authorizer, metrics,
+                   new_pods, manager)
+
+    async def create(self, name: str, pods: list[tuple[str, str]], **spec: Any
+                     ) -> dict[str, Any]:
+        full = {"selector": {"matchLabels": {"app": "db"}}, "notifier": QUIESCE,
+                "policy": "PreExistingPods", "parallelism": 1, "failurePolicy": "Abort",
+                "requestedBy": {"username": CREATOR.name, "uid": CREATOR.uid,
+                                "groups": CREATOR.groups, "extra": {}}, **spec}
+        created = await self.notifications.create({
+            "apiVersion": records.API_VERSION, "kind": "Notification",
+            "metadata": {"namespace": NS, "name": name}, "spec": full,
+            "status": {"phase": records.PENDING}})
+        await self.manager.begin(created, pods)
+        return created
+
+    async def get(self, name: str) -> dict[str, Any]:
+        return await self.notifications.get(NS, name)
+
+    async def finished(self, name: str, timeout: float = 5) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            obj = await self.get(name)
+            if obj["status"].get("phase") in records.FINISHED_PHASES and not self.manager._runs:
+                return obj
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{name} did not finish: {(await self.get(name))['status']}")
+
+    async def idle(self, timeout: float = 5) -> None:
+        async with asyncio.timeout(timeout):
+            while self.manager._runs:
+                await asyncio.gather(*(task for _, task in list(self.manager._runs.values())),
+                                     return_exceptions=True)
+
+    async def until(self, check: Callable[[], Awaitable[bool]], timeout: float = 5) -> None:
+        async with asyncio.timeout(timeout):
+            while not await check():
+                await asyncio.sleep(0.005)
+
+    async def counts(self, name: str) -> dict[str, int]:
+        return dict((await self.get(name))["status"].get("counts", {}))
+
+    async def crash(self) -> None:
+        """SIGKILL: every task stops at the await point it is at; nothing else is written."""
+        tasks = [task for _, task in self.manager._runs.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.fake.stop()
+        self.notifications.close()
+        self.podnotifiers.close()
+        await self.database.close()
+
+    async def close(self) -> None:
+        await self.manager.shutdown()
+        await self.fake.stop()
+        self.notifications.close()
+        self.podnotifiers.close()
+        await self.database.close()
+
+
+async def restart(data: Path, before: Server, pods: list[str]) -> Server:
+    """A new server process on the same data directory, as serve() starts it: unfinished
+    records end Interrupted, then the fan-out resumes."""
+    server = await Server.open(data)
+    server.fake.add(*pods)
+    server.fake.outcomes.update(before.fake.outcomes)
+    await housekeeping.recover_interrupted(server.podnotifiers)
+    await server.manager.resume()
+    return server
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    opened = await Server.open(tmp_path / "data")
+    yield opened
+    await opened.close()
+
+
+def counts(**given: int) -> dict[str, int]:
+    return {"total": 0, "pending": 0, "running": 0, "succeeded": 0, "failed": 0, "skipped": 0,
+            "rolledBack": 0, **given}
+
+
+# the ordinary paths
+
+
+async def test_every_pod_succeeds(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1", "db-2")
+    await server.create("all", pods, parallelism=3)
+    status = (await server.finished("all"))["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["counts"] == counts(total=3, succeeded=3)
+    assert status["conditions"][0]["reason"] == "PodsSucceeded"
+    assert sorted(server.fake.started) == [("db-0", QUIESCE), ("db-1", QUIESCE),
+                                           ("db-2", QUIESCE)]
+    assert server.metrics.finished == ["Succeeded"]
+    labelled = {r["metadata"]["labels"].get(records.NOTIFICATION_LABEL)
+                for r in (await server.podnotifiers.list(NS)).items}
+    assert labelled == {"all"}
+    # each pod is authorized as create pods/notify for the creator, by name
+    assert sorted(a.name for a in server.authorizer.asked) == ["db-0", "db-1", "db-2"]
+    assert {(a.resource, a.subresource, a.verb) for a in server.authorizer.asked} == {
+        ("pods", "notify", "create")}
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 5])
+async def test_parallelism_is_never_exceeded(server: Server, parallelism: int) -> None:
+    pods = server.fake.add(*(f"db-{i}" for i in range(12)))
+    await server.create("capped", pods, parallelism=parallelism)
+    assert (await server.finished("capped"))["status"]["counts"]["succeeded"] == 12
+    assert server.fake.peak == parallelism
+
+
+async def test_abort_stops_new_starts_and_rolls_back(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1", "db-2", "db-3")
+    server.fake.outcomes[("db-1", QUIESCE)] = "fail"
+    await server.create("snap", pods, rollback={"notifier": UNQUIESCE})
+    status = (await server.finished("snap"))["status"]
+    assert status["phase"] == "Failed"
+    assert status["conditions"][0]["reason"] == "FailFast"
+    assert status["counts"] == counts(total=4, pending=2, succeeded=1, failed=1, rolledBack=1)
+    assert "NonZeroExitCode: 1" in status["conditions"][0]["message"]
+    assert server.fake.started == [("db-0", QUIESCE), ("db-1", QUIESCE), ("db-0", UNQUIESCE)]
+    assert server.fake.labels[-1][ROLLBACK_ATTEMPT_LABEL] == "1"
+
+
+async def test_abort_with_parallelism_lets_runs_in_flight_finish(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1", "db-2", "db-3", "db-4")
+    server.fake.outcomes[("db-0", QUIESCE)] = "fail"
+    gate = server.fake.gates["db-1"] = asyncio.Event()
+    await server.create("wide", pods, parallelism=2)
+    await server.until(lambda: _has_failed(server, "wide"))
+    gate.set()
+    status = (await server.finished("wide"))["status"]
+    assert status["counts"] == counts(total=5, pending=3, succeeded=1, failed=1)
+    assert [pod for pod, _ in server.fake.started] == ["db-0", "db-1"]
+
+
+async def _has_failed(server: Server, name: str) -> bool:
+    return any(p.state == scope.FAILED for p in await server.scopes.pods(
+        (await server.get(name))["metadata"]["uid"]))
+
+
+async def test_continue_runs_every_pod(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1", "db-2")
+    server.fake.outcomes[("db-1", QUIESCE)] = "fail"
+    await server.create("best", pods, failurePolicy="Continue")
+    status = (await server.finished("best"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "PodsFailed")
+    assert status["counts"] == counts(total=3, succeeded=2, failed=1)
+    assert len(server.fake.started) == 3
+
+
+async def test_deadline_stops_starting_pods(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1")
+    gate = server.fake.gates["db-0"] = asyncio.Event()
+    await server.create("late", pods, activeDeadlineSeconds=1, rollback={"notifier": UNQUIESCE})
+    await asyncio.sleep(1.1)
+    gate.set()
+    status = (await server.finished("late"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "DeadlineExceeded")
+    assert status["counts"] == counts(total=2, pending=1, succeeded=1, rolledBack=1)
+    assert server.fake.started == [("db-0", QUIESCE), ("db-0", UNQUIESCE)]
+
+
+async def test_all_pods_notifies_later_pods_once_until_the_deadline(server: Server) -> None:
+    pods = server.fake.add("early")
+    await server.create("follow", pods, policy="AllPods", activeDeadlineSeconds=1)
+    await server.until(lambda: _started(server, "early"))
+    for pod in server.fake.add("late"):
+        server.new_pods.queue.put_nowait(pod)
+        server.new_pods.queue.put_nowait(pod)  # reported twice
+    server.new_pods.queue.put_nowait(("early", "uid-early"))
+    status = (await server.finished("follow", timeout=3))["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["counts"] == counts(total=2, succeeded=2)
+    assert server.fake.started == [("early", QUIESCE), ("late", QUIESCE)]
+    assert server.new_pods.asked == [(NS, "app=db")]
+
+
+async def _started(server: Server, pod: str) -> bool:
+    return any(p == pod for p, _ in server.fake.started)
+
+
+async def test_a_pod_without_the_notifier_is_skipped(server: Server) -> None:
+    pods = server.fake.add("db-0", "cache")
+    server.fake.outcomes[("cache", QUIESCE)] = NotDeclared("cache", QUIESCE, ["flush"])
+    await server.create("q", pods)
+    status = (await server.finished("q"))["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["counts"] == counts(total=2, succeeded=1, skipped=1)
+
+
+async def test_a_pod_deleted_before_its_turn_is_podDeleted(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1")
+    del server.fake.pods["db-1"]
+    await server.create("gone", pods, failurePolicy="Continue")
+    status = (await server.finished("gone"))["status"]
+    assert status["counts"] == counts(total=2, succeeded=1, failed=1)
+    assert "PodDeleted: 1" in status["conditions"][0]["message"]
+
+
+async def test_a_pod_replaced_under_the_same_name_is_podDeleted(server: Server) -> None:
+    pods = server.fake.add("db-0")
+    server.fake.pods["db-0"]["metadata"]["uid"] = "another"
+    await server.create("replaced", pods)
+    status = (await server.finished("replaced"))["status"]
+    assert "PodDeleted: 1" in status["conditions"][0]["message"]
+    assert server.fake.started == []
+
+
+# every error path: no exception leaves a pod running or the Notification with a wrong phase
+
+ERRORS: list[tuple[str, Exception, str, str]] = [
+    ("forbidden-owner", KubeRejected(403, {"message": "replicasets forbidden"}), "failed",
+     "KubeRejected"),
+    ("unavailable", KubeUnavailable("kube-apiserver is down"), "failed", "ServiceUnavailable"),
+    ("untrusted", Untrusted("p", "no rule vouches"), "failed", "Untrusted"),
+    ("invalid", InvalidDeclaration("p", []), "failed", "InvalidDeclaration"),
+    ("conflict", RunConflict("already running"), "failed", "RunConflict"),
+    ("busy", TooManyRuns("too many"), "failed", "TooManyRuns"),
+    ("bug", ZeroDivisionError("oops"), "failed", "InternalError"),
+    ("undeclared", NotDeclared("p", QUIESCE, []), "skipped", "NotifierNotDeclared"),
+]
+
+
+@pytest.mark.parametrize(("pod", "error", "state", "reason"), ERRORS,
+                         ids=[e[0] for e in ERRORS])
+async def test_every_admission_error_is_a_pod_result(
+        server: Server, pod: str, error: Exception, state: str, reason: str) -> None:
+    pods = server.fake.add(pod)
+    server.fake.outcomes[(pod, QUIESCE)] = error
+    created = await server.create("err", pods)
+    status = (await server.finished("err"))["status"]
+    assert status["counts"]["running"] == 0
+    assert status["counts"][state] == 1
+    assert status["phase"] == ("Succeeded" if state == "skipped" else "Failed")
+    (scoped,) = await server.scopes.pods(created["metadata"]["uid"])
+    assert (scoped.state, scoped.reason) == (state, reason)
+    assert pod_outcome(error) == (state, reason)
+
+
+@pytest.mark.parametrize("error", [KubeRejected(403, {"message": "no"}),
+                                   KubeUnavailable("down"), RuntimeError("bug")])
+async def test_an_error_reading_the_pod_is_a_pod_result(server: Server, error: Exception
+                                                        ) -> None:
+    pods = server.fake.add("db-0", "db-1")
+    server.fake.read_errors["db-0"] = error
+    await server.create("read", pods, failurePolicy="Continue")
+    status = (await server.finished("read"))["status"]
+    assert status["counts"] == counts(total=2, succeeded=1, failed=1)
+
+
+async def test_a_pod_the_creator_may_no_longer_notify_fails(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1")
+    server.authorizer.denied.add("db-1")
+    await server.create("revoked", pods, failurePolicy="Continue")
+    status = (await server.finished("revoked"))["status"]
+    assert status["counts"] == counts(total=2, succeeded=1, failed=1)
+    assert "NotAuthorized: 1" in status["conditions"][0]["message"]
+    assert server.fake.started == [("db-0", QUIESCE)]
+
+
+async def test_a_failing_scope_store_is_retried_not_lost(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = server.fake.add("db-0")
+    real = server.scopes.finish_pod
+    failures = 2
+
+    async def flaky(*args: Any, **kwargs: Any) -> bool:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise OSError("database or disk is full")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(server.scopes, "finish_pod", flaky)
+    monkeypatch.setattr("apiserver.notifier.runner.RETRY_INITIAL_SECONDS", 0.001)
+    await server.create("flaky", pods)
+    status = (await server.finished("flaky"))["status"]
+    assert status["counts"] == counts(total=1, succeeded=1)
+    assert failures == 0
+
+
+async def test_a_failure_of_the_run_itself_ends_it_failed(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = server.fake.add("db-0")
+
+    async def broken(*args: Any) -> None:
+        raise RuntimeError("bug in the run")
+
+    monkeypatch.setattr("apiserver.fanout.controller.NotificationRun._run_pods", broken)
+    await server.create("broken", pods)
+    status = (await server.finished("broken"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "InternalError")
+    assert "RuntimeError" in status["conditions"][0]["message"]
+
+
+# deletion
+
+
+async def test_deleting_mid_run_stops_starts_and_rolls_back(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1", "db-2")
+    gate = server.fake.gates["db-1"] = asyncio.Event()
+    created = await server.create("cancelled", pods, rollback={"notifier": UNQUIESCE})
+    uid = created["metadata"]["uid"]
+    await server.until(lambda: _started(server, "db-1"))
+    await server.notifications.delete(NS, "cancelled")
+    await server.manager.deleted(uid)
+    gate.set()
+    await server.idle()
+    assert server.fake.started[:2] == [("db-0", QUIESCE), ("db-1", QUIESCE)]
+    assert sorted(server.fake.started[2:]) == [("db-0", UNQUIESCE), ("db-1", UNQUIESCE)]
+    assert await server.scopes.run(uid) is None  # bug 6: scope deleted with it
+    assert await server.scopes.pods(uid) == []
+
+
+async def test_deleting_a_finished_notification_deletes_its_scope(server: Server) -> None:
+    pods = server.fake.add("db-0")
+    created = await server.create("done", pods, rollback={"notifier": UNQUIESCE})
+    await server.finished("done")
+    uid = created["metadata"]["uid"]
+    assert await server.scopes.run(uid) is not None
+    await server.notifications.delete(NS, "done")
+    await server.manager.deleted(uid)
+    assert await _forgotten(server, uid)  # at once, not at the next sweep
+    assert server.fake.started == [("db-0", QUIESCE)]  # succeeded: nothing to roll back
+
+
+async def _forgotten(server: Server, uid: str) -> bool:
+    return await server.scopes.run(uid) is None and await server.scopes.pods(uid) == []
+
+
+async def test_the_start_sweep_deletes_the_scope_of_notifications_gone_meanwhile(
+        tmp_path: Path) -> None:
+    first = await Server.open(tmp_path / "data")
+    created = await first.create("done", first.fake.add("db-0"))
+    await first.finished("done")
+    await first.notifications.delete(NS, "done")  # e.g. by a path that did not tell the fan-out
+    await first.close()
+    second = await restart(tmp_path / "data", first, ["db-0"])
+    try:
+        assert await _forgotten(second, created["metadata"]["uid"])
+    finally:
+        await second.close()
+
+
+# crashes
+
+
+async def test_bug3_a_resumed_abort_keeps_its_fail_fast_decision(tmp_path: Path) -> None:
+    """Killed with 4 succeeded, 4 running, 12 pending: the 4 runs end Interrupted (failures),
+    so under Abort none of the 12 is started after the restart."""
+    data, names = tmp_path / "data", [f"db-{i:02}" for i in range(20)]
+    first = await Server.open(data)
+    pods = first.fake.add(*names)
+    for name in names[4:8]:
+        first.fake.gates[name] = asyncio.Event()
+    created = await first.create("snap", pods, parallelism=4)
+    uid = created["metadata"]["uid"]
+    await first.until(lambda: _states(first, uid, succeeded=4, started=4))
+    await first.crash()
+
+    second = await restart(data, first, names)
+    try:
+        status = (await second.finished("snap"))["status"]
+        assert second.fake.started == []
+        assert status["phase"] == "Failed"
+        assert status["conditions"][0]["reason"] == "FailFast"
+        assert status["counts"] == counts(total=20, pending=12, succeeded=4, failed=4)
+        assert "Interrupted: 4" in status["conditions"][0]["message"]
+    finally:
+        await second.close()
+
+
+async def _states(server: Server, uid: str, **wanted: int) -> bool:
+    have = {state: 0 for state in wanted}
+    for pod in await server.scopes.pods(uid):
+        have[pod.state] = have.get(pod.state, 0) + 1
+    return all(have[state] == n for state, n in wanted.items())
+
+
+async def test_a_resumed_continue_runs_the_pending_pods(tmp_path: Path) -> None:
+    data, names = tmp_path / "data", ["db-0", "db-1", "db-2"]
+    first = await Server.open(data)
+    first.fake.gates["db-1"] = asyncio.Event()
+    created = await first.create("resumed", first.fake.add(*names), failurePolicy="Continue")
+    await first.until(lambda: _states(first, created["metadata"]["uid"], succeeded=1,
+                                      started=1))
+    await first.crash()
+    second = await restart(data, first, names)
+    try:
+        status = (await second.finished("resumed"))["status"]
+        assert status["counts"] == counts(total=3, succeeded=2, failed=1)
+        assert second.fake.started == [("db-2", QUIESCE)]  # db-1 is never run twice
+    finally:
+        await second.close()
+
+
+async def test_a_stop_decided_before_the_crash_holds_after_it(tmp_path: Path) -> None:
+    """Killed right after the first failure was stored (its run row says FailFast) while
+    another run was in flight: nothing more starts after the restart."""
+    data, names = tmp_path / "data", ["db-0", "db-1", "db-2", "db-3"]
+    first = await Server.open(data)
+    first.fake.outcomes[("db-0", QUIESCE)] = "fail"
+    first.fake.gates["db-1"] = asyncio.Event()
+    created = await first.create("snap", first.fake.add(*names), parallelism=2)
+    uid = created["metadata"]["uid"]
+    await first.until(lambda: _has_failed(first, "snap"))
+    await first.crash()
+    second = await restart(data, first, names)
+    try:
+        await second.finished("snap")
+        assert second.fake.started == []
+        stored = await second.scopes.run(uid)
+        assert stored is not None and stored.stopped == "FailFast"
+    finally:
+        await second.close()
+
+
+async def test_bug4_an_interrupted_rollback_runs_again_and_the_pod_state_is_kept(
+        tmp_path: Path) -> None:
+    """Killed while two pods were rolling back: after the restart their pod state is still
+    succeeded, each rollback runs once more (attempt 2), the pods Abort had stopped are never
+    quiesced, and every succeeded pod ends rolled back."""
+    data, names = tmp_path / "data", ["db-0", "db-1", "db-2", "db-3", "db-4"]
+    first = await Server.open(data)
+    first.fake.outcomes[("db-2", QUIESCE)] = "fail"
+    for name in ("db-0", "db-1"):
+        first.fake.outcomes[(name, UNQUIESCE)] = "ok"
+    quiesce_db1 = first.fake.gates["db-1"] = asyncio.Event()
+    created = await first.create("snap", first.fake.add(*names), parallelism=2,
+                                 rollback={"notifier": UNQUIESCE})
+    uid = created["metadata"]["uid"]
+    await first.until(lambda: _has_failed(first, "snap"))
+
+    async def hold_unquiesce(pod: str, notifier: str) -> None:
+        if notifier == UNQUIESCE:
+            first.fake.gates[pod] = asyncio.Event()
+
+    first.fake.on_start = hold_unquiesce
+    quiesce_db1.set()
+    await first.until(lambda: _rollbacks(first, uid, started=2))
+    await first.crash()
+
+    second = await restart(data, first, names)
+    try:
+        status = (await second.finished("snap"))["status"]
+        assert sorted(second.fake.started) == [("db-0", UNQUIESCE), ("db-1", UNQUIESCE)]
+        assert {labels[ROLLBACK_ATTEMPT_LABEL] for labels in second.fake.labels} == {"2"}
+        assert status["counts"] == counts(total=5, pending=2, succeeded=2, failed=1,
+                                          rolledBack=2)
+        pods = {p.pod: p for p in await second.scopes.pods(uid)}
+        assert pods["db-0"].state == pods["db-1"].state == scope.SUCCEEDED
+        assert pods["db-3"].state == pods["db-4"].state == scope.PENDING
+        assert (pods["db-0"].rollback, pods["db-0"].rollback_attempts) == (
+            scope.ROLLBACK_DONE, 2)
+        interrupted = await second.podnotifiers.get(NS, record_name(
+            "db-0", UNQUIESCE, uid, "uid-db-0", 1))
+        assert interrupted["status"]["reason"] == records.INTERRUPTED
+    finally:
+        await second.close()
+
+
+async def _rollbacks(server: Server, uid: str, **wanted: int) -> bool:
+    have: dict[str, int] = {}
+    for pod in await server.scopes.pods(uid):
+        have[pod.rollback] = have.get(pod.rollback, 0) + 1
+    return all(have.get(state, 0) == n for state, n in wanted.items())
+
+
+async def test_a_rollback_that_finished_before_the_crash_is_not_repeated(
+        tmp_path: Path) -> None:
+    data, names = tmp_path / "data", ["db-0", "db-1"]
+    first = await Server.open(data)
+    first.fake.outcomes[("db-1", QUIESCE)] = "fail"
+    await first.create("snap", first.fake.add(*names), rollback={"notifier": UNQUIESCE})
+    blocked = asyncio.Event()
+
+    async def die_before_storing(*args: Any) -> None:
+        blocked.set()
+        await asyncio.Event().wait()  # the server dies here: the record finished, scope not
+
+    first.scopes.finish_rollback = die_before_storing  # type: ignore[method-assign]
+    await asyncio.wait_for(blocked.wait(), 5)
+    await first.crash()
+    second = await restart(data, first, names)
+    try:
+        status = (await second.finished("snap"))["status"]
+        assert second.fake.started == []
+        assert status["counts"]["rolledBack"] == 1
+    finally:
+        await second.close()
+
+
+async def test_a_notification_deleted_while_the_server_was_down_is_rolled_back(
+        tmp_path: Path) -> None:
+    data, names = tmp_path / "data", ["db-0", "db-1", "db-2"]
+    first = await Server.open(data)
+    first.fake.gates["db-1"] = asyncio.Event()
+    created = await first.create("snap", first.fake.add(*names),
+                                 rollback={"notifier": UNQUIESCE})
+    uid = created["metadata"]["uid"]
+    await first.until(lambda: _states(first, uid, succeeded=1, started=1))
+    await first.notifications.delete(NS, "snap")  # the server dies before it hears of it
+    await first.crash()
+    second = await restart(data, first, names)
+    try:
+        await second.until(lambda: _forgotten(second, uid))
+        assert second.fake.started == [("db-0", UNQUIESCE)]  # db-1 was Interrupted: failed
+    finally:
+        await second.close()
+
+
+async def test_a_notification_whose_scope_was_never_recorded_fails_clearly(
+        tmp_path: Path) -> None:
+    """Bug 6: the server died between storing the Notification and writing its scope."""
+    data = tmp_path / "data"
+    first = await Server.open(data)
+    first.fake.add("db-0")
+    await first.notifications.create({
+        "apiVersion": records.API_VERSION, "kind": "Notification",
+        "metadata": {"namespace": NS, "name": "lost"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}, "notifier": QUIESCE},
+        "status": {"phase": records.PENDING}})
+    await first.crash()
+    second = await restart(data, first, ["db-0"])
+    try:
+        status = (await second.get("lost"))["status"]
+        assert status["phase"] == "Failed"
+        assert status["conditions"][0]["reason"] == "ScopeNotRecorded"
+        assert "create it again" in status["conditions"][0]["message"]
+        assert second.fake.started == []
+    finally:
+        await second.close()
+
+
+async def test_when_the_scope_cannot_be_stored_the_notification_is_removed(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def full(*args: Any) -> None:
+        raise OSError("database or disk is full")
+
+    monkeypatch.setattr(server.scopes, "create", full)
+    with pytest.raises(OSError):
+        await server.create("never", server.fake.add("db-0"))
+    assert (await server.notifications.list(NS)).items == []
+
+
+async def test_a_failing_status_write_is_retried_not_a_failure(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = server.notifications.guaranteed_update
+    failures = 3
+
+    async def flaky(*args: Any) -> dict[str, Any]:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise OSError("database or disk is full")
+        return await real(*args)
+
+    monkeypatch.setattr("apiserver.notifier.runner.RETRY_INITIAL_SECONDS", 0.001)
+    monkeypatch.setattr(server.notifications, "guaranteed_update", flaky)
+    await server.create("flaky-status", server.fake.add("db-0"))
+    status = (await server.finished("flaky-status"))["status"]
+    assert (status["phase"], status["counts"]["succeeded"]) == ("Succeeded", 1)
+    assert failures == 0
+
+
+async def test_pods_recorded_by_an_older_server_are_adopted_and_run(tmp_path: Path) -> None:
+    """A scope written before run rows existed (pod rows only) is not mistaken for a lost
+    one: its pods run."""
+    data = tmp_path / "data"
+    first = await Server.open(data)
+    created = await first.notifications.create({
+        "apiVersion": records.API_VERSION, "kind": "Notification",
+        "metadata": {"namespace": NS, "name": "legacy"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}, "notifier": QUIESCE,
+                 "policy": "PreExistingPods", "parallelism": 1, "failurePolicy": "Abort",
+                 "requestedBy": {"username": CREATOR.name, "uid": CREATOR.uid,
+                                 "groups": CREATOR.groups}},
+        "status": {"phase": records.RUNNING}})
+    uid = created["metadata"]["uid"]
+    await first.database.transaction(lambda c: c.execute(
+        "INSERT INTO notification_pods (notification_uid, seq, pod, pod_uid, state) "
+        "VALUES (?, 1, 'db-0', 'uid-db-0', 'pending')", (uid,)))
+    await first.crash()
+    second = await restart(data, first, ["db-0"])
+    try:
+        status = (await second.finished("legacy"))["status"]
+        assert (status["phase"], status["counts"]["succeeded"]) == ("Succeeded", 1)
+        assert second.fake.started == [("db-0", QUIESCE)]
+    finally:
+        await second.close()
