@@ -18,6 +18,8 @@ lint: venv
 	$(VENV)/bin/ruff check apiserver certs hack tests
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 test: lint
 	bash hack/build.sh >/dev/null
