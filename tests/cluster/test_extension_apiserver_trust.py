@@ -13,6 +13,7 @@ import pytest
 
 from certs.authority import KeyPair, issue, new_ca
 from localcluster import __main__ as localcluster
+from tests.support.control_plane import restart_kube_apiserver
 from tests.support.extension import (
     API,
     cluster_pair,
@@ -30,14 +31,6 @@ from tests.support.kube import Cluster, wait_until
 pytestmark = pytest.mark.cluster
 
 FRONT_PROXY_CN = "front-proxy-client"
-
-
-def kube_apiserver_ready(cluster: Cluster) -> bool:
-    try:
-        with cluster.admin(timeout=2) as kube:
-            return kube.get("/readyz").status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_requests_needing_a_review_get_503_while_kube_apiserver_is_down(
@@ -69,14 +62,7 @@ def test_requests_needing_a_review_get_503_while_kube_apiserver_is_down(
                 with_token = server.get(API, headers=token)
             after = scrape(cluster)
         finally:
-            localcluster.restart(cluster.layout, "kube-apiserver")
-            wait_until(lambda: kube_apiserver_ready(cluster), "kube-apiserver /readyz", 60)
-            # Their informers take 15-50 s (client-go backoff) to catch up with the new
-            # kube-apiserver, which would stall the next tests' namespaces and pods.
-            localcluster.restart(cluster.layout, "kube-controller-manager")
-            localcluster.restart(cluster.layout, "kube-scheduler")
-            wait_until(lambda: localcluster.apiservice_available(cluster.layout, cluster.ports),
-                       "the APIService to be Available again", 60)
+            restart_kube_apiserver(cluster)
         for response in answers:
             assert response.status_code == 503, response.text
             body = response.json()

@@ -13,22 +13,10 @@ import pytest
 import uvicorn
 from fastapi import APIRouter, FastAPI
 
-from apiserver.authn.user import UserInfo
-from apiserver.authz.sar import Decision
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
 from apiserver.serving.metrics import Metrics
-
-
-class AllowAll:
-    def strip_identity_headers(self, headers: list) -> list:
-        return list(headers)
-
-    async def authenticate(self, headers: Any, cert: bytes | None) -> UserInfo:
-        return UserInfo("alice", groups=["system:authenticated"])
-
-    async def authorize(self, user: UserInfo, attributes: Any) -> Decision:
-        return Decision(True)
+from tests.support.access import AllowAll
 
 
 def failing_app(metrics: Metrics) -> FastAPI:

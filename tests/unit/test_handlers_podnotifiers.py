@@ -20,8 +20,6 @@ import pytest
 import uvicorn
 from fastapi import APIRouter, FastAPI
 
-from apiserver.authn.user import UserInfo
-from apiserver.authz.sar import Decision
 from apiserver.handlers import podnotifiers
 from apiserver.handlers.watch_response import Watches
 from apiserver.registry.resources import PODNOTIFIERS
@@ -30,6 +28,8 @@ from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.watch import Watch
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
+from tests.support.access import AllowAll
+from tests.support.stores import watch_closed
 
 API = "/apis/notifier.x-k8s.io/v1alpha1"
 NS = f"{API}/namespaces/ns/podnotifiers"
@@ -37,17 +37,6 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 KUBECTL_GET = f"{TABLE},application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 EVENT_WAIT = 5.0
-
-
-class AllowAll:
-    def strip_identity_headers(self, headers: list) -> list:
-        return list(headers)
-
-    async def authenticate(self, headers: Any, cert: bytes | None) -> UserInfo:
-        return UserInfo("alice", groups=["system:authenticated"])
-
-    async def authorize(self, user: UserInfo, attributes: Any) -> Decision:
-        return Decision(True)
 
 
 class TrackedStore(SqliteObjectStore):
@@ -61,17 +50,6 @@ class TrackedStore(SqliteObjectStore):
         watch = await super().watch(*args, **kwargs)
         self.watches.append(watch)
         return watch
-
-
-async def is_closed(watch: Watch) -> bool:
-    """A closed watch ends at once; an open one has nothing to give and blocks."""
-    try:
-        await asyncio.wait_for(anext(watch), 0.05)
-    except StopAsyncIteration:
-        return True
-    except TimeoutError:
-        return False
-    return False
 
 
 def record(name: str, *, namespace: str = "ns", pod: str = "web-0", notifier: str = "quiesce",
@@ -716,7 +694,7 @@ async def test_watch_ends_after_timeout_seconds(served: httpx.AsyncClient,
     elapsed = asyncio.get_running_loop().time() - started
     assert response.status_code == 200 and response.text == ""
     assert 0.9 <= elapsed < 4
-    assert await is_closed(store.watches[0])
+    assert await watch_closed(store.watches[0])
 
 
 async def test_client_disconnect_releases_the_store_watch(served: httpx.AsyncClient,
@@ -725,12 +703,12 @@ async def test_client_disconnect_releases_the_store_watch(served: httpx.AsyncCli
     async with served.stream("GET", f"{NS}?watch=true") as response:
         lines = response.aiter_lines()
         await read_event(lines)
-        assert not await is_closed(store.watches[0])
+        assert not await watch_closed(store.watches[0])
 
     for _ in range(100):
-        if await is_closed(store.watches[0]):
+        if await watch_closed(store.watches[0]):
             break
-    assert await is_closed(store.watches[0])
+    assert await watch_closed(store.watches[0])
 
 
 async def test_stopping_watches_ends_open_streams_cleanly(served: httpx.AsyncClient,
@@ -744,7 +722,7 @@ async def test_stopping_watches_ends_open_streams_cleanly(served: httpx.AsyncCli
         rest = [line async for line in lines]  # ends without a protocol error
 
     assert rest == []
-    assert await is_closed(store.watches[0])
+    assert await watch_closed(store.watches[0])
 
 
 async def test_a_watch_opened_after_stop_ends_at_once(served: httpx.AsyncClient,
@@ -756,7 +734,7 @@ async def test_a_watch_opened_after_stop_ends_at_once(served: httpx.AsyncClient,
     response = await asyncio.wait_for(served.get(f"{NS}?watch=true"), EVENT_WAIT)
 
     assert response.status_code == 200 and response.text == ""
-    assert await is_closed(store.watches[0])
+    assert await watch_closed(store.watches[0])
 
 
 async def test_store_close_ends_watches(served: httpx.AsyncClient, store: TrackedStore) -> None:

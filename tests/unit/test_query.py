@@ -3,18 +3,15 @@ authorization and the handler read them (the repeated-parameter bypass of issue 
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 import pytest
 from fastapi import APIRouter
 
 from apiserver.api.query import SINGLE_VALUED, check_single_values
-from apiserver.authn.user import UserInfo
-from apiserver.authz.sar import Decision
 from apiserver.errors import BadRequest
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
+from tests.support.access import AllowAll
 
 LIST = "/apis/notifier.x-k8s.io/v1alpha1/namespaces/ns/podnotifiers"
 
@@ -39,29 +36,12 @@ def test_percent_encoded_names_are_the_same_parameter() -> None:
         check_single_values("watch=false&%77atch=true")
 
 
-class Recorder:
-    """Authenticates everyone as alice and records what it is asked to authorize."""
-
-    def __init__(self) -> None:
-        self.asked: list[Any] = []
-
-    def strip_identity_headers(self, headers: list) -> list:
-        return list(headers)
-
-    async def authenticate(self, headers: Any, cert: bytes | None) -> UserInfo:
-        return UserInfo("alice", groups=["system:authenticated"])
-
-    async def authorize(self, user: UserInfo, attributes: Any) -> Decision:
-        self.asked.append(attributes)
-        return Decision(True)
-
-
 @pytest.mark.parametrize("query", [
     "watch=false&watch=true",
     "fieldSelector=metadata.name%3Donly-this&fieldSelector=",
 ])
 async def test_repeated_parameters_never_reach_authorization_or_handler(query: str) -> None:
-    recorder, reached = Recorder(), []
+    recorder, reached = AllowAll(), []
     router = APIRouter()
 
     @router.get(LIST)

@@ -19,6 +19,7 @@ from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import FILE_NAME, SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import Cohort
+from tests.support.stores import names_by_pages
 from tests.unit.test_store_conformance import finished, names, record
 
 
@@ -63,15 +64,7 @@ async def test_pagination_across_batches(store: SqliteObjectStore) -> None:
             expected.append((namespace, f"r{i:03}"))
             await store.create(record(f"r{i:03}", namespace=namespace))
 
-    seen, token = [], ""
-    while True:
-        page = await store.list(None, limit=97, continue_token=token)
-        seen += [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in page.items]
-        token = page.continue_token
-        if not token:
-            break
-
-    assert seen == expected
+    assert await names_by_pages(store, 97) == expected
     assert len((await store.list(None, label_selector="!missing")).items) == 520
 
 

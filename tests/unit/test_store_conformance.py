@@ -39,6 +39,7 @@ from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.store import Cohort, Object, ObjectStore
 from apiserver.registry.watch import Watch, WatchEvent
+from tests.support.stores import names_by_pages
 from tests.unit.conftest import Backend
 
 MAX_BYTES = 4096
@@ -493,15 +494,7 @@ async def test_pagination_across_namespaces(store: ObjectStore) -> None:
             expected.append((namespace, f"r{i:02}"))
             await store.create(record(f"r{i:02}", namespace=namespace))
 
-    seen, token = [], ""
-    while True:
-        page = await store.list(None, limit=4, continue_token=token)
-        seen += [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in page.items]
-        token = page.continue_token
-        if not token:
-            break
-
-    assert seen == expected
+    assert await names_by_pages(store, 4) == expected
     assert len((await store.list(None, label_selector="!missing")).items) == 26
 
 
