@@ -2,9 +2,9 @@
 
 Paths are built with `paths` (names escaped) and checked by `paths.check` before each request:
 the client never sends a path whose query, fragment or dot segments would change the object it
-names. Errors come in two kinds: `KubeUnavailable` (no usable answer: connection failure, timeout, 502,
-503, 504), which callers turn into 503 to fail closed, and `KubeRejected` (kube-apiserver answered
-with another error status).
+names. Errors come in two kinds: `KubeUnavailable` (no usable answer: connection failure,
+timeout, 502, 503, 504), which callers turn into 503 to fail closed, and `KubeRejected`
+(kube-apiserver answered with another error status).
 """
 
 from __future__ import annotations

@@ -43,8 +43,6 @@ def check_path_names(attributes: RequestAttributes, raw_path: bytes | None = Non
     empty, a dot segment or holds an encoded '/'. Non-resource requests are not checked."""
     if not attributes.resource_request:
         return
-    if raw_path is not None:
-        _check_segments(raw_path)
     if attributes.namespace and dns1123_label_errors(attributes.namespace):
         raise _not_found("namespaces", "", attributes.namespace)
     if attributes.name and attributes.verb not in _NAME_FROM_SELECTOR:
@@ -52,6 +50,8 @@ def check_path_names(attributes: RequestAttributes, raw_path: bytes | None = Non
         if rule(attributes.name):
             group = "" if attributes.resource in _CORE_RESOURCES else attributes.api_group
             raise _not_found(attributes.resource, group, attributes.name)
+    if raw_path is not None:
+        _check_segments(raw_path)
 
 
 def _check_segments(raw_path: bytes) -> None:
