@@ -71,7 +71,7 @@ def _rule_1(controller: ControllerRef, owner: dict[str, Any] | None, annotation:
     where = f"{controller.kind}/{controller.name}"
     if owner is not None:
         uid = owner["metadata"].get("uid", "")
-        if uid != controller.uid:
+        if not uid or uid != controller.uid:
             return (f"rule 1 failed: the pod's controller reference names {where} with UID "
                     f"{quoted(controller.uid)}, but {where} has UID {quoted(uid)}: the UID "
                     "differs, so that object is not the pod's controller")

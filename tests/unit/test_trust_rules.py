@@ -173,6 +173,19 @@ async def test_owner_with_another_uid_is_not_the_controller(
     assert len(authorizer.asked) == 1
 
 
+async def test_an_owner_without_uid_vouches_for_nothing() -> None:
+    """Every stored object has a UID; one read without it (a broken cache) is no match, even
+    for a reference without one."""
+    owner = owner_with(DECLARATION)
+    del owner["metadata"]["uid"]
+    owners = FakeOwners({KINDS[0][2]: owner})
+
+    decision = await run(owners, FakeAuthorizer(), forged(pod(owner=KINDS[0][:2]), ""))
+
+    assert not decision.trusted
+    assert 'has UID "": the UID differs' in decision.message
+
+
 async def test_owner_with_another_uid_leaves_rule_2() -> None:
     owners = FakeOwners({KINDS[0][2]: owner_with(DECLARATION)})
     authorizer = FakeAuthorizer(allowed=True)
