@@ -128,6 +128,29 @@ class Timeout(APIError):
     reason, code = "Timeout", 504
 
 
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def quoted(value: str) -> str:
+    """`value` in double quotes, escaped as Go's ``%q`` escapes it (quote and backslash, and
+    every character that is not printable: ``\\n``, ``\\x00``, ``\\ud800``), so a message
+    that names it holds no control character or lone surrogate."""
+    out = []
+    for char in value:
+        code = ord(char)
+        if char in _SHORT_ESCAPES:
+            out.append(_SHORT_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
+
 def qualified(resource: str, group: str) -> str:
     """``<resource>.<group>`` (just the resource for the core group), as messages name it."""
     return f"{resource}.{group}" if group else resource

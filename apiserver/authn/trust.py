@@ -17,7 +17,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from apiserver.kube import KubeClient
+from apiserver.kube import KubeClient, paths
 from apiserver.kube.informer import Backoff, Handlers, Informer
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class TrustWatcher:
                  backoff: Backoff | None = None):
         self._store = store
         self._name = f"{namespace}/{name}"
-        self.informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps",
+        self.informer = Informer(kube, paths.namespaced(paths.CORE, namespace, "configmaps"),
                                  name="trust-configmap",
                                  params={"fieldSelector": f"metadata.name={name}"},
                                  backoff=backoff)

@@ -25,7 +25,7 @@ from apiserver.handlers.caller import CurrentUser
 from apiserver.handlers.collection import Collection, collection_router, delete_object
 from apiserver.handlers.notify import dry_run, read_json_body
 from apiserver.handlers.watch_response import Watches
-from apiserver.kube import KubeClient
+from apiserver.kube import KubeClient, paths
 from apiserver.notifier import records
 from apiserver.registry.resources import NOTIFICATIONS
 from apiserver.registry.store import ObjectStore
@@ -43,7 +43,7 @@ async def pods_in_scope(kube: KubeClient, namespace: str, selector: str
         params = {"labelSelector": selector, "limit": LIST_PAGE_SIZE}
         if token:
             params["continue"] = token
-        page = await kube.get(f"/api/v1/namespaces/{namespace}/pods", params=params)
+        page = await kube.get(paths.namespaced(paths.CORE, namespace, "pods"), params=params)
         found += [(p["metadata"]["name"], p["metadata"]["uid"]) for p in page.get("items") or []
                   if not p["metadata"].get("deletionTimestamp")]
         token = page["metadata"].get("continue", "")

@@ -1,8 +1,10 @@
 """A small async client for kube-apiserver (httpx), given a `Connection` (see `config`).
 
-Errors come in two kinds: `KubeUnavailable` (no usable answer: connection failure, timeout, 502,
-503, 504), which callers turn into 503 to fail closed, and `KubeRejected` (kube-apiserver answered
-with another error status).
+Paths are built with `paths` (names escaped) and checked by `paths.check` before each request:
+the client never sends a path whose query, fragment or dot segments would change the object it
+names. Errors come in two kinds: `KubeUnavailable` (no usable answer: connection failure,
+timeout, 502, 503, 504), which callers turn into 503 to fail closed, and `KubeRejected`
+(kube-apiserver answered with another error status).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import httpx
 
 from apiserver.errors import InternalError, ServiceUnavailable
+from apiserver.kube import paths
 from apiserver.kube.config import (
     Connection,
     Credentials,
@@ -131,6 +134,7 @@ class KubeClient:
         Set ``timeoutSeconds`` in `params`: the read timeout allows it plus a margin. `accept`
         overrides the Accept header (e.g. METADATA_ONLY).
         """
+        paths.check(path)
         query = {**params, "watch": "true"}
         read_timeout = float(query.get("timeoutSeconds", 300)) + 30
         timeout = httpx.Timeout(10.0, read=read_timeout)
@@ -153,6 +157,7 @@ class KubeClient:
         await self._client.aclose()
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        paths.check(path)
         try:
             response = await self._client.request(method, path, extensions=self._extensions,
                                                   **kwargs)

@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, InvalidStatus, WebSocketException
 from websockets.http11 import Response
 from websockets.typing import Subprotocol
 
+from apiserver.kube import paths
 from apiserver.notifier.exec_protocol import (
     DEFAULT_TAIL_BYTES,
     Channel,
@@ -77,10 +78,7 @@ def exec_url(
     """The WebSocket URL of ``pods/exec`` for a non-interactive command."""
     base = urlsplit(base_url)
     scheme = {"https": "wss", "http": "ws"}.get(base.scheme, base.scheme)
-    path = (
-        f"{base.path.rstrip('/')}/api/v1/namespaces/{quote(namespace, safe='')}"
-        f"/pods/{quote(pod, safe='')}/exec"
-    )
+    path = base.path.rstrip("/") + paths.namespaced(paths.CORE, namespace, "pods", pod, "exec")
     query = urlencode(
         [("command", argument) for argument in command]
         + [

@@ -23,13 +23,13 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from apiserver.kube import KubeClient, KubeRejected
+from apiserver.kube import KubeClient, KubeRejected, paths
 from apiserver.kube.informer import NAMESPACE, Backoff, Informer, by_namespace
 from apiserver.notifier.declarations import ANNOTATION
 
 Object = dict[str, Any]
 
-PODS = "/api/v1/pods"
+PODS = f"{paths.CORE}/pods"
 POD_METADATA = ("namespace", "name", "uid", "resourceVersion", "labels", "annotations",
                 "ownerReferences", "deletionTimestamp")
 OWNER_METADATA = ("namespace", "name", "uid", "resourceVersion")
@@ -108,7 +108,7 @@ class PodCache:
         if cached is not None:
             return cached
         self.gets += 1
-        pod = await _get_or_none(self._kube, f"/api/v1/namespaces/{namespace}/pods/{name}")
+        pod = await _get_or_none(self._kube, paths.namespaced(paths.CORE, namespace, "pods", name))
         return trim_pod(pod) if pod is not None else None
 
     def in_namespace(self, namespace: str) -> list[Object]:
@@ -159,5 +159,5 @@ class OwnerTemplates:
             return cached
         self.gets += 1
         api, resource = OWNER_KINDS[(group, kind)]
-        owner = await _get_or_none(self._kube, f"{api}/namespaces/{namespace}/{resource}/{name}")
+        owner = await _get_or_none(self._kube, paths.namespaced(api, namespace, resource, name))
         return trim_owner(owner) if owner is not None else None

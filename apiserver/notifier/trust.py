@@ -3,8 +3,11 @@
 Pod annotations can be changed by anyone with `patch pods`, so a declaration is honoured only if
 
 1. the pod's annotation is identical to the one in the pod template of its controlling owner
-   (ReplicaSet, StatefulSet, DaemonSet or Job): whoever can change that template can already
-   change the code the pod runs; or
+   (ReplicaSet, StatefulSet, DaemonSet or Job), that owner being the object the pod's
+   controller reference names by kind, name *and UID*: whoever can change that template can
+   already change the code the pod runs. (Without the UID, anyone with `patch pods` could point
+   the reference at any owner's kind and name, copy its annotation, and be trusted until the
+   garbage collector removed the pod.) What rule 1 still trusts is in docs/security.md; or
 2. the requesting user may `create pods/exec` on the pod (a SubjectAccessReview): they could run
    the command themselves anyway.
 """
@@ -12,11 +15,12 @@ Pod annotations can be changed by anyone with `patch pods`, so a declaration is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
+from apiserver.errors import quoted
 from apiserver.notifier.declarations import ANNOTATION, annotation_matches_template
 from apiserver.notifier.podcache import OWNER_KINDS
 
@@ -42,13 +46,41 @@ class TrustDecision:
     """When not trusted: which rule failed and how to fix it."""
 
 
-def controller_of(pod: dict[str, Any]) -> tuple[str, str, str] | None:
-    """(group, kind, name) of the pod's controlling owner, if it has one."""
+class ControllerRef(NamedTuple):
+    """The pod's controller reference: the owner it names."""
+
+    group: str
+    kind: str
+    name: str
+    uid: str
+
+
+def controller_of(pod: dict[str, Any]) -> ControllerRef | None:
+    """The pod's controlling owner reference, if it has one."""
     for ref in pod["metadata"].get("ownerReferences", []):
         if ref.get("controller"):
             group = ref.get("apiVersion", "").rpartition("/")[0]
-            return group, ref.get("kind", ""), ref.get("name", "")
+            return ControllerRef(group, ref.get("kind", ""), ref.get("name", ""),
+                                 ref.get("uid", ""))
     return None
+
+
+def _rule_1(controller: ControllerRef, owner: dict[str, Any] | None, annotation: str | None
+            ) -> str:
+    """Why the owner does not vouch for the pod's annotation, or "" if it does."""
+    where = f"{controller.kind}/{controller.name}"
+    if owner is not None:
+        uid = owner["metadata"].get("uid", "")
+        if not uid or uid != controller.uid:
+            return (f"rule 1 failed: the pod's controller reference names {where} with UID "
+                    f"{quoted(controller.uid)}, but {where} has UID {quoted(uid)}: the UID "
+                    "differs, so that object is not the pod's controller")
+        template = owner.get("spec", {}).get("template", {}).get("metadata", {})
+        if annotation_matches_template(annotation,
+                                       template.get("annotations", {}).get(ANNOTATION)):
+            return ""
+    return (f"rule 1 failed: the pod's {ANNOTATION} annotation is not identical to the one "
+            f"in the pod template of its controller {where}")
 
 
 async def decide(owners: Owners, authorizer: Authorizer, user: UserInfo, pod: dict[str, Any]
@@ -59,14 +91,12 @@ async def decide(owners: Owners, authorizer: Authorizer, user: UserInfo, pod: di
     meta = pod["metadata"]
     annotation = meta.get("annotations", {}).get(ANNOTATION)
     controller = controller_of(pod)
-    if controller and (controller[0], controller[1]) in OWNER_KINDS:
-        group, kind, name = controller
-        owner = await owners.owner(group, kind, meta["namespace"], name)
-        template = (owner or {}).get("spec", {}).get("template", {}).get("metadata", {})
-        if annotation_matches_template(annotation, template.get("annotations", {}).get(ANNOTATION)):
+    if controller and (controller.group, controller.kind) in OWNER_KINDS:
+        owner = await owners.owner(controller.group, controller.kind, meta["namespace"],
+                                   controller.name)
+        rule1 = _rule_1(controller, owner, annotation)
+        if not rule1:
             return TrustDecision(True, OWNER_TEMPLATE, "")
-        rule1 = (f"rule 1 failed: the pod's {ANNOTATION} annotation is not identical to the one "
-                 f"in the pod template of its controller {kind}/{name}")
     else:
         rule1 = ("rule 1 failed: the pod has no controlling ReplicaSet, StatefulSet, DaemonSet "
                  "or Job whose pod template could vouch for its notifiers")

@@ -1,9 +1,10 @@
 """Authentication and authorization of every request, before routing and body parsing.
 
 An ASGI middleware: it strips identity headers, authenticates the caller, derives the request's
-authorization attributes and asks the authorizer. Only allowed requests reach the app, with
-``request.state.user`` (UserInfo) and ``request.state.attributes`` set. /healthz, /livez and
-/readyz skip both steps, so probes never depend on kube-apiserver.
+authorization attributes, refuses repeated single-valued query parameters (400) and names in
+the path that no object can have (404, see `path_names`), and asks the authorizer. Only allowed
+requests reach the app, with ``request.state.user`` (UserInfo) and ``request.state.attributes``
+set. /healthz, /livez and /readyz skip these steps, so probes never depend on kube-apiserver.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from apiserver.authz.attributes import RequestAttributes, request_attributes
 from apiserver.authz.sar import ALWAYS_ALLOWED_PATHS, Authorizer
 from apiserver.errors import APIError
 from apiserver.kube import KubeRejected, KubeUnavailable
+from apiserver.serving.path_names import check_path_names
 from apiserver.serving.protocol import client_cert_der
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class AccessControlMiddleware:
             else:
                 user = await self._authenticate(headers, client_cert_der(scope))
                 check_single_values(scope["query_string"].decode("latin-1"))
+                check_path_names(attributes, scope.get("raw_path"))
                 await self._authorize(user, attributes)
         except APIError as error:
             await status.response(error)(scope, receive, send)

@@ -4,10 +4,12 @@ and the trust ConfigMap that kube-apiserver publishes."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import ssl
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from certs.authority import KeyPair
-from tests.support.kube import Cluster
+from tests.support.kube import Cluster, User
 
 API = "/apis/notifier.x-k8s.io/v1alpha1"
 TRUST_CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
@@ -121,3 +123,52 @@ def pem_certificates(bundle: str) -> set[str]:
     """The PEM blocks of a bundle, normalised, for set comparisons."""
     marker = "-----END CERTIFICATE-----"
     return {block.strip() + "\n" + marker for block in bundle.split(marker) if block.strip()}
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    status: int
+    text: str
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def raw_request(host_port: tuple[str, int], context: ssl.SSLContext, method: str, path: str,
+                body: Any = None, headers: Mapping[str, str] | None = None,
+                timeout: float = 30.0) -> RawAnswer:
+    """Send `path` byte for byte (no client normalises ``..`` or re-encodes it, as httpx
+    and curl without --path-as-is would) and read the whole answer."""
+    connection = http.client.HTTPSConnection(*host_port, context=context, timeout=timeout)
+    try:
+        payload = json.dumps(body).encode() if body is not None else None
+        all_headers = {"Content-Type": "application/json", "Accept": "application/json",
+                       **(headers or {})}
+        connection.request(method, path, body=payload, headers=all_headers)
+        response = connection.getresponse()
+        return RawAnswer(response.status, response.read().decode("utf-8", "replace"))
+    finally:
+        connection.close()
+
+
+def raw_via_aggregator(cluster: Cluster, user: User, method: str, path: str, body: Any = None
+                       ) -> RawAnswer:
+    """`path` sent as is to kube-apiserver (which proxies it to the server) as `user`."""
+    return raw_request(("127.0.0.1", cluster.ports.apiserver), user.ssl_context(), method, path,
+                       body)
+
+
+def raw_direct(cluster: Cluster, user: User, method: str, path: str, body: Any = None
+               ) -> RawAnswer:
+    """`path` sent as is to the server's own port, as `user` (through its front proxy's
+    certificate and headers, as kube-apiserver's aggregator sends it)."""
+    context = server_ssl_context(cluster, cluster_pair(cluster, "front-proxy-client"))
+    return raw_request(("127.0.0.1", cluster.ports.notifier), context, method, path, body,
+                       proxied_as(user))
+
+
+def proxied_as(user: User) -> dict[str, str]:
+    """The front proxy's identity header for `user`, a user without groups (the server adds
+    system:authenticated, as kube-apiserver's aggregator would send it)."""
+    assert not user.groups, "send one X-Remote-Group header per group for a user with groups"
+    return {"X-Remote-User": user.name}

@@ -91,7 +91,7 @@ def pod(name: str = "db-0", *, annotation: str | None = DECLARATION,
         meta["annotations"] = {ANNOTATION: annotation, "other": "x"}
     if owner is not None:
         meta["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1], "name": "db-7f9c",
-                                    "uid": "owner-uid", "controller": controller}]
+                                    "uid": "uid-db-7f9c", "controller": controller}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
 
 
@@ -145,6 +145,65 @@ async def test_different_template_annotation_falls_to_rule_2(
     assert (f"rule 1 failed: the pod's {ANNOTATION} annotation is not identical to the one in "
             f"the pod template of its controller {kind}/db-7f9c") in decision.message
     assert len(authorizer.asked) == 1
+
+
+def forged(target: dict[str, Any], uid: str) -> dict[str, Any]:
+    """`target` with its controller reference's UID set to `uid` (kind and name kept)."""
+    target["metadata"]["ownerReferences"][0]["uid"] = uid
+    return target
+
+
+@pytest.mark.parametrize(("api_version", "kind", "path"), KINDS)
+@pytest.mark.parametrize("uid", ["made-up-uid", "", "UID-DB-7F9C", "uid-db-7f9c "])
+async def test_owner_with_another_uid_is_not_the_controller(
+        api_version: str, kind: str, path: str, uid: str) -> None:
+    """A pod whose reference names a real owner's kind and name with another UID (a forged
+    or stale ownerReference) is not vouched for by that owner, even with its very annotation:
+    rule 1 fails, saying the UID differs, and rule 2 decides."""
+    owners = FakeOwners({path: owner_with(DECLARATION)})
+    authorizer = FakeAuthorizer(allowed=False)
+
+    decision = await run(owners, authorizer, forged(pod(owner=(api_version, kind)), uid))
+
+    assert not decision.trusted
+    assert (f'rule 1 failed: the pod\'s controller reference names {kind}/db-7f9c with UID '
+            f'"{uid}", but {kind}/db-7f9c has UID "uid-db-7f9c": the UID differs'
+            ) in decision.message
+    assert "not identical" not in decision.message
+    assert len(authorizer.asked) == 1
+
+
+async def test_an_owner_without_uid_vouches_for_nothing() -> None:
+    """Every stored object has a UID; one read without it (a broken cache) is no match, even
+    for a reference without one."""
+    owner = owner_with(DECLARATION)
+    del owner["metadata"]["uid"]
+    owners = FakeOwners({KINDS[0][2]: owner})
+
+    decision = await run(owners, FakeAuthorizer(), forged(pod(owner=KINDS[0][:2]), ""))
+
+    assert not decision.trusted
+    assert 'has UID "": the UID differs' in decision.message
+
+
+async def test_owner_with_another_uid_leaves_rule_2() -> None:
+    owners = FakeOwners({KINDS[0][2]: owner_with(DECLARATION)})
+    authorizer = FakeAuthorizer(allowed=True)
+
+    decision = await run(owners, authorizer,
+                         forged(pod(owner=KINDS[0][:2]), "made-up-uid"))
+
+    assert (decision.trusted, decision.rule) == (True, POD_EXEC)
+
+
+async def test_a_uid_in_the_message_is_escaped() -> None:
+    owners = FakeOwners({KINDS[0][2]: owner_with(DECLARATION)})
+
+    decision = await run(owners, FakeAuthorizer(),
+                         forged(pod(owner=KINDS[0][:2]), 'x"\n\x00\ud800'))
+
+    assert 'with UID "x\\"\\n\\x00\\ud800"' in decision.message
+    assert not any(char in decision.message for char in "\n\x00\ud800")
 
 
 async def test_different_annotation_trusted_by_rule_2() -> None:
@@ -283,7 +342,8 @@ async def test_other_owner_errors_propagate(code: int) -> None:
 
 
 def test_controller_of() -> None:
-    assert controller_of(pod()) == ("apps", "StatefulSet", "db-7f9c")
-    assert controller_of(pod(owner=("batch/v1", "Job"))) == ("batch", "Job", "db-7f9c")
+    assert controller_of(pod()) == ("apps", "StatefulSet", "db-7f9c", "uid-db-7f9c")
+    assert controller_of(pod(owner=("batch/v1", "Job"))) == ("batch", "Job", "db-7f9c",
+                                                              "uid-db-7f9c")
     assert controller_of(pod(owner=None)) is None
     assert controller_of(pod(controller=False)) is None
