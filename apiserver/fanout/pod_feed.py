@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any, Protocol
 
-from apiserver.kube import KubeClient
+from apiserver.kube import KubeClient, paths
 from apiserver.kube.informer import Handlers, Informer
 from apiserver.notifier.podcache import trim_pod
 
@@ -41,7 +41,8 @@ def pod_informer(kube: KubeClient) -> Callable[[str, str], PodInformer]:
     """Informers of one namespace's pods with a label selector, trimmed as the pod cache."""
 
     def make(namespace: str, selector: str) -> PodInformer:
-        return Informer(kube, f"/api/v1/namespaces/{namespace}/pods", name=f"allpods {namespace}",
+        return Informer(kube, paths.namespaced(paths.CORE, namespace, "pods"),
+                        name=f"allpods {namespace}",
                         params={"labelSelector": selector}, transform=trim_pod)
 
     return make
