@@ -122,8 +122,8 @@ class NotificationEvents:
     def pod_failed(self, notification: ObjectRef, pod: str, reason: str) -> None:
         """One series per failure reason: its count is how many pods failed so; the note
         names the first."""
-        note = (f"pods failed with reason {reason} (the first: {pod}); the series count is how "
-                f"many; see status.counts and the PodNotifier records labelled "
+        note = (f"pods failed with reason {reason} (the first: {pod}); this Event's count is "
+                f"how many; see status.counts and the PodNotifier records labelled "
                 f"{records.NOTIFICATION_LABEL}={notification.name}")
         self._sink.emit(Occurrence(notification, WARNING, POD_FAILED, NOTIFY, note,
                                    note_class=reason))
