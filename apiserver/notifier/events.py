@@ -17,6 +17,7 @@ not one Event per pod), `Completed` (Normal) or `Failed` (Warning) when it ends,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,8 @@ from apiserver.api.time import parse_timestamp
 from apiserver.kube.events import NORMAL, WARNING, EventSink, ObjectRef, Occurrence
 from apiserver.notifier import records
 from apiserver.notifier.exec_protocol import ExecReason
+
+log = logging.getLogger(__name__)
 
 REPORTING_CONTROLLER = "notifier.x-k8s.io/container-notifier"
 
@@ -101,10 +104,16 @@ class RunEvents:
         self._sink = sink
 
     def run_finished(self, record: Mapping[str, Any]) -> None:
-        reason = run_reason(record.get("status", {}))
+        """Emit the run's Events; never raises (an Event is never worth failing a run)."""
+        try:
+            reason = run_reason(record.get("status", {}))
+            note = run_note(record)
+            pod, podnotifier = pod_ref(record), record_ref(record)
+        except Exception:
+            log.exception("describing a finished run as an Event failed; no Event recorded",
+                          extra={"podnotifier": record.get("metadata", {}).get("name", "")})
+            return
         kind = NORMAL if reason == NOTIFIED else WARNING
-        note = run_note(record)
-        pod, podnotifier = pod_ref(record), record_ref(record)
         self._sink.emit(Occurrence(pod, kind, reason, NOTIFY, note, related=podnotifier))
         self._sink.emit(Occurrence(podnotifier, kind, reason, NOTIFY, note, related=pod))
 

@@ -11,7 +11,7 @@ import pytest
 
 from apiserver.fanout.controller import FanoutManager
 from apiserver.kube.events import NORMAL, WARNING
-from apiserver.notifier.events import NotificationEvents, duration, run_note
+from apiserver.notifier.events import NotificationEvents, RunEvents, duration, run_note
 from apiserver.notifier.exec_protocol import ExecReason
 from tests.support.events import RecordingSink
 from tests.unit.test_fanout_run import QUIESCE, UNQUIESCE, Server
@@ -148,3 +148,9 @@ async def test_pods_failing_for_different_reasons_are_different_series(
     await server.finished("mixed")
     failures = [o for o in sink.occurrences if o.reason == "PodFailed"]
     assert len({o.series_key for o in failures}) == 2
+
+
+def test_a_record_that_cannot_be_described_records_nothing_and_raises_nothing() -> None:
+    sink = RecordingSink()
+    RunEvents(sink).run_finished({"metadata": {"name": "r"}, "status": {"phase": "Failed"}})
+    assert sink.occurrences == []

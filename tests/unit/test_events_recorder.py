@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import ssl
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import pytest
 
-from apiserver.kube import KubeRejected, KubeUnavailable
+from apiserver.kube import Connection, KubeClient, KubeRejected, KubeUnavailable
 from apiserver.kube.events import (
     MAX_NOTE_BYTES,
     NORMAL,
@@ -303,3 +306,30 @@ async def test_a_patch_while_kube_apiserver_is_unavailable_is_retried() -> None:
     assert event["series"]["count"] == 2
     assert metrics.failed == {"patch": 1}
     assert metrics.written == {"create": 1, "patch": 1}
+
+
+async def test_through_the_kube_client_a_series_is_a_post_then_a_merge_patch() -> None:
+    seen: list[tuple[str, str, str, dict[str, Any]]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append((request.method, request.url.path,
+                     request.headers.get("content-type", ""), body))
+        return httpx.Response(201 if request.method == "POST" else 200, json=body)
+
+    kube = KubeClient(Connection("https://kube.test", ssl.create_default_context()),
+                      transport=httpx.MockTransport(handle))
+    events = EventRecorder(kube, "c", "i", FakeMetrics(),
+                           Limits(series_patch_interval_seconds=0))
+    events.emit(failure())
+    events.emit(failure())
+    await events.drain()
+    await kube.aclose()
+    (post, patch) = seen
+    assert post[:3] == ("POST", "/apis/events.k8s.io/v1/namespaces/prod/events",
+                        "application/json")
+    name = post[3]["metadata"]["name"]
+    assert patch[:3] == ("PATCH", f"/apis/events.k8s.io/v1/namespaces/prod/events/{name}",
+                         "application/merge-patch+json")
+    assert patch[3]["series"]["count"] == 2
+    assert set(patch[3]) == {"series"}
