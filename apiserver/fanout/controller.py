@@ -737,6 +737,8 @@ class FanoutManager:
         except NotFound:
             return
         self.parts.metrics.notification_finished(records.FAILED)
+        self.parts.events.finished(notification_ref(meta["namespace"], meta["name"], meta["uid"]),
+                                   records.FAILED, SCOPE_NOT_RECORDED, condition["message"])
 
     async def shutdown(self) -> None:
         tasks = [task for _, task in self._runs.values()]

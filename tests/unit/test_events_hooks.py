@@ -154,3 +154,18 @@ def test_a_record_that_cannot_be_described_records_nothing_and_raises_nothing() 
     sink = RecordingSink()
     RunEvents(sink).run_finished({"metadata": {"name": "r"}, "status": {"phase": "Failed"}})
     assert sink.occurrences == []
+
+
+async def test_a_notification_whose_scope_was_never_recorded_emits_failed(
+        fanout: tuple[Server, RecordingSink]) -> None:
+    server, sink = fanout
+    created = await server.notifications.create({
+        "apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
+        "metadata": {"namespace": NS, "name": "lost"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}, "notifier": QUIESCE},
+        "status": {"phase": "Pending"}})
+    await server.manager.resume()
+    (failed,) = sink.occurrences
+    assert (failed.reason, failed.type, failed.regarding.uid) == (
+        "Failed", WARNING, created["metadata"]["uid"])
+    assert "ScopeNotRecorded" in failed.note
