@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, FastAPI
@@ -26,8 +28,10 @@ from apiserver.fanout.scope import ScopeStore
 from apiserver.handlers import notifications, notify, podnotifiers
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
+from apiserver.kube.events import EventRecorder
 from apiserver.notifier import housekeeping
 from apiserver.notifier.admission import Admission, Limits
+from apiserver.notifier.events import REPORTING_CONTROLLER, NotificationEvents, RunEvents
 from apiserver.notifier.exec_stream import KubeEndpoint
 from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
@@ -45,6 +49,15 @@ from apiserver.serving.tls import ServingTLS
 
 log = logging.getLogger(__name__)
 
+EVENTS_DRAIN_SECONDS = 2.0
+"""At shutdown, how long writing the Events still queued may take."""
+
+
+def replica_name() -> str:
+    """This replica, as Events' reportingInstance: POD_NAME (downward API) or the hostname
+    (a pod's hostname is its name)."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
 
 def connect(options: ServerOptions) -> KubeClient:
     return (KubeClient.from_kubeconfig(options.kubeconfig) if options.kubeconfig
@@ -57,15 +70,15 @@ async def serve(options: ServerOptions) -> None:
     tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
     database = await SqliteDatabase.open(options.data_dir)
     watches = Watches()
-    app = build_app(options, kube, tls, database, watches)
+    app = build_app(options, kube, tls, database, watches, replica_name())
     await Server(uvicorn_config(app, tls, options.bind_address, options.secure_port),
                  watches.stop).serve()
 
 
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
-              database: SqliteDatabase, watches: Watches) -> FastAPI:
+              database: SqliteDatabase, watches: Watches, replica: str) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
-    `kube` and `database` at the end."""
+    `kube` and `database` at the end. `replica` names this server in the Events it records."""
     trust_store = TrustStore()
 
     def follow_trust(material: TrustMaterial) -> None:
@@ -97,8 +110,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         """Where runs exec, as the server's own identity (re-read: tokens rotate)."""
         return KubeEndpoint(kube.base_url, kube.ssl_context, kube.auth_headers())
 
+    events = EventRecorder(kube, REPORTING_CONTROLLER, replica, metrics)
     runner = Runner(records, KubeExec(exec_endpoint), pod_index, metrics,
-                    options.max_concurrent_executions)
+                    options.max_concurrent_executions, RunEvents(events))
     admission = Admission(
         pods=pod_cache, trust=TrustRules(owners, authorizer), records=records,
         runner=runner, limits=Limits(
@@ -110,7 +124,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     fanout = FanoutManager(FanoutParts(
         notifications=notification_store, podnotifiers=records, scopes=ScopeStore(database),
         admission=admission, runner=runner, authorizer=authorizer, metrics=metrics,
-        new_pods=InformerNewPods(pod_informer(kube))))
+        new_pods=InformerNewPods(pod_informer(kube)), events=NotificationEvents(events)))
 
     routes = APIRouter()
     routes.include_router(notify.router(admission, runner, records,
@@ -125,6 +139,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await housekeeping.recover_interrupted(records)
         await fanout.resume()
+        event_writer = asyncio.create_task(events.run(), name="event-recorder")
         background = [
             asyncio.create_task(trust_watcher.run(), name="trust-watcher"),
             asyncio.create_task(pod_index.run(), name="pod-index"),
@@ -145,6 +160,11 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            event_writer.cancel()
+            await asyncio.gather(event_writer, return_exceptions=True)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(EVENTS_DRAIN_SECONDS):
+                    await events.drain()
             records.close()
             notification_store.close()
             await database.close()

@@ -47,6 +47,7 @@ from apiserver.kube import KubeRejected, KubeUnavailable
 from apiserver.notifier import errors as notifier_errors
 from apiserver.notifier import records
 from apiserver.notifier.errors import NotAuthorized, NotDeclared, PodNotFound
+from apiserver.notifier.events import NotificationEvents, notification_ref
 from apiserver.notifier.request import GROUP, NotifyRequest
 from apiserver.notifier.runner import retry_until_stored
 from apiserver.registry.errors import NotFound
@@ -103,6 +104,7 @@ class FanoutParts:
     metrics: FanoutMetrics
     new_pods: NewPods
     """Pods that start to match an AllPods Notification's selector."""
+    events: NotificationEvents
 
 
 def requester(spec: dict[str, Any]) -> UserInfo:
@@ -159,6 +161,7 @@ class NotificationRun:
         self.parts = parts
         self.spec = run.spec
         self.namespace, self.name, self.uid = run.namespace, run.name, run.notification_uid
+        self.ref = notification_ref(self.namespace, self.name, self.uid)
         self.stopped = run.stopped
         self.status: dict[str, Any] = dict(status or {})
         self.pods: dict[str, ScopedPod] = {}
@@ -254,9 +257,12 @@ class NotificationRun:
         if self.deleted.is_set() or self.stopped:
             await self._finish(False)
             return
+        first_start = not self.status.get("startTime")
         started = self.status.get("startTime") or records.now()
         await self._stored("store the status", functools.partial(
             self._write_status, phase=records.RUNNING, startTime=started))
+        if first_start:
+            self.parts.events.started(self.ref, self.spec["notifier"], len(self.pods))
         for pod in self.pods.values():
             if pod.state == scope.PENDING:
                 self.queue.put_nowait(pod)
@@ -325,6 +331,8 @@ class NotificationRun:
         stop = FAIL_FAST if state == scope.FAILED and self.abort else ""
         await self._stored("store a pod's result", lambda: self.parts.scopes.finish_pod(
             self.uid, pod.pod_uid, state, reason, stop=stop))
+        if state == scope.FAILED:
+            self.parts.events.pod_failed(self.ref, pod.pod, reason)
         if stop and not self.stopped:
             self.stopped = stop
         self._changed(replace(self.pods.get(pod.pod_uid, pod), state=state, reason=reason))
@@ -542,12 +550,13 @@ class NotificationRun:
         now = records.now()
         phase = records.SUCCEEDED if outcome == scope.OUTCOME_SUCCEEDED else records.FAILED
         self.status.setdefault("startTime", now)
-        changes = {"phase": phase, "completionTime": now,
-                   "conditions": [self._condition(outcome, reason, detail)]}
+        condition = self._condition(outcome, reason, detail)
+        changes = {"phase": phase, "completionTime": now, "conditions": [condition]}
         await self._stored("store the final status",
                            functools.partial(self._write_status, **changes))
         if not self.deleted.is_set():
             self.parts.metrics.notification_finished(phase)
+            self.parts.events.finished(self.ref, phase, reason, condition["message"])
 
     async def _rollback(self) -> None:
         """Run the rollback notifier on every pod whose rollback is due and not done, at the
@@ -577,6 +586,10 @@ class NotificationRun:
                 self._changed(replace(self.pods[pod.pod_uid], rollback=outcome))
 
         await asyncio.gather(*(undo(pod) for pod in targets))
+        if targets:
+            outcomes = Counter(self.pods[p.pod_uid].rollback for p in targets)
+            self.parts.events.rolled_back(self.ref, notifier, outcomes[scope.ROLLBACK_DONE],
+                                          outcomes[scope.ROLLBACK_FAILED])
 
 
 class FanoutManager:
@@ -724,6 +737,8 @@ class FanoutManager:
         except NotFound:
             return
         self.parts.metrics.notification_finished(records.FAILED)
+        self.parts.events.finished(notification_ref(meta["namespace"], meta["name"], meta["uid"]),
+                                   records.FAILED, SCOPE_NOT_RECORDED, condition["message"])
 
     async def shutdown(self) -> None:
         tasks = [task for _, task in self._runs.values()]

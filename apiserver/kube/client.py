@@ -127,6 +127,11 @@ class KubeClient:
                    params: Mapping[str, str] | None = None) -> dict[str, Any]:
         return await self._request("POST", path, params=params, json=body)
 
+    async def patch(self, path: str, body: Mapping[str, Any],
+                    content_type: str = "application/merge-patch+json") -> dict[str, Any]:
+        return await self._request("PATCH", path, content=json.dumps(body).encode(),
+                                   headers={"Content-Type": content_type})
+
     async def watch(self, path: str, params: Mapping[str, str], accept: str | None = None
                     ) -> AsyncIterator[dict[str, Any]]:
         """Yield the watch events of `path` (a collection) until the server ends the stream.

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 from apiserver.notifier import records
 from apiserver.notifier.declarations import Notifier, SignalAction
+from apiserver.notifier.events import RunEvents
 from apiserver.notifier.exec_stream import ExecResult, KubeEndpoint, exec_in_container
 from apiserver.registry.errors import NotFound
 from apiserver.registry.store import ObjectStore
@@ -126,11 +127,12 @@ class _Run:
 
 class Runner:
     def __init__(self, store: ObjectStore, execute: ContainerExec, pods: PodDeletions,
-                 metrics: RunMetrics, max_concurrent: int) -> None:
+                 metrics: RunMetrics, max_concurrent: int, events: RunEvents) -> None:
         self._store = store
         self._execute = execute
         self._pods = pods
         self._metrics = metrics
+        self._events = events
         self._max_concurrent = max_concurrent
         self._runs: dict[tuple[str, str], _Run] = {}
 
@@ -219,6 +221,7 @@ class Runner:
                 final = ending("InternalError", "the server failed while running the notifier: "
                                f"{type(error).__name__}")
             stored = await self._final(plan, final)
+            self._events.run_finished(stored)
             phase, reason = stored["status"]["phase"], stored["status"].get("reason", "")
         except NotFound:
             log.info("record deleted while it ran", extra={"namespace": plan.namespace,

@@ -54,6 +54,28 @@ class Metrics:
             "logged with its traceback and request id and answered with a 500 Status.",
             registry=self.registry)
 
+        self._events_written = Counter(
+            f"{PREFIX}_events_written",
+            "Event writes kube-apiserver accepted: create (a new Event) or patch (a series "
+            "count).", ["operation"], registry=self.registry)
+        self._events_dropped = Counter(
+            f"{PREFIX}_events_dropped",
+            "Event occurrences not written: queue_full or rate_limited.",
+            ["cause"], registry=self.registry)
+        self._event_write_failures = Counter(
+            f"{PREFIX}_event_write_failures",
+            "Event writes that failed (kube-apiserver unreachable or refused), by operation.",
+            ["operation"], registry=self.registry)
+
+    def event_written(self, operation: str) -> None:
+        self._events_written.labels(operation=operation).inc()
+
+    def event_dropped(self, cause: str) -> None:
+        self._events_dropped.labels(cause=cause).inc()
+
+    def event_write_failed(self, operation: str) -> None:
+        self._event_write_failures.labels(operation=operation).inc()
+
     def unexpected_error(self) -> None:
         self._unexpected_errors.inc()
 

@@ -36,11 +36,13 @@ from apiserver.notifier.errors import (
     TooManyRuns,
     Untrusted,
 )
+from apiserver.notifier.events import NotificationEvents
 from apiserver.notifier.request import NotifyRequest
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
+from tests.support.events import RecordingSink
 
 NS = "prod"
 QUIESCE, UNQUIESCE = "quiesce", "unquiesce"
@@ -194,7 +196,7 @@ class Server:
         manager = FanoutManager(FanoutParts(
             notifications=notifications, podnotifiers=podnotifiers, scopes=scopes,
             admission=fake, runner=fake, authorizer=authorizer, metrics=metrics,
-            new_pods=new_pods), sweep_delay=0.01)
+            new_pods=new_pods, events=NotificationEvents(RecordingSink())), sweep_delay=0.01)
         return cls(database, notifications, podnotifiers, scopes, fake, authorizer, metrics,
                    new_pods, manager)
 

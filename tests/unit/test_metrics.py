@@ -179,7 +179,7 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
                             tls_private_key_file=tmp_path / "tls.key",
                             data_dir=tmp_path / "data")
     app = build_app(options, kube, ServingTLS(options.tls_cert_file, options.tls_private_key_file),
-                    await SqliteDatabase.open(options.data_dir), Watches())
+                    await SqliteDatabase.open(options.data_dir), Watches(), "replica-0")
     async with app.router.lifespan_context(app), _client(app) as client:
         async with asyncio.timeout(5):
             while (await client.get("/readyz")).status_code != 200:

@@ -17,6 +17,7 @@ import pytest
 
 from apiserver.notifier import records
 from apiserver.notifier.declarations import ExecAction, Notifier, SignalAction
+from apiserver.notifier.events import RunEvents
 from apiserver.notifier.exec_protocol import ExecReason
 from apiserver.notifier.exec_stream import ExecResult
 from apiserver.notifier.runner import ContainerPlan, Plan, Runner, retry_until_stored
@@ -25,6 +26,7 @@ from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import ObjectStore
+from tests.support.events import RecordingSink
 
 NS = "prod"
 
@@ -135,6 +137,7 @@ class Setup:
     pods: FakePodDeletions
     metrics: FakeMetrics
     runner: Runner
+    events: RecordingSink
 
     async def plan(self, *containers: str, not_running: dict[str, str] | None = None,
                    pod_not_running: str = "", signal: bool = False) -> Plan:
@@ -163,8 +166,10 @@ async def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
     database = await SqliteDatabase.open(tmp_path / "data")
     store = SqliteObjectStore(database, PODNOTIFIERS)
     flaky, execute, pods, metrics = FlakyStore(store), FakeExec(), FakePodDeletions(), FakeMetrics()
-    runner = Runner(flaky, execute, pods, metrics, max_concurrent=2)  # type: ignore[arg-type]
-    yield Setup(store, flaky, execute, pods, metrics, runner)
+    events = RecordingSink()
+    runner = Runner(flaky, execute, pods, metrics, max_concurrent=2,  # type: ignore[arg-type]
+                    events=RunEvents(events))
+    yield Setup(store, flaky, execute, pods, metrics, runner, events)
     await runner.shutdown()
     store.close()
     await database.close()

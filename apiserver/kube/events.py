@@ -1,0 +1,378 @@
+"""Kubernetes Events (events.k8s.io/v1), recorded the way client-go's event recorder does.
+
+`EventRecorder.emit` never blocks and never raises: an occurrence goes into a bounded queue
+(full: dropped and counted) that `EventRecorder.run`, a background task, drains. There:
+
+- **series**: an occurrence like one recorded in the last `series_window_seconds` (same
+  regarding and related objects, type, reason, action and note class) creates no new Event; it
+  increments that Event's `series.count` and moves its `series.lastObservedTime`, written by a
+  merge patch at most once per `series_patch_interval_seconds` per Event (coalesced);
+- **rate limits** on new Events and on series patches: a token bucket per regarding object
+  (client-go's spam filter defaults: burst 25, one token back per 300 s) and one per kind of
+  regarding object (the global cap: burst 100, 10 per second), so that a fan-out over
+  thousands of pods writes a bounded number of Events and cannot starve the Events of other
+  kinds (a Notification's own Events get through while its pods' are capped);
+- **failures** to write are counted and logged (at most one warning a minute per kind of
+  failure, the rest at debug): they never reach the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from apiserver.kube.client import KubeRejected, KubeUnavailable
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "events.k8s.io/v1"
+NORMAL, WARNING = "Normal", "Warning"
+MAX_NOTE_BYTES = 1024
+"""events.k8s.io/v1 refuses a longer note."""
+MAX_FIELD_CHARS = 128
+"""reason, action, reportingController and reportingInstance: at most 128 characters."""
+MAX_NAME_CHARS = 253
+MERGE_PATCH = "application/merge-patch+json"
+LOG_INTERVAL_SECONDS = 60.0
+
+QUEUE_FULL, RATE_LIMITED = "queue_full", "rate_limited"
+"""Why an occurrence was dropped (the `cause` label of the dropped counter)."""
+CREATE, PATCH = "create", "patch"
+"""Which write (the `operation` label of the written and write-failure counters)."""
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The object an Event is about (`regarding`) or mentions (`related`)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"apiVersion": self.api_version, "kind": self.kind, "namespace": self.namespace,
+                "name": self.name, "uid": self.uid}
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """Something that happened: one Event, or one more of a series."""
+
+    regarding: ObjectRef
+    type: str
+    """NORMAL or WARNING."""
+    reason: str
+    action: str
+    note: str
+    related: ObjectRef | None = None
+    note_class: str | None = None
+    """What makes occurrences with different notes one series (e.g. the failure reason of
+    many pods); None: the note itself. The series keeps the note of its first occurrence."""
+
+    @property
+    def series_key(self) -> tuple[Any, ...]:
+        return (self.regarding, self.related, self.type, self.reason, self.action,
+                self.note if self.note_class is None else self.note_class)
+
+
+class EventSink(Protocol):
+    """What emitters need: hand over an occurrence, never blocking, never raising."""
+
+    def emit(self, occurrence: Occurrence) -> None: ...
+
+
+class EventWriter(Protocol):
+    """What the recorder needs of `apiserver.kube.KubeClient`."""
+
+    async def post(self, path: str, body: Mapping[str, Any],
+                   params: Mapping[str, str] | None = None) -> dict[str, Any]: ...
+
+    async def patch(self, path: str, body: Mapping[str, Any],
+                    content_type: str = MERGE_PATCH) -> dict[str, Any]: ...
+
+
+class EventMetrics(Protocol):
+    """What the recorder counts (``apiserver.serving.metrics.Metrics``)."""
+
+    def event_written(self, operation: str) -> None: ...
+
+    def event_dropped(self, cause: str) -> None: ...
+
+    def event_write_failed(self, operation: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    queue_size: int = 1000
+    """Occurrences waiting to be written (client-go: 1000)."""
+    per_object_burst: int = 25
+    per_object_refill_seconds: float = 300.0
+    """One token back per this many seconds (client-go's spam filter: 25, 1/300 s)."""
+    per_kind_burst: int = 100
+    per_kind_per_second: float = 10.0
+    series_window_seconds: float = 360.0
+    """A series with no occurrence for this long ends (client-go: 6 minutes)."""
+    series_patch_interval_seconds: float = 1.0
+    cache_size: int = 4096
+    """Series and per-object buckets kept (least recently used dropped; client-go: 4096)."""
+
+
+class TokenBucket:
+    def __init__(self, burst: int, per_second: float, now: float) -> None:
+        self._burst = float(burst)
+        self._per_second = per_second
+        self._tokens = float(burst)
+        self._at = now
+
+    def available(self, now: float) -> bool:
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_second)
+        self._at = now
+        return self._tokens >= 1.0
+
+    def take(self) -> None:
+        """Use a token; call only after `available` said there is one."""
+        self._tokens -= 1.0
+
+
+@dataclass
+class _Series:
+    namespace: str
+    name: str
+    """The Event object's name."""
+    kind: str
+    """The regarding object's kind (its per-kind bucket)."""
+    count: int
+    last_observed: float
+    """Monotonic time of the last occurrence."""
+    last_observed_time: str
+    written_count: int
+    last_patch: float
+
+
+class _LogLimiter:
+    """At most one warning per `interval` per kind of failure; the others at debug, counted
+    in the next warning."""
+
+    def __init__(self, clock: Callable[[], float], interval: float = LOG_INTERVAL_SECONDS):
+        self._clock = clock
+        self._interval = interval
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def failure(self, kind: str, message: str, extra: Mapping[str, Any]) -> None:
+        now = self._clock()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._interval:
+            self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+            log.debug(message, extra=dict(extra))
+            return
+        self._last[kind] = now
+        suppressed = self._suppressed.pop(kind, 0)
+        log.warning(message, extra={**extra, "similar_since_last_warning": suppressed})
+
+
+def micro_time(moment: datetime) -> str:
+    """A ``metav1.MicroTime``: RFC 3339 in UTC with microseconds."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def truncate_note(note: str) -> str:
+    encoded = note.encode()
+    if len(encoded) <= MAX_NOTE_BYTES:
+        return note
+    return encoded[:MAX_NOTE_BYTES - 3].decode(errors="ignore") + "..."
+
+
+def events_path(namespace: str) -> str:
+    return f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+
+
+class EventRecorder:
+    """Writes occurrences as Events, reported by `controller` from replica `instance`."""
+
+    def __init__(self, kube: EventWriter, controller: str, instance: str,
+                 metrics: EventMetrics, limits: Limits | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._kube = kube
+        self._controller = controller[:MAX_FIELD_CHARS]
+        self._instance = instance[:MAX_FIELD_CHARS]
+        self._metrics = metrics
+        self._limits = limits or Limits()
+        self._clock = clock
+        self._wall = wall
+        self._queue: asyncio.Queue[Occurrence] = asyncio.Queue(self._limits.queue_size)
+        self._series: OrderedDict[tuple[Any, ...], _Series] = OrderedDict()
+        self._dirty: set[tuple[Any, ...]] = set()
+        """Keys of series whose count moved since their last write."""
+        self._object_buckets: OrderedDict[ObjectRef, TokenBucket] = OrderedDict()
+        self._kind_buckets: dict[str, TokenBucket] = {}
+        self._failures = _LogLimiter(clock)
+        self._last_name_ns = 0
+
+    def emit(self, occurrence: Occurrence) -> None:
+        try:
+            self._queue.put_nowait(occurrence)
+        except asyncio.QueueFull:
+            self._metrics.event_dropped(QUEUE_FULL)
+            self._failures.failure(QUEUE_FULL, "event queue full; event dropped", {
+                "reason": occurrence.reason, "regarding": occurrence.regarding.name})
+
+    async def run(self) -> None:
+        """Write queued occurrences and due series patches, until cancelled."""
+        interval = self._limits.series_patch_interval_seconds
+        while True:
+            occurrence = None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval if self._dirty else None):
+                    occurrence = await self._queue.get()
+            if occurrence is not None:
+                await self._record(occurrence)
+            await self._patch_due(force=False)
+
+    async def drain(self) -> None:
+        """Write everything queued and every pending series count now (at shutdown, after
+        `run` was cancelled; bound it with a timeout)."""
+        while not self._queue.empty():
+            await self._record(self._queue.get_nowait())
+        await self._patch_due(force=True)
+
+    async def _record(self, occurrence: Occurrence) -> None:
+        now = self._clock()
+        key = occurrence.series_key
+        series = self._series.get(key)
+        if series is not None and now - series.last_observed <= (
+                self._limits.series_window_seconds):
+            series.count += 1
+            series.last_observed = now
+            series.last_observed_time = micro_time(self._wall())
+            self._series.move_to_end(key)
+            self._dirty.add(key)
+            return
+        self._series.pop(key, None)
+        self._dirty.discard(key)
+        if not self._allowed(occurrence.regarding, now):
+            self._metrics.event_dropped(RATE_LIMITED)
+            self._failures.failure(RATE_LIMITED, "event rate limit reached; event dropped", {
+                "reason": occurrence.reason, "regarding_kind": occurrence.regarding.kind,
+                "regarding": occurrence.regarding.name})
+            return
+        body = self._event(occurrence)
+        try:
+            await self._kube.post(events_path(occurrence.regarding.namespace), body)
+        except Exception as error:
+            self._write_failed(CREATE, error, occurrence.regarding)
+            return
+        self._metrics.event_written(CREATE)
+        self._series[key] = _Series(
+            namespace=occurrence.regarding.namespace, name=body["metadata"]["name"],
+            kind=occurrence.regarding.kind, count=1, last_observed=now,
+            last_observed_time=body["eventTime"], written_count=1, last_patch=now)
+        self._forget_oldest(self._series)
+
+    def _allowed(self, regarding: ObjectRef, now: float) -> bool:
+        """Take a token from the object's bucket and its kind's, if both have one."""
+        limits = self._limits
+        bucket = self._object_buckets.get(regarding)
+        if bucket is None:
+            bucket = self._object_buckets[regarding] = TokenBucket(
+                limits.per_object_burst, 1.0 / limits.per_object_refill_seconds, now)
+            self._forget_oldest(self._object_buckets)
+        self._object_buckets.move_to_end(regarding)
+        kind = self._kind_bucket(regarding.kind, now)
+        if not (bucket.available(now) and kind.available(now)):
+            return False
+        bucket.take()
+        kind.take()
+        return True
+
+    def _kind_bucket(self, kind: str, now: float) -> TokenBucket:
+        bucket = self._kind_buckets.get(kind)
+        if bucket is None:
+            bucket = self._kind_buckets[kind] = TokenBucket(
+                self._limits.per_kind_burst, self._limits.per_kind_per_second, now)
+        return bucket
+
+    def _forget_oldest(self, cache: OrderedDict[Any, Any]) -> None:
+        while len(cache) > self._limits.cache_size:
+            cache.popitem(last=False)
+
+    async def _patch_due(self, force: bool) -> None:
+        """Patch every series whose count moved, once per patch interval (each patch takes a
+        token of the regarding kind's bucket; without one it waits for the next round)."""
+        now = self._clock()
+        for key in list(self._dirty):
+            series = self._series.get(key)
+            if series is None or series.count <= series.written_count:
+                self._dirty.discard(key)
+                continue
+            if not force and now - series.last_patch < self._limits.series_patch_interval_seconds:
+                continue
+            bucket = self._kind_bucket(series.kind, now)
+            if not bucket.available(now):
+                continue
+            bucket.take()
+            series.last_patch = now
+            count = series.count
+            patch = {"series": {"count": count, "lastObservedTime": series.last_observed_time}}
+            try:
+                await self._kube.patch(f"{events_path(series.namespace)}/{series.name}", patch,
+                                       MERGE_PATCH)
+            except KubeUnavailable as error:
+                self._write_failed(PATCH, error, None, series.name)  # retried next round
+                continue
+            except Exception as error:
+                # Gone (expired, deleted) or refused: the next occurrence starts a new Event.
+                self._write_failed(PATCH, error, None, series.name)
+                if self._series.get(key) is series:
+                    del self._series[key]
+                self._dirty.discard(key)
+                continue
+            series.written_count = count
+            if series.count == count:
+                self._dirty.discard(key)
+            self._metrics.event_written(PATCH)
+
+    def _write_failed(self, operation: str, error: Exception, regarding: ObjectRef | None,
+                      event: str = "") -> None:
+        self._metrics.event_write_failed(operation)
+        status = f" ({error.status_code})" if isinstance(error, KubeRejected) else ""
+        self._failures.failure(f"{operation}{status}", f"writing an event failed ({operation})",
+                               {"event": event or (regarding.name if regarding else ""),
+                                "error": f"{type(error).__name__}{status}: {error}"})
+
+    def _event(self, occurrence: Occurrence) -> dict[str, Any]:
+        now = self._wall()
+        body: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": "Event",
+            "metadata": {"name": self._name(occurrence.regarding.name),
+                         "namespace": occurrence.regarding.namespace},
+            "eventTime": micro_time(now),
+            "reportingController": self._controller,
+            "reportingInstance": self._instance,
+            "action": occurrence.action[:MAX_FIELD_CHARS],
+            "reason": occurrence.reason[:MAX_FIELD_CHARS],
+            "type": occurrence.type,
+            "note": truncate_note(occurrence.note),
+            "regarding": occurrence.regarding.to_json(),
+        }
+        if occurrence.related is not None:
+            body["related"] = occurrence.related.to_json()
+        return body
+
+    def _name(self, regarding: str) -> str:
+        """`<regarding>.<nanoseconds in hex>`, as client-go names Events (unique here)."""
+        stamp = max(time.time_ns(), self._last_name_ns + 1)
+        self._last_name_ns = stamp
+        suffix = f".{stamp:x}"
+        return regarding[:MAX_NAME_CHARS - len(suffix)].rstrip("-.") + suffix
