@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from apiserver.kube import paths
 from apiserver.kube.client import KubeRejected, KubeUnavailable
 
 log = logging.getLogger(__name__)
@@ -192,8 +193,11 @@ def truncate_note(note: str) -> str:
     return encoded[:MAX_NOTE_BYTES - 3].decode(errors="ignore") + "..."
 
 
-def events_path(namespace: str) -> str:
-    return f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+EVENTS_API = "/apis/events.k8s.io/v1"
+
+
+def events_path(namespace: str, name: str = "") -> str:
+    return paths.namespaced(EVENTS_API, namespace, "events", name)
 
 
 class EventRecorder:
@@ -325,7 +329,7 @@ class EventRecorder:
             count = series.count
             patch = {"series": {"count": count, "lastObservedTime": series.last_observed_time}}
             try:
-                await self._kube.patch(f"{events_path(series.namespace)}/{series.name}", patch,
+                await self._kube.patch(events_path(series.namespace, series.name), patch,
                                        MERGE_PATCH)
             except KubeUnavailable as error:
                 self._write_failed(PATCH, error, None, series.name)  # retried next round
