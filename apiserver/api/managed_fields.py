@@ -157,10 +157,12 @@ def _conflict(conflicts: list[tuple[Field, str, str]], resource: str, group: str
     causes = [Cause("FieldManagerConflict", f'conflict with "{owner}"'
                     + (f" using {version}" if version else ""), field_path(field))
               for field, owner, version in conflicts]
-    listed = "\n".join(f"- {cause.message}: {cause.field}" for cause in causes)
-    count = f"{len(causes)} conflict{'s' if len(causes) > 1 else ''}"
+    if len(causes) == 1:
+        listed = f"1 conflict: {causes[0].message}: {causes[0].field}"
+    else:
+        listed = f"{len(causes)} conflicts: " + "\n".join(
+            f"- {cause.message}: {cause.field}" for cause in causes)
     return errors.Conflict(
-        f"Apply failed with {count}: {listed}\nTo take these fields over, apply again with "
-        "force (kubectl apply --server-side --force-conflicts); to leave them to their "
-        "manager, remove them from your configuration",
+        f"Apply failed with {listed}\nApply with force (force=true, kubectl apply --server-side "
+        "--force-conflicts) to take these fields over, or leave them out of your configuration",
         group=group, resource=resource, name=name, causes=causes)

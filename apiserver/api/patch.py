@@ -295,23 +295,31 @@ def check_mutable(resource: str, group: str, old: Mapping[str, Any], new: Any) -
     if not isinstance(new, dict):
         raise errors.invalid(resource, group, name, [FieldError.invalid(
             "", new, "the patched object must be a JSON object").as_cause()])
-    causes: list[Cause] = []
-    for key in sorted(set(old) | set(new)):
-        if key != "metadata" and not json_equal(old.get(key), new.get(key)):
-            causes.append(_immutable(key, new.get(key)))
+    causes = [_immutable(path, value) for key in sorted(set(old) | set(new)) if key != "metadata"
+              for path, value in changes(key, old.get(key), new.get(key))]
     old_meta, new_meta = old.get("metadata") or {}, new.get("metadata")
     if not isinstance(new_meta, dict):
         causes.append(FieldError.invalid("metadata", new_meta, "must be an object").as_cause())
     else:
-        for key in sorted(set(old_meta) | set(new_meta)):
-            if key in MUTABLE_METADATA or key in SERVER_METADATA:
-                continue
-            if not json_equal(old_meta.get(key), new_meta.get(key)):
-                causes.append(_immutable(f"metadata.{key}", new_meta.get(key)))
+        causes += [_immutable(path, value) for key in sorted(set(old_meta) | set(new_meta))
+                   if key not in MUTABLE_METADATA and key not in SERVER_METADATA
+                   for path, value in changes(f"metadata.{key}", old_meta.get(key),
+                                              new_meta.get(key))]
         causes += _label_problems(old_meta.get("labels") or {}, new_meta.get("labels"))
         causes += _annotation_problems(new_meta.get("annotations"))
     if causes:
         raise errors.invalid(resource, group, name, causes)
+
+
+def changes(path: str, old: Any, new: Any) -> list[tuple[str, Any]]:
+    """The field paths (``spec.notifier``) where ``new`` differs from ``old``, with the new
+    values (None where removed): objects are compared member by member, anything else whole."""
+    if json_equal(old, new):
+        return []
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [found for key in sorted(set(old) | set(new))
+                for found in changes(f"{path}.{key}", old.get(key), new.get(key))]
+    return [(path, new)]
 
 
 def _immutable(field: str, value: Any) -> Cause:
