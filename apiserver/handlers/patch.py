@@ -45,6 +45,10 @@ MAX_PATCH_BYTES = 1024 * 1024
 """Bound on a patch body (before YAML or JSON parsing); objects here are a few KiB."""
 _FIELD_VALIDATION = ("", "Strict", "Warn", "Ignore")
 _TRUE, _FALSE = ("true", "1"), ("false", "0", "")
+_KEPT_WHEN_CLEARED = ("creationTimestamp", "generation")
+"""Server-set members a patch may clear without meaning it (``creationTimestamp: null`` in
+YAML written by ``kubectl create --dry-run=client -o yaml``): kept, as kube-apiserver keeps them
+on update. A different value is still immutable (422)."""
 
 ApplyCreate = Callable[[Request, str, dict[str, Any], list[dict[str, Any]]], Awaitable[Response]]
 """Creates the object an apply names when it does not exist: (request, namespace, applied
@@ -141,6 +145,9 @@ class Patch:
             for key in ("resourceVersion", "uid"):
                 if key in meta:
                     new_meta[key] = meta[key]
+            for key in _KEPT_WHEN_CLEARED:
+                if new_meta.get(key) is None and key in meta:
+                    new_meta[key] = meta[key]
         check_mutable(self.resource.plural, self.resource.group, typed, patched)
         if self.kind is not PatchType.APPLY:
             new_meta = patched["metadata"]
@@ -156,16 +163,18 @@ class Patch:
 
     def _applied(self, typed: Object, managed: list[dict[str, Any]]) -> Object:
         meta = typed.get("metadata") or {}
-        config_meta = self.document.get("metadata") or {}
+        config = _without_nulls(self.document)
+        config_meta = config.get("metadata") or {}
         applied = managed_fields.apply(
             meta, managed, config_meta, manager=self.options.field_manager,
             api_version=self.api_version, time=self.time, force=self.options.force,
             resource=self.resource.plural, group=self.resource.group,
             name=str(meta.get("name", "")))
-        rest = {key: value for key, value in self.document.items() if key != "metadata"}
+        rest = {key: value for key, value in config.items() if key != "metadata"}
         patched = merge_patch(typed, rest)
         others = {key: value for key, value in config_meta.items()
-                  if key not in (*managed_fields.MAPS, "managedFields")}
+                  if key not in (*managed_fields.MAPS, "managedFields")
+                  and not (key == "namespace" and value == "")}
         new_meta = merge_patch({key: value for key, value in meta.items()
                                 if key not in managed_fields.MAPS}, others)
         new_meta.update(applied.metadata)
@@ -178,9 +187,20 @@ class Patch:
     def created_managed_fields(self) -> list[dict[str, Any]]:
         """The managedFields of the object an apply creates."""
         return managed_fields.apply(
-            {}, [], self.document.get("metadata") or {}, manager=self.options.field_manager,
-            api_version=self.api_version, time=self.time, force=False,
+            {}, [], _without_nulls(self.document).get("metadata") or {},
+            manager=self.options.field_manager, api_version=self.api_version, time=self.time,
+            force=False,
             resource=self.resource.plural, group=self.resource.group, name="").managed_fields
+
+
+def _without_nulls(value: Any) -> Any:
+    """An apply configuration without its null members: in an apply, null means "not given"
+    (merging it would delete the member)."""
+    if isinstance(value, dict):
+        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
 
 
 def check_apply_config(resource: ResourceType, config: dict[str, Any], namespace: str,

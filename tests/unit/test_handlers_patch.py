@@ -367,3 +367,21 @@ async def test_apply_create_dry_run_stores_nothing(client, fanout, stored_notifi
 async def test_merge_patch_of_a_missing_notification_is_404(client):
     status_of(await patch(client, {"metadata": {"labels": {"a": "b"}}}, MERGE,
                           f"{NOTIFICATIONS_PATH}/n1"), 404, "NotFound")
+
+
+async def test_cleared_server_fields_are_kept_and_nulls_in_apply_mean_not_given(client, stored):
+    response = await patch(client, {"metadata": {"creationTimestamp": None,
+                                                 "labels": {"a": "1"}}}, MERGE)
+    assert response.status_code == 200, response.text
+    assert response.json()["metadata"]["creationTimestamp"] == stored["metadata"][
+        "creationTimestamp"]
+    body = json.loads(applied({"b": "2"}))
+    body["metadata"]["creationTimestamp"] = None
+    body["status"] = None
+    response = await patch(client, json.dumps(body), APPLY, fieldManager="me")
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == stored["status"]
+    changed = {"metadata": {"creationTimestamp": "2000-01-01T00:00:00Z"}}
+    status = status_of(await patch(client, changed, MERGE), 422, "Invalid")
+    assert [cause["field"] for cause in status["details"]["causes"]] == [
+        "metadata.creationTimestamp"]
