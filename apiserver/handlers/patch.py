@@ -253,5 +253,6 @@ async def patch_object(resource: ResourceType, store: ObjectStore, renderer: Ren
                 f'{resource.plural}.{resource.group} "{name}" not found, and server-side apply '
                 f"cannot create it: {create_hint}", group=resource.group,
                 resource=resource.plural, name=name) from None
-        return await apply_create(request, namespace, document, patch.created_managed_fields())
+        named = {**document, "metadata": {**(document.get("metadata") or {}), "name": name}}
+        return await apply_create(request, namespace, named, patch.created_managed_fields())
     return JSONResponse(renderer.object(result))

@@ -385,3 +385,11 @@ async def test_cleared_server_fields_are_kept_and_nulls_in_apply_mean_not_given(
     status = status_of(await patch(client, changed, MERGE), 422, "Invalid")
     assert [cause["field"] for cause in status["details"]["causes"]] == [
         "metadata.creationTimestamp"]
+
+
+async def test_apply_create_takes_the_name_from_the_url(client):
+    config = NOTIFICATION_YAML.replace("  name: n1\n", "")
+    response = await patch(client, config, APPLY, f"{NOTIFICATIONS_PATH}/from-url",
+                           fieldManager="kubectl")
+    assert response.status_code == 201, response.text
+    assert response.json()["metadata"]["name"] == "from-url"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from apiserver import errors
+from apiserver.api.openapi import openapi_v2, openapi_v3_group_version
 from apiserver.api.patch import (
     MAX_ANNOTATIONS_BYTES,
     PATCH_MEDIA_TYPES,
@@ -270,3 +271,16 @@ def test_changes_descends_objects_only():
         ("spec.a.b", 2), ("spec.a.c", [1, 2])]
     assert changes("spec", {"a": 1}, {"a": 1}) == []
     assert changes("spec", {"a": 1}, "x") == [("spec", "x")]
+
+
+def test_openapi_patch_operations_consume_the_served_patch_types():
+    for plural, kind in (("notifications", "Notification"), ("podnotifiers", "PodNotifier")):
+        path = f"/apis/notifier.x-k8s.io/v1alpha1/namespaces/{{namespace}}/{plural}/{{name}}"
+        v2 = openapi_v2()["paths"][path]["patch"]
+        assert v2["consumes"] == list(PATCH_MEDIA_TYPES)
+        assert v2["x-kubernetes-action"] == "patch"
+        assert v2["x-kubernetes-group-version-kind"]["kind"] == kind
+        assert {p["name"] for p in v2["parameters"]} >= {"body", "dryRun", "fieldManager",
+                                                         "force"}
+        v3 = openapi_v3_group_version()["paths"][path]["patch"]
+        assert sorted(v3["requestBody"]["content"]) == sorted(PATCH_MEDIA_TYPES)
