@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apiserver import errors
+from apiserver.api.patch import patch_options_invalid
 from apiserver.errors import Cause
 
 APPLY, UPDATE = "Apply", "Update"
@@ -80,17 +81,17 @@ def _entry(manager: str, operation: str, api_version: str, time: str,
 def check_manager(manager: str, *, apply: bool) -> None:
     """422 (PatchOptions) for a missing apply manager or a malformed one, worded as
     kube-apiserver's ValidatePatchOptions."""
-    problem = ""
     if apply and not manager:
-        problem = "fieldManager: Required value: is required for apply patch"
+        reason, problem = "FieldValueRequired", "Required value: is required for apply patch"
     elif len(manager) > MAX_MANAGER_LENGTH:
-        problem = f"fieldManager: Too long: may not be more than {MAX_MANAGER_LENGTH} bytes"
+        reason, problem = ("FieldValueTooLong",
+                           f"Too long: may not be more than {MAX_MANAGER_LENGTH} bytes")
     elif not manager.isprintable():
-        problem = "fieldManager: Invalid value: must only contain printable characters"
-    if problem:
-        raise errors.Invalid(f'PatchOptions.meta.k8s.io "" is invalid: {problem}',
-                             group="meta.k8s.io", resource="PatchOptions",
-                             causes=[Cause("FieldValueInvalid", problem, "fieldManager")])
+        reason, problem = ("FieldValueInvalid",
+                           "Invalid value: must only contain printable characters")
+    else:
+        return
+    raise patch_options_invalid("fieldManager", reason, problem)
 
 
 def _rewrite(managed: list[dict[str, Any]], drop: set[Field], keep: tuple[str, str] | None

@@ -58,6 +58,14 @@ def patch_type(content_type: str | None) -> PatchType:
     raise errors.unsupported_media_type(PATCH_MEDIA_TYPES)
 
 
+def patch_options_invalid(field: str, reason: str, problem: str) -> errors.Invalid:
+    """422 for a query parameter of a PATCH, worded as kube-apiserver's ValidatePatchOptions
+    (the cause's message without the field, as Go's field errors)."""
+    return errors.Invalid(f'PatchOptions.meta.k8s.io "" is invalid: {field}: {problem}',
+                          group="meta.k8s.io", resource="PatchOptions",
+                          causes=[Cause(reason, problem, field)])
+
+
 def decode(kind: PatchType, raw: bytes) -> Any:
     """The patch document of a body: a JSON value (400 if it is none), or for apply the
     applied configuration (``load_apply_config``)."""

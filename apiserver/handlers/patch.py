@@ -31,11 +31,11 @@ from apiserver.api.patch import (
     check_mutable,
     decode,
     merge_patch,
+    patch_options_invalid,
     patch_type,
 )
 from apiserver.api.resources import VERSION
 from apiserver.api.time import timestamp
-from apiserver.errors import Cause
 from apiserver.handlers.negotiation import Renderer
 from apiserver.registry.errors import check_preconditions
 from apiserver.registry.resources import ResourceType
@@ -69,18 +69,20 @@ class PatchOptions:
         dry_run = query.getlist("dryRun")
         for value in dry_run:
             if value != "All":
-                raise _patch_options_invalid(
-                    "dryRun", f'dryRun: Unsupported value: "{value}": supported values: "All"')
+                raise patch_options_invalid(
+                    "dryRun", "FieldValueNotSupported",
+                    f'Unsupported value: "{value}": supported values: "All"')
         force_text = query.get("force")
         if force_text is not None and kind is not PatchType.APPLY:
-            raise _patch_options_invalid(
-                "force", "force: Forbidden: may not be specified for non-apply patch")
+            raise patch_options_invalid(
+                "force", "FieldValueForbidden",
+                "Forbidden: may not be specified for non-apply patch")
         if (force_text or "").lower() not in _TRUE + _FALSE:
             raise errors.bad_request(f'invalid force "{force_text}": must be true or false')
         validation = query.get("fieldValidation", "")
         if validation not in _FIELD_VALIDATION:
-            raise _patch_options_invalid(
-                "fieldValidation", f'fieldValidation: Unsupported value: "{validation}": '
+            raise patch_options_invalid(
+                "fieldValidation", "FieldValueNotSupported", f'Unsupported value: "{validation}": '
                 'supported values: "Ignore", "Strict", "Warn"')
         manager = query.get("fieldManager", "")
         managed_fields.check_manager(manager, apply=kind is PatchType.APPLY)
@@ -89,12 +91,6 @@ class PatchOptions:
             manager = request.headers.get("user-agent", "").split("/")[0][
                 :managed_fields.MAX_MANAGER_LENGTH]
         return cls(bool(dry_run), manager, (force_text or "").lower() in _TRUE)
-
-
-def _patch_options_invalid(field: str, message: str) -> errors.Invalid:
-    return errors.Invalid(f'PatchOptions.meta.k8s.io "" is invalid: {message}',
-                          group="meta.k8s.io", resource="PatchOptions",
-                          causes=[Cause("FieldValueInvalid", message, field)])
 
 
 async def read_body(request: Request) -> bytes:

@@ -256,7 +256,11 @@ async def test_a_large_body_is_413(client, stored):
 
 async def test_patch_options_are_checked(client, stored):
     status = status_of(await patch(client, "kind: PodNotifier", APPLY), 422, "Invalid")
-    assert "fieldManager: Required value: is required for apply patch" in status["message"]
+    assert status["message"] == ('PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
+                                 "Required value: is required for apply patch")
+    assert status["details"] == {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
+        {"reason": "FieldValueRequired", "message": "Required value: is required for apply patch",
+         "field": "fieldManager"}]}
     status = status_of(await patch(client, {}, MERGE, force="true"), 422, "Invalid")
     assert "force: Forbidden: may not be specified for non-apply patch" in status["message"]
 

@@ -114,8 +114,10 @@ def test_another_applier_is_a_different_manager():
 def test_field_manager_checks(manager, apply_patch, wording):
     with pytest.raises(errors.Invalid) as raised:
         check_manager(manager, apply=apply_patch)
-    problem = raised.value.causes[0].message
-    assert raised.value.message == f'PatchOptions.meta.k8s.io "" is invalid: {problem}'
+    (cause,) = raised.value.causes
+    assert cause.field == "fieldManager"
+    assert raised.value.message == (
+        f'PatchOptions.meta.k8s.io "" is invalid: fieldManager: {cause.message}')
     assert wording in raised.value.message
 
 
