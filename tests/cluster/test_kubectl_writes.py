@@ -1,6 +1,6 @@
 """The writes kubectl users make, with the real kubectl through the aggregator (issue 12,
-deliverable 2): label, annotate, patch (merge, JSON, strategic), apply twice, server-side apply
-twice (managed fields, conflicts), diff, and the 405s that say what to do instead."""
+deliverable 2): label, annotate, patch (merge, JSON, strategic), edit, apply twice, server-side
+apply twice (managed fields, conflicts), diff, and the 405s that say what to do instead."""
 
 from __future__ import annotations
 
@@ -91,6 +91,19 @@ def test_label_annotate_and_patch(cluster: Cluster, namespace: str, editor: User
                           "-p", '[{"op": "test", "path": "/spec/notifier", "value": "reload"}]',
                           check=False)
     assert failed_test.returncode != 0 and "test failed" in failed_test.stderr
+    assert live(cluster, editor, namespace)["spec"]["notifier"] == "quiesce"
+
+
+def test_edit_changes_labels_and_keeps_the_spec(cluster: Cluster, namespace: str, editor: User,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    kubectl(cluster, editor, "create", "-f", "-", stdin=manifest(namespace))
+    ns = ("-n", namespace)
+    monkeypatch.setenv("KUBE_EDITOR", "sed -i -e s/team:\\ a/team:\\ edited/")
+    assert "edited" in kubectl(cluster, editor, *ns, "edit", KIND, "fleet").stdout
+    assert live(cluster, editor, namespace)["metadata"]["labels"] == {"team": "edited"}
+    monkeypatch.setenv("KUBE_EDITOR", "sed -i -e s/notifier:\\ quiesce/notifier:\\ reload/")
+    refused = kubectl(cluster, editor, *ns, "edit", KIND, "fleet", check=False)
+    assert refused.returncode != 0 and "is invalid" in refused.stderr
     assert live(cluster, editor, namespace)["spec"]["notifier"] == "quiesce"
 
 
