@@ -56,8 +56,8 @@ async def pods_in_scope(kube: KubeClient, namespace: str, selector: str
 
 def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authorizer: Authorizer,
            watches: Watches, *, max_parallelism: int, max_timeout_seconds: int) -> APIRouter:
-    """The notifications routes: create and delete here, the rest from the generic
-    collection."""
+    """The notifications routes: create (and the create of a server-side apply) and delete
+    here, the rest (get, list, watch, patch) from the generic collection."""
     routes = APIRouter()
 
     async def create_notification(http: Request, namespace: str, body: dict[str, Any],
@@ -75,8 +75,9 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
             raise status.forbidden_request(user.name, notify_pods, decision.reason)
         pods = await pods_in_scope(kube, namespace, notification_spec.selector_string(
             ask.spec["selector"]))
-        metadata = {**ask.metadata, "managedFields": managed_fields} if managed_fields else (
-            ask.metadata)
+        metadata = dict(ask.metadata)
+        if managed_fields:
+            metadata["managedFields"] = managed_fields
         obj: dict[str, Any] = {
             "apiVersion": records.API_VERSION,
             "kind": notification_spec.KIND,
