@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request, Response
 
 from apiserver import errors
 from apiserver.api.media import is_plain_json, parse_accept
+from apiserver.api.patch import PATCH_MEDIA_TYPES
 from apiserver.api.resources import API_PATH, GROUP, GROUP_VERSION, VERSION
 from apiserver.api.schema import Schema, ref
 from apiserver.api.types import META, OURS, SCHEMAS
@@ -52,12 +53,29 @@ _LIST = (
 )
 
 
+_PATCH_PARAMS = (
+    _DRY_RUN,
+    _Param("fieldManager", "query", "string", "Name of the actor making the change; required "
+           "for apply (application/apply-patch+yaml), recorded in metadata.managedFields."),
+    _Param("force", "query", "boolean", "Apply only: take over fields another manager owns "
+           "instead of answering 409 Conflict."),
+    _Param("fieldValidation", "query", "string", "Ignore, Warn or Strict; patches here may only "
+           "change metadata.labels and metadata.annotations, so unknown fields are always "
+           "refused."),
+)
+_PATCH_BODY = f"{META}.Patch"
+_PATCH_SCHEMA = {"type": "object", "description": "A patch of the object's metadata.labels and "
+                 "metadata.annotations: a JSON merge patch, a JSON patch, a strategic merge patch "
+                 "(applied as a merge patch) or an apply configuration, per the Content-Type."}
+_COMPONENTS = {**SCHEMAS, _PATCH_BODY: _PATCH_SCHEMA}
+
+
 @dataclass(frozen=True)
 class _Operation:
     method: str
     path: str
     action: str
-    """x-kubernetes-action: get, list, post, delete, deletecollection."""
+    """x-kubernetes-action: get, list, post, patch, delete, deletecollection."""
     operation_id: str
     kind: str
     response: str
@@ -66,6 +84,7 @@ class _Operation:
     body: str = ""
     success: str = "200"
     path_params: tuple[_Param, ...] = field(default=(_NAMESPACE,))
+    consumes: tuple[str, ...] = ("application/json",)
 
 
 def _operations() -> tuple[_Operation, ...]:
@@ -94,6 +113,13 @@ def _operations() -> tuple[_Operation, ...]:
             _Operation("delete", f"{_NAMESPACED}/{plural}/{{name}}", "delete",
                        f"delete{_OPERATION_PREFIX}Namespaced{kind}", kind, status,
                        f"Delete a {kind}.", (_DRY_RUN,), path_params=(_NAMESPACE, _NAME)),
+            _Operation("patch", f"{_NAMESPACED}/{plural}/{{name}}", "patch",
+                       f"patch{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
+                       f"Change the labels and annotations of a {kind} (the rest is "
+                       "immutable)." + (" A server-side apply of a missing one creates it."
+                                        if "create" in verbs else ""),
+                       _PATCH_PARAMS, body=_PATCH_BODY, path_params=(_NAMESPACE, _NAME),
+                       consumes=PATCH_MEDIA_TYPES),
         ]
         if "deletecollection" in verbs:
             ops.append(_Operation("delete", f"{_NAMESPACED}/{plural}", "deletecollection",
@@ -139,7 +165,7 @@ def openapi_v2() -> dict[str, Any]:
         entry[op.method] = {
             "description": op.description,
             "operationId": op.operation_id,
-            "consumes": ["application/json"],
+            "consumes": list(op.consumes),
             "produces": ["application/json"],
             "schemes": ["https"],
             "tags": ["notifierXK8sIo_v1alpha1"],
@@ -156,7 +182,7 @@ def openapi_v2() -> dict[str, Any]:
         "swagger": "2.0",
         "info": {"title": "container-notifier", "version": VERSION},
         "paths": paths,
-        "definitions": _v2_ref(SCHEMAS),
+        "definitions": _v2_ref(_COMPONENTS),
     }
 
 
@@ -177,8 +203,9 @@ def _v3_param(param: _Param) -> dict[str, Any]:
     return result
 
 
-def _v3_content(schema: Schema) -> dict[str, Any]:
-    return {"application/json": {"schema": schema}}
+def _v3_content(schema: Schema, media_types: tuple[str, ...] = ("application/json",)
+                ) -> dict[str, Any]:
+    return {media_type: {"schema": schema} for media_type in media_types}
 
 
 @cache
@@ -200,13 +227,14 @@ def openapi_v3_group_version() -> dict[str, Any]:
             "x-kubernetes-group-version-kind": _gvk(op.kind),
         }
         if op.body:
-            operation["requestBody"] = {"content": _v3_content(ref(op.body)), "required": True}
+            operation["requestBody"] = {"content": _v3_content(ref(op.body), op.consumes),
+                                        "required": True}
         entry[op.method] = operation
     return {
         "openapi": "3.0.0",
         "info": {"title": "container-notifier", "version": VERSION},
         "paths": paths,
-        "components": {"schemas": SCHEMAS},
+        "components": {"schemas": _COMPONENTS},
     }
 
 

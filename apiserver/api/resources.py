@@ -24,11 +24,12 @@ class Resource:
 
 POD_NOTIFY = Resource("pods/notify", "PodNotifier", ("create",))
 PODNOTIFIERS = Resource(
-    "podnotifiers", "PodNotifier", ("delete", "deletecollection", "get", "list", "watch"),
+    "podnotifiers", "PodNotifier",
+    ("delete", "deletecollection", "get", "list", "patch", "watch"),
     singular="podnotifier", short_names=("pnot",), categories=("notifier",),
 )
 NOTIFICATIONS = Resource(
-    "notifications", "Notification", ("create", "delete", "get", "list", "watch"),
+    "notifications", "Notification", ("create", "delete", "get", "list", "patch", "watch"),
     singular="notification", categories=("notifier",),
 )
 RESOURCES = (NOTIFICATIONS, PODNOTIFIERS, POD_NOTIFY)

@@ -54,6 +54,8 @@ def validate(body: dict[str, Any], namespace: str, *, max_parallelism: int,
                              [error.as_cause() for error in decoded.errors])
     meta, spec = decoded.obj.metadata, decoded.obj.spec
     metadata: dict[str, Any] = {"namespace": namespace, "labels": dict(meta.labels or {})}
+    if meta.annotations:
+        metadata["annotations"] = dict(meta.annotations)
     if meta.name:
         metadata["name"] = meta.name
     else:

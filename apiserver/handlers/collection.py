@@ -13,30 +13,41 @@ One ``Collection`` describes a resource (its registry type, its store, its Table
   details name the deleted object.
 - ``DELETE .../namespaces/<ns>/<plural>``: deletecollection with label/field selectors; the
   answer is the list of deleted objects.
+- ``PATCH .../namespaces/<ns>/<plural>/<name>``: labels and annotations, by merge, JSON,
+  strategic merge patch or server-side apply (apiserver.handlers.patch).
+- Methods a client may try that are not served here (``POST`` on the collection when objects
+  are created elsewhere, ``PUT``): 405 saying what to do instead (``Collection.create_hint``,
+  ``UPDATE_HINT``). These are refusals, not operations: they are plain routes, outside the
+  OpenAPI document.
 
 Every answer follows the Accept header (apiserver.handlers.negotiation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
+from apiserver import errors
 from apiserver.api.resources import API_PATH
 from apiserver.api.tables import TableConvertor
 from apiserver.handlers import watch_response
 from apiserver.handlers.negotiation import LIST, OBJECT, Renderer, resource_version
 from apiserver.handlers.options import DeleteOptions, ListOptions
+from apiserver.handlers.patch import ApplyCreate, patch_object
 from apiserver.handlers.watch_response import Watches
 from apiserver.registry.errors import check_preconditions
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.store import ObjectStore
 
 NAMESPACED = f"{API_PATH}/namespaces/{{namespace}}"
+UPDATE_HINT = ("PUT (update) is not served: spec is immutable; change labels and annotations "
+               "with PATCH (kubectl label, kubectl annotate, kubectl patch, kubectl apply)")
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,12 @@ class Collection:
     """The columns of ``kubectl get`` (apiserver.api.tables)."""
     deletecollection: bool = True
     """Serve DELETE on the collection (the resource's discovery verbs must agree)."""
+    apply_create: ApplyCreate | None = None
+    """How a server-side apply creates a missing object; None: it cannot (405 with
+    ``create_hint``)."""
+    create_hint: str = ""
+    """How objects of this resource are created, when not by a POST on this collection: a
+    POST here (and an apply of a missing object) answers 405 saying so."""
 
     def renderer(self, request: Request, metadata_kind: str) -> Renderer:
         """How to answer ``request``: 406 if its Accept allows nothing served."""
@@ -116,8 +133,26 @@ async def delete_collection(collection: Collection, request: Request, namespace:
     return JSONResponse(renderer.list(deleted, resource_version(deleted[-1]) if deleted else ""))
 
 
+async def patch(collection: Collection, request: Request, namespace: str, name: str
+                ) -> Response:
+    return await patch_object(collection.resource, collection.store,
+                              collection.renderer(request, OBJECT), request, namespace, name,
+                              apply_create=collection.apply_create,
+                              create_hint=collection.create_hint)
+
+
+def refusal(message: str) -> Callable[[Request], Awaitable[Response]]:
+    """An endpoint that answers 405 MethodNotAllowed with ``message`` (what to do instead)."""
+
+    async def refuse(request: Request) -> Response:
+        raise errors.MethodNotAllowed(message)
+
+    return refuse
+
+
 def collection_router(collection: Collection, watches: Watches) -> APIRouter:
-    """Routes for get, list, watch, delete and (unless disabled) deletecollection.
+    """Routes for get, list, watch, delete, patch and (unless disabled) deletecollection, and
+    the 405 refusals that say what to do instead.
 
     ``watches`` holds the router's watch streams: the server stops it as it shuts down.
     """
@@ -139,15 +174,26 @@ def collection_router(collection: Collection, watches: Watches) -> APIRouter:
     async def delete_all(request: Request, namespace: str) -> Response:
         return await delete_collection(collection, request, namespace)
 
+    async def patch_one(request: Request, namespace: str, name: str) -> Response:
+        return await patch(collection, request, namespace, name)
+
     routes: list[tuple[str, str, Callable[..., Any], str]] = [
         ("GET", f"{API_PATH}/{plural}", list_all, "list"),
         ("GET", f"{NAMESPACED}/{plural}", list_namespaced, "list"),
         ("GET", f"{NAMESPACED}/{plural}/{{name}}", get, "get"),
         ("DELETE", f"{NAMESPACED}/{plural}/{{name}}", delete, "delete"),
+        ("PATCH", f"{NAMESPACED}/{plural}/{{name}}", patch_one, "patch"),
     ]
     if collection.deletecollection:
         routes.append(("DELETE", f"{NAMESPACED}/{plural}", delete_all, "deletecollection"))
     for method, path, endpoint, verb in routes:
         router.add_api_route(path, endpoint, methods=[method], name=f"{verb} {plural}",
                              include_in_schema=False)
+    refusals = [("PUT", f"{NAMESPACED}/{plural}/{{name}}", UPDATE_HINT)]
+    if collection.create_hint:
+        refusals.append(("POST", f"{NAMESPACED}/{plural}",
+                         f"{plural}.{collection.resource.group} cannot be created here: "
+                         f"{collection.create_hint}"))
+    for method, path, message in refusals:
+        router.routes.append(Route(path, refusal(message), methods=[method]))
     return router

@@ -1,10 +1,12 @@
-"""notifications: create (a fan-out over a label selector), get, list, watch, delete.
+"""notifications: create (a fan-out over a label selector), get, list, watch, delete, patch.
 
 Creating one needs `create notifications` (checked by the access middleware) and `create
 pods/notify` in the namespace (checked here): a Notification notifies pods on its creator's
 behalf. The pod set is resolved here, once, before the object is stored (see docs/notifications.md
 for exactly which pods are in scope). Deleting a running Notification stops new starts and rolls
-back the pods whose notifier succeeded.
+back the pods whose notifier succeeded. A server-side apply of a missing Notification creates it
+through the same path, after checking `create notifications` too (the middleware checked
+`patch`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from fastapi.responses import JSONResponse, Response
 from apiserver.api import status
 from apiserver.api.resources import API_PATH
 from apiserver.api.tables import NOTIFICATION_TABLE
+from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
 from apiserver.fanout import spec as notification_spec
 from apiserver.fanout.controller import FanoutManager
-from apiserver.handlers.caller import CurrentUser
+from apiserver.handlers.caller import CurrentUser, current_user
 from apiserver.handlers.collection import Collection, collection_router, delete_object
 from apiserver.handlers.notify import dry_run, read_json_body
 from apiserver.handlers.watch_response import Watches
@@ -53,16 +56,16 @@ async def pods_in_scope(kube: KubeClient, namespace: str, selector: str
 
 def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authorizer: Authorizer,
            watches: Watches, *, max_parallelism: int, max_timeout_seconds: int) -> APIRouter:
-    """The notifications routes: create and delete here, the rest from the generic
-    collection."""
-    collection = Collection(resource=NOTIFICATIONS, store=store, table=NOTIFICATION_TABLE,
-                            deletecollection=False)
+    """The notifications routes: create (and the create of a server-side apply) and delete
+    here, the rest (get, list, watch, patch) from the generic collection."""
     routes = APIRouter()
 
-    @routes.post(NAMESPACED, status_code=201)
-    async def create(namespace: str, http: Request, user: CurrentUser) -> JSONResponse:
+    async def create_notification(http: Request, namespace: str, body: dict[str, Any],
+                                  user: UserInfo, managed_fields: list[dict[str, Any]]
+                                  ) -> JSONResponse:
+        """The one create path, for a POST and for a server-side apply of a missing object."""
         ask = notification_spec.validate(
-            await read_json_body(http), namespace, max_parallelism=max_parallelism,
+            body, namespace, max_parallelism=max_parallelism,
             max_timeout_seconds=max_timeout_seconds)
         notify_pods = RequestAttributes.for_resource(
             "create", group=NOTIFICATIONS.group, version="v1alpha1", resource="pods",
@@ -72,10 +75,13 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
             raise status.forbidden_request(user.name, notify_pods, decision.reason)
         pods = await pods_in_scope(kube, namespace, notification_spec.selector_string(
             ask.spec["selector"]))
+        metadata = dict(ask.metadata)
+        if managed_fields:
+            metadata["managedFields"] = managed_fields
         obj: dict[str, Any] = {
             "apiVersion": records.API_VERSION,
             "kind": notification_spec.KIND,
-            "metadata": ask.metadata,
+            "metadata": metadata,
             "spec": {**ask.spec, "requestedBy": {"username": user.name, "uid": user.uid,
                                                  "groups": list(user.groups),
                                                  "extra": dict(user.extra)}},
@@ -88,6 +94,27 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         created = await store.create(obj)
         await fanout.begin(created, pods)
         return JSONResponse(created, status_code=201)
+
+    async def apply_create(http: Request, namespace: str, config: dict[str, Any],
+                           managed_fields: list[dict[str, Any]]) -> Response:
+        """A server-side apply of a missing Notification: also needs ``create notifications``
+        (the access middleware authorized ``patch``), as kube-apiserver requires."""
+        user = current_user(http)
+        name = str((config.get("metadata") or {}).get("name") or "")
+        create = RequestAttributes.for_resource(
+            "create", group=NOTIFICATIONS.group, version="v1alpha1", resource=NOTIFICATIONS.plural,
+            namespace=namespace, name=name)
+        decision = await authorizer.authorize(user, create)
+        if not decision.allowed:
+            raise status.forbidden_request(user.name, create, decision.reason)
+        return await create_notification(http, namespace, config, user, managed_fields)
+
+    collection = Collection(resource=NOTIFICATIONS, store=store, table=NOTIFICATION_TABLE,
+                            deletecollection=False, apply_create=apply_create)
+
+    @routes.post(NAMESPACED, status_code=201)
+    async def create(namespace: str, http: Request, user: CurrentUser) -> JSONResponse:
+        return await create_notification(http, namespace, await read_json_body(http), user, [])
 
     @routes.delete(f"{NAMESPACED}/{{name}}")
     async def delete(namespace: str, name: str, http: Request) -> Response:

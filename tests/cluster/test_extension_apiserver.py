@@ -85,8 +85,9 @@ def test_kubectl_lists_the_resources_and_discovery_has_the_subresource(cluster: 
             for name, r in resources.items()} == {
         "pods/notify": ("PodNotifier", True, ["create"]),
         "podnotifiers": ("PodNotifier", True,
-                         ["delete", "deletecollection", "get", "list", "watch"]),
-        "notifications": ("Notification", True, ["create", "delete", "get", "list", "watch"]),
+                         ["delete", "deletecollection", "get", "list", "patch", "watch"]),
+        "notifications": ("Notification", True,
+                          ["create", "delete", "get", "list", "patch", "watch"]),
     }
 
 

@@ -23,11 +23,11 @@ def test_api_resource_list():
                                       "verbs": ["create"]}
     assert by_name["podnotifiers"]["kind"] == "PodNotifier"
     assert sorted(by_name["podnotifiers"]["verbs"]) == [
-        "delete", "deletecollection", "get", "list", "watch"]
+        "delete", "deletecollection", "get", "list", "patch", "watch"]
     assert by_name["podnotifiers"]["shortNames"] == ["pnot"]
     assert by_name["notifications"]["kind"] == "Notification"
     assert sorted(by_name["notifications"]["verbs"]) == [
-        "create", "delete", "get", "list", "watch"]
+        "create", "delete", "get", "list", "patch", "watch"]
     assert all(r["namespaced"] for r in document["resources"])
 
 

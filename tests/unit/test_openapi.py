@@ -136,7 +136,7 @@ def test_paths_match_the_served_routes():
     served = {(method, route.path.replace("{pod}", "{name}"))
               for route in api_routes(served_routes()) for method in route.methods}
     assert documented == served
-    assert len(served) == 11
+    assert len(served) == 13
 
 
 def test_v3_discovery_points_at_the_served_document_by_hash():
