@@ -57,19 +57,23 @@ def _completion(command: Completion, terminal: Terminal) -> int:
 
 async def _run(target: kubeconfig.Target, command: Command, terminal: Terminal) -> int:
     kube = KubeClient(target.connection, timeout=REQUEST_TIMEOUT)
-    api = NotifierAPI(kube, target.namespace)
     try:
-        if isinstance(command, NotifyPod):
-            return await notify.run(api, command, terminal)
-        if isinstance(command, NotifySelector):
-            return await fanout.run(api, command, terminal)
-        if isinstance(command, ListNotifiers):
-            return await listing.run(api, command, terminal)
-        if isinstance(command, CanI):
-            return await access.run(api, command, terminal)
-        raise AssertionError(f"no runner for {command!r}")
+        return await run_command(NotifierAPI(kube, target.namespace), command, terminal)
     finally:
         await kube.aclose()
+
+
+async def run_command(api: NotifierAPI, command: Command, terminal: Terminal) -> int:
+    """Run `command`; its exit code (a PluginError propagates, with its own)."""
+    if isinstance(command, NotifyPod):
+        return await notify.run(api, command, terminal)
+    if isinstance(command, NotifySelector):
+        return await fanout.run(api, command, terminal)
+    if isinstance(command, ListNotifiers):
+        return await listing.run(api, command, terminal)
+    if isinstance(command, CanI):
+        return await access.run(api, command, terminal)
+    raise AssertionError(f"no runner for {command!r}")
 
 
 if __name__ == "__main__":

@@ -249,8 +249,9 @@ def _normalise(argv: Sequence[str]) -> list[str]:
 
 
 def _globals(parsed: argparse.Namespace) -> Globals:
-    return Globals(kubeconfig=parsed.kubeconfig or None, context=parsed.context or None,
-                   namespace=parsed.namespace or None)
+    flags = vars(parsed)
+    return Globals(kubeconfig=flags.get("kubeconfig") or None,
+                   context=flags.get("context") or None, namespace=flags.get("namespace") or None)
 
 
 def _subcommand(name: str, parsed: argparse.Namespace) -> Command:

@@ -5,7 +5,7 @@
   present, the in-cluster configuration (a pod's ServiceAccount), as kubectl falls back to it.
 - Merging: the first file that defines a cluster, user or context wins, and the current context
   is the first file's that sets one (the `kubernetes` package's merger keeps the *last*
-  ``current-context``, so it is chosen here and passed explicitly).
+  ``current-context``, so the context is chosen here, from the files, and passed explicitly).
 - Context: ``--context``, else that current context.
 - Namespace: ``--namespace``, else the context's ``namespace``, else ``default``.
 - Credentials: whatever the context's user has — client certificates, tokens, exec credential
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.config import ConfigException, list_kube_config_contexts
 
 from apiserver.kube import (
     Connection,
@@ -75,19 +74,19 @@ def select(flags: Globals, environ: Mapping[str, str]) -> Selection | None:
     files = kubeconfig_files(flags, environ)
     if not files:
         return None
-    try:
-        contexts, _ = list_kube_config_contexts(os.pathsep.join(files))
-    except (ConfigException, OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"kubeconfig {os.pathsep.join(files)}: {error}") from None
-    name = flags.context or _current_context(files)
+    configs = [_read(path) for path in files]
+    name = flags.context or next(
+        (str(c["current-context"]) for c in configs if c.get("current-context")), "")
     if not name:
         raise ConfigError(f"no context chosen: {os.pathsep.join(files)} sets no "
                           "current-context; pass --context (kubectl config get-contexts "
                           "lists them)")
-    by_name: dict[str, Any] = {c["name"]: c.get("context") or {} for c in contexts or []}
-    if name not in by_name:
+    context = next((entry.get("context") or {} for config in configs
+                    for entry in config.get("contexts") or []
+                    if isinstance(entry, dict) and entry.get("name") == name), None)
+    if context is None:
         raise ConfigError(f'context "{name}" does not exist in {os.pathsep.join(files)}')
-    namespace = flags.namespace or by_name[name].get("namespace") or DEFAULT_NAMESPACE
+    namespace = flags.namespace or context.get("namespace") or DEFAULT_NAMESPACE
     return Selection(files, name, str(namespace))
 
 
@@ -105,15 +104,15 @@ def resolve(flags: Globals, environ: Mapping[str, str] = os.environ) -> Target:
     return Target(connection, selection.namespace, selection.context)
 
 
-def _current_context(files: tuple[str, ...]) -> str:
-    for path in files:
-        try:
-            config = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as error:
-            raise ConfigError(f"kubeconfig {path}: {error}") from None
-        if isinstance(config, dict) and config.get("current-context"):
-            return str(config["current-context"])
-    return ""
+def _read(path: str) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"kubeconfig {path}: {error}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"kubeconfig {path}: not a kubeconfig (a YAML mapping with clusters, "
+                          "users and contexts)")
+    return config
 
 
 def _in_cluster(flags: Globals, environ: Mapping[str, str]) -> Target:
