@@ -7,6 +7,7 @@ an unreachable server `Unreachable`.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -27,6 +28,9 @@ REQUEST_TIMEOUT = 75.0
 and kube-apiserver allows a request 60 s."""
 WATCH_CHUNK_SECONDS = 300
 """A watch without a deadline is renewed this often (as kubectl's are)."""
+
+RETRY_SECONDS = 1.0
+"""Pause before watching again after a watch that ended without an event."""
 
 T = TypeVar("T")
 
@@ -105,9 +109,10 @@ class NotifierAPI:
                       "timeoutSeconds": str(max(1, math.ceil(remaining)))}
             if version:
                 params["resourceVersion"] = version
-            expired = False
+            expired, events_seen = False, 0
             async with aclosing(self._events(resource, params)) as events:
                 async for event in events:
+                    events_seen += 1
                     kind, current = event.get("type"), event.get("object") or {}
                     if kind == "ERROR":
                         if current.get("code") != 410:
@@ -123,6 +128,8 @@ class NotifierAPI:
                         if done(current):
                             return
             if expired or deadline is None or deadline - self._clock() > 0:
+                if not events_seen:  # a server that ends watches at once: do not spin
+                    await asyncio.sleep(RETRY_SECONDS)
                 current = await self.get(resource, name)
                 version = str(current["metadata"].get("resourceVersion") or "")
                 yield current

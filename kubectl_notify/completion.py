@@ -49,14 +49,18 @@ SCRIPTS = {"bash": BASH, "zsh": ZSH}
 def candidates(words: Sequence[str]) -> list[str]:
     """What may come at the last of `words` (the word being completed, possibly "")."""
     current, before = (words[-1] if words else ""), list(words[:-1])
-    scanned, _ = _scanner().parse_known_intermixed_args(before)
+    value_of = before[-1] if before and before[-1].startswith("-") else ""
+    try:
+        scanned, _ = _scanner().parse_known_intermixed_args(before[:-1] if value_of else before)
+    except PluginError:
+        return []
     positional: list[str] = scanned.args
     command = positional[0] if positional and positional[0] in cli.COMMANDS else ""
-    if before and before[-1] in ("-o", "--output"):
+    if value_of in ("-o", "--output"):
         found = list(cli.LIST_OUTPUTS if command == "list" else cli.NOTIFY_OUTPUTS)
     elif current.startswith("-"):
         found = _flags(command)
-    elif before and before[-1] in _value_flags(command):
+    elif value_of in _value_flags(command):
         found = []
     else:
         found = _positional(command, positional, scanned)

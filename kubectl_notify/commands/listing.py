@@ -99,23 +99,20 @@ async def run(api: NotifierAPI, command: ListNotifiers, terminal: Terminal) -> i
     if not pods:
         terminal.line(f"No resources found in {api.namespace} namespace.")
         return SUCCEEDED
-    rows: list[Declared] = []
-    bare: list[str] = []
-    for pod in pods:
-        found = await pod_rows(api, pod)
-        rows.extend(found)
-        if not found:
-            bare.append(pod["metadata"]["name"])
+    per_pod = [(pod["metadata"]["name"], await pod_rows(api, pod)) for pod in pods]
     if command.output in ("yaml", "json"):
-        terminal.line(output.dump([asdict(row) for row in rows], command.output))
+        rows = [asdict(row) for _, found in per_pod for row in found]
+        terminal.line(output.dump(rows, command.output))
         return SUCCEEDED
     wide = command.output == "wide"
     header = ["POD", "CONTAINER", "NOTIFIER", "ACTION", "TIMEOUT", "MAY RUN"]
     lines = []
-    for row in rows:
-        cells = [row.pod, row.container, row.notifier, row.action,
-                 f"{row.timeoutSeconds or DEFAULT_TIMEOUT_SECONDS}s", row.may_run_column()]
-        lines.append(cells + ([row.message or "-"] if wide else []))
-    lines.extend([pod, "-", "<none>", "-", "-", "-"] + (["-"] if wide else []) for pod in bare)
+    for name, found in per_pod:
+        if not found:
+            lines.append([name, "-", "<none>", "-", "-", "-"] + (["-"] if wide else []))
+        for row in found:
+            cells = [row.pod, row.container, row.notifier, row.action,
+                     f"{row.timeoutSeconds or DEFAULT_TIMEOUT_SECONDS}s", row.may_run_column()]
+            lines.append(cells + ([row.message or "-"] if wide else []))
     terminal.line(output.table(header + (["MESSAGE"] if wide else []), lines))
     return SUCCEEDED
