@@ -49,9 +49,10 @@ SCRIPTS = {"bash": BASH, "zsh": ZSH}
 def candidates(words: Sequence[str]) -> list[str]:
     """What may come at the last of `words` (the word being completed, possibly "")."""
     current, before = (words[-1] if words else ""), list(words[:-1])
-    value_of = before[-1] if before and before[-1].startswith("-") else ""
+    scanner = _scanner()
+    value_of = before[-1] if before and before[-1] in _value_flags(scanner) else ""
     try:
-        scanned, _ = _scanner().parse_known_intermixed_args(before[:-1] if value_of else before)
+        scanned, _ = scanner.parse_known_intermixed_args(before[:-1] if value_of else before)
     except PluginError:
         return []
     positional: list[str] = scanned.args
@@ -60,7 +61,7 @@ def candidates(words: Sequence[str]) -> list[str]:
         found = list(cli.LIST_OUTPUTS if command == "list" else cli.NOTIFY_OUTPUTS)
     elif current.startswith("-"):
         found = _flags(command)
-    elif value_of in _value_flags(command):
+    elif value_of:
         found = []
     else:
         found = _positional(command, positional, scanned)
@@ -80,8 +81,8 @@ def _flags(command: str) -> list[str]:
                   for option in action.option_strings if option.startswith("--"))
 
 
-def _value_flags(command: str) -> set[str]:
-    return {option for action in _parser(command)._actions if action.nargs != 0
+def _value_flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {option for action in parser._actions if action.nargs != 0
             for option in action.option_strings}
 
 

@@ -220,3 +220,28 @@ def test_usage_and_kubeconfig_errors_exit_2(plugin: Plugin) -> None:
     assert missing.returncode == 2
     assert missing.stderr.startswith("error: no kubeconfig: ~/.kube/config does not exist")
     assert plugin.run("--help").stdout.startswith("usage: kubectl notify POD NOTIFIER")
+
+
+def test_kubectl_runs_it_as_a_plugin_and_completes_it(
+        plugin: Plugin, cluster: Cluster, namespace: str, pods: list[str], bot: User) -> None:
+    """Real kubectl finds kubectl-notify on PATH (`kubectl notify ...`), and asks
+    kubectl_complete-notify to complete `kubectl notify <TAB>` (pods from the cluster)."""
+    env = {"PATH": f"{plugin.script.parent}:{cluster.bins}:/usr/bin:/bin",
+           "HOME": str(plugin.home), "PYTHONPATH": str(plugin.site)}
+    kubectl = str(cluster.bins / "kubectl")
+    ran = subprocess.run([kubectl, "notify", pods[0], "reload", "-n", namespace,
+                          f"--kubeconfig={bot.kubeconfig}"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[0].startswith(f"podnotifier/{pods[0]}-reload-")
+    completed = subprocess.run([kubectl, "__complete", "notify", "-n", namespace,
+                                f"--kubeconfig={bot.kubeconfig}", ""], capture_output=True,
+                               text=True, env=env, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    words = completed.stdout.splitlines()
+    assert {"list", "can-i", "completion", "bare", *pods} <= set(words), words
+    assert words[-1] == ":4"
+    notifiers = subprocess.run([kubectl, "__complete", "notify", pods[0], "-n", namespace,
+                                f"--kubeconfig={bot.kubeconfig}", "re"], capture_output=True,
+                               text=True, env=env, timeout=60)
+    assert notifiers.stdout.splitlines() == ["reload", ":4"], notifiers.stderr

@@ -31,6 +31,8 @@ def test_values_of_output_and_shells() -> None:
     assert offline(["list", "db-0", "-o", "y"]) == ["yaml"]
     assert offline(["completion", ""]) == ["bash", "zsh"]
     assert offline(["-n", ""]) == []
+    assert offline(["--wait=1s", "--dry-run=server", "-c", "db", ""]) == [
+        "list", "can-i", "completion"]
 
 
 def test_kubectl_protocol_ends_with_the_no_file_directive(capsys: pytest.CaptureFixture[str]
