@@ -9,6 +9,8 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+import httpx
+
 from apiserver.kube import KubeClient
 from kubectl_notify import completion, kubeconfig
 from kubectl_notify.api import REQUEST_TIMEOUT, NotifierAPI
@@ -23,6 +25,7 @@ from kubectl_notify.cli import (
 )
 from kubectl_notify.commands import access, fanout, listing, notify
 from kubectl_notify.errors import SUCCEEDED, PluginError
+from kubectl_notify.impersonation import Impersonating
 from kubectl_notify.terminal import Terminal
 
 INTERRUPTED = 130
@@ -36,8 +39,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
         command = invocation.command
         if isinstance(command, Completion):
             return _completion(command, terminal)
-        target = kubeconfig.resolve(invocation.globals, environ)
-        return asyncio.run(_run(target, command, terminal))
+        flags = invocation.globals
+        target = kubeconfig.resolve(flags, environ)
+        transport = (Impersonating(target.connection, flags.impersonate,
+                                   flags.impersonate_groups) if flags.impersonate else None)
+        return asyncio.run(_run(target, command, terminal, transport))
     except PluginError as error:
         print(error, file=sys.stderr)
         return error.exit_code
@@ -55,8 +61,9 @@ def _completion(command: Completion, terminal: Terminal) -> int:
     return SUCCEEDED
 
 
-async def _run(target: kubeconfig.Target, command: Command, terminal: Terminal) -> int:
-    kube = KubeClient(target.connection, timeout=REQUEST_TIMEOUT)
+async def _run(target: kubeconfig.Target, command: Command, terminal: Terminal,
+               transport: httpx.AsyncBaseTransport | None) -> int:
+    kube = KubeClient(target.connection, timeout=REQUEST_TIMEOUT, transport=transport)
     try:
         return await run_command(NotifierAPI(kube, target.namespace), command, terminal)
     finally:

@@ -37,6 +37,8 @@ class Globals:
     kubeconfig: str | None = None
     context: str | None = None
     namespace: str | None = None
+    impersonate: str | None = None
+    impersonate_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,10 @@ def _add_globals(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
     group.add_argument("-n", "--namespace", metavar="NAME",
                        help="namespace (default: the context's, else default)")
+    group.add_argument("--as", dest="impersonate", metavar="USER",
+                       help="act as this user (needs impersonate rights)")
+    group.add_argument("--as-group", dest="impersonate_groups", action="append", default=[],
+                       metavar="GROUP", help="act as a member of this group (repeatable)")
 
 
 def _add_run_flags(parser: argparse.ArgumentParser) -> None:
@@ -250,8 +256,12 @@ def _normalise(argv: Sequence[str]) -> list[str]:
 
 def _globals(parsed: argparse.Namespace) -> Globals:
     flags = vars(parsed)
+    groups = tuple(flags.get("impersonate_groups") or ())
+    if groups and not flags.get("impersonate"):
+        raise UsageError("requesting groups with --as-group requires --as (a user)")
     return Globals(kubeconfig=flags.get("kubeconfig") or None,
-                   context=flags.get("context") or None, namespace=flags.get("namespace") or None)
+                   context=flags.get("context") or None, namespace=flags.get("namespace") or None,
+                   impersonate=flags.get("impersonate") or None, impersonate_groups=groups)
 
 
 def _subcommand(name: str, parsed: argparse.Namespace) -> Command:
@@ -328,11 +338,11 @@ def _timeout_seconds(text: str | None) -> int | None:
 
 
 def _wait_seconds(text: str | None) -> float | None:
-    if text is None or text == "true":
-        return None if text is None else parse_duration(DEFAULT_WAIT)
-    if text == "false":
-        return 0.0
-    return _duration("--wait", text)
+    """None (no --wait: until the end), or seconds; ``true``/``false`` as kubectl's boolean
+    flags take them."""
+    if text is None:
+        return None
+    return _duration("--wait", {"true": DEFAULT_WAIT, "false": "0"}.get(text, text))
 
 
 def _duration(flag: str, text: str) -> float:

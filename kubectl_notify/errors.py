@@ -42,8 +42,8 @@ class UsageError(PluginError):
     exit_code = USAGE
 
     def __init__(self, message: str, command: str = "") -> None:
-        help_command = f"kubectl notify {command} --help" if command else "kubectl notify --help"
-        super().__init__(f"error: {message}\nSee '{help_command.replace('  ', ' ')}' for usage.")
+        help_command = " ".join(["kubectl notify", *([command] if command else []), "--help"])
+        super().__init__(f"error: {message}\nSee '{help_command}' for usage.")
 
 
 class ConfigError(PluginError):

@@ -204,6 +204,12 @@ def test_can_i_answers_with_the_access_review_and_the_trust_rules(
     nobody = cluster.user("kn-nobody")
     assert ok(plugin.run("can-i", pods[0], "-n", namespace, kubeconfig=nobody.kubeconfig),
               1) == [f"create pods/notify (notifier.x-k8s.io) on pod {pods[0]}: no"]
+    # kubectl's --as: an admin asks on behalf of the bot and of nobody.
+    admin = cluster.layout.kubeconfig
+    assert ok(plugin.run("can-i", pods[0], "-n", namespace, "--as", "kn-bot",
+                         kubeconfig=admin))[0].endswith('to User "kn-bot"')
+    assert ok(plugin.run("can-i", pods[0], "-n", namespace, "--as", "kn-nobody",
+                         kubeconfig=admin), 1)[0].endswith(": no")
     # What docs/kubectl-notify.md says: kubectl's own can-i maps "pods" to the core group.
     answer = cluster.kubectl("auth", "can-i", "create", "pods/notify", "-n", namespace,
                              user=bot, check=False)

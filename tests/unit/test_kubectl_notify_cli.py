@@ -29,6 +29,13 @@ def test_pod_and_notifier_with_every_flag_anywhere() -> None:
         wait=120.0, dry_run=True, output="wide")
 
 
+def test_impersonation_flags() -> None:
+    flags = parse(["can-i", "db-0", "--as", "bot", "--as-group", "a", "--as-group", "b"]).globals
+    assert (flags.impersonate, flags.impersonate_groups) == ("bot", ("a", "b"))
+    with pytest.raises(UsageError, match="--as-group requires --as"):
+        parse(["db-0", "quiesce", "--as-group", "a"])
+
+
 def test_defaults_wait_until_finished() -> None:
     command = parse(["db-0", "quiesce"]).command
     assert command == NotifyPod(pod="db-0", notifier="quiesce")

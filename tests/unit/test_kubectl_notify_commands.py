@@ -20,6 +20,7 @@ from kubectl_notify.__main__ import main, run_command
 from kubectl_notify.api import NotifierAPI
 from kubectl_notify.cli import CanI, ListNotifiers, NotifyPod, NotifySelector
 from kubectl_notify.errors import FAILED, SUCCEEDED, USAGE, PluginError, ServerError
+from kubectl_notify.impersonation import Impersonating
 from kubectl_notify.terminal import Terminal
 
 API = "/apis/notifier.x-k8s.io/v1alpha1/namespaces/ns"
@@ -335,3 +336,20 @@ async def test_list_by_selector_json_and_pods_without_or_with_broken_declaration
     code, out = await run(server, ListNotifiers(selector="app=db"))
     assert out.splitlines()[1].split() == ["plain", "-", "<none>", "-", "-", "-"]
     assert out.splitlines()[2].split()[:2] == ["broken", "-"]
+
+
+async def test_as_and_as_group_send_impersonation_headers() -> None:
+    seen: list[httpx.Headers] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers)
+        return httpx.Response(201, json={"status": {"allowed": True}})
+
+    connection = Connection("https://kube.test", ssl.create_default_context())
+    transport = Impersonating(connection, "bot", ("team-a", "team-b"),
+                              inner=httpx.MockTransport(answer))
+    api = NotifierAPI(KubeClient(connection, transport=transport), "ns")
+    assert (await run_command(api, CanI("db-0"), Terminal(io.StringIO(), False))) == SUCCEEDED
+    (headers,) = seen
+    assert headers["Impersonate-User"] == "bot"
+    assert headers.get_list("Impersonate-Group") == ["team-a", "team-b"]

@@ -5,8 +5,10 @@ exec plugins included."""
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +122,20 @@ def test_exec_credential_plugin_runs(tmp_path: Path) -> None:
     target = resolve(Globals(kubeconfig=str(path)), {})
     assert target.connection.credentials is not None
     assert target.connection.credentials.header() == "Bearer from-exec"
+
+
+def test_oidc_auth_provider_sends_its_id_token(tmp_path: Path) -> None:
+    def part(obj: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    id_token = ".".join([part({"alg": "RS256"}), part({"sub": "alice", "iss": "https://idp",
+                                                       "exp": int(time.time()) + 3600}), "sig"])
+    path = kubeconfig(tmp_path / "k", current="a", contexts={"a": {}}, users={"u": {
+        "auth-provider": {"name": "oidc", "config": {
+            "client-id": "kubectl", "idp-issuer-url": "https://idp", "id-token": id_token}}}})
+    target = resolve(Globals(kubeconfig=str(path)), {})
+    assert target.connection.credentials is not None
+    assert target.connection.credentials.header() == f"Bearer {id_token}"
 
 
 def test_broken_credentials_are_a_config_error(tmp_path: Path) -> None:
