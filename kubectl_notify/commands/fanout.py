@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -15,6 +17,8 @@ from kubectl_notify.selectors import label_selector
 from kubectl_notify.terminal import Terminal
 
 GENERATE_NAME_PREFIX_LENGTH = 40
+PLAIN_INTERVAL = 1.0
+"""Seconds between plain progress lines while the phase stays the same."""
 
 
 def is_finished(obj: dict[str, Any]) -> bool:
@@ -48,24 +52,27 @@ def request_body(command: NotifySelector) -> dict[str, Any]:
             "metadata": {"generateName": generate_name(command.notifier)}, "spec": spec}
 
 
-async def run(api: NotifierAPI, command: NotifySelector, terminal: Terminal) -> int:
+async def run(api: NotifierAPI, command: NotifySelector, terminal: Terminal,
+              clock: Callable[[], float] = time.monotonic) -> int:
     obj = await api.create_notification(request_body(command), dry_run=command.dry_run)
     structured = command.output in ("yaml", "json", "name")
     if command.dry_run or command.wait == 0:
         _print_object(obj, command, terminal, created=True)
         return SUCCEEDED
-    if not structured:
+    progress = None if structured else Progress(terminal, clock)
+    if progress:
         terminal.line(f"{output.notification_name(obj)} created")
-    shown = _show_progress(obj, terminal, "", structured)
+        progress.show(obj)
     try:
         versions = api.follow("notifications", obj, is_finished, command.wait)
         async with aclosing(versions):
             async for version in versions:
                 obj = version
-                shown = _show_progress(obj, terminal, shown, structured)
+                if progress:
+                    progress.show(obj)
     finally:
-        if terminal.tty and shown and not structured:
-            terminal.end_redraw()
+        if progress:
+            progress.end(obj)
     if structured:
         _print_object(obj, command, terminal, created=False)
     else:
@@ -88,19 +95,37 @@ def _counts_failed(obj: dict[str, Any]) -> int:
     return int(((obj.get("status") or {}).get("counts") or {}).get("failed") or 0)
 
 
-def _show_progress(obj: dict[str, Any], terminal: Terminal, shown: str, quiet: bool) -> str:
-    """Draw (a terminal) or print (otherwise, only when it changed) the progress; returns
-    what is shown now."""
-    if quiet:
-        return shown
-    if terminal.tty:
-        text = output.progress_bar(obj)
-        terminal.redraw(text)
-        return text
-    text = output.progress_line(obj)
-    if text != shown:
-        terminal.line(text)
-    return text
+class Progress:
+    """A Notification's progress: on a terminal one bar redrawn at each change; otherwise a
+    plain line when the phase changes, or the counts did and PLAIN_INTERVAL passed since the
+    last line (a 5000-pod run must not print thousands of lines), and the last state at the
+    end."""
+
+    def __init__(self, terminal: Terminal, clock: Callable[[], float]) -> None:
+        self._terminal = terminal
+        self._clock = clock
+        self._printed = ""
+        self._phase = ""
+        self._printed_at = -PLAIN_INTERVAL
+
+    def show(self, obj: dict[str, Any]) -> None:
+        if self._terminal.tty:
+            self._terminal.redraw(output.progress_bar(obj))
+            return
+        text, phase = output.progress_line(obj), (obj.get("status") or {}).get("phase", "")
+        if text != self._printed and (phase != self._phase
+                                      or self._clock() - self._printed_at >= PLAIN_INTERVAL):
+            self._print(text, phase)
+
+    def end(self, obj: dict[str, Any]) -> None:
+        if self._terminal.tty:
+            self._terminal.end_redraw()
+        elif output.progress_line(obj) != self._printed:
+            self._print(output.progress_line(obj), (obj.get("status") or {}).get("phase", ""))
+
+    def _print(self, text: str, phase: str) -> None:
+        self._terminal.line(text)
+        self._printed, self._phase, self._printed_at = text, phase, self._clock()
 
 
 def _print_object(obj: dict[str, Any], command: NotifySelector, terminal: Terminal,

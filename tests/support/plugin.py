@@ -50,8 +50,10 @@ def install(directory: Path) -> Plugin:
     """``pip install --no-deps --target`` of this checkout: the console scripts pip makes, and
     the packages pyproject.toml ships (dependencies come from this interpreter's environment)."""
     site = directory / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--target", str(site), str(REPO_ROOT)], check=True, capture_output=True)
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                                "--target", str(site), str(REPO_ROOT)],
+                               capture_output=True, text=True)
+    assert installed.returncode == 0, f"pip install failed:\n{installed.stdout}{installed.stderr}"
     home = directory / "home"
     home.mkdir()
     return Plugin(site / "bin" / "kubectl-notify", site, home)

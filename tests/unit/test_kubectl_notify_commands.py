@@ -19,6 +19,7 @@ from apiserver.kube import Connection, KubeClient
 from kubectl_notify.__main__ import main, run_command
 from kubectl_notify.api import NotifierAPI
 from kubectl_notify.cli import CanI, ListNotifiers, NotifyPod, NotifySelector
+from kubectl_notify.commands.fanout import PLAIN_INTERVAL, Progress
 from kubectl_notify.errors import FAILED, SUCCEEDED, USAGE, PluginError, ServerError
 from kubectl_notify.impersonation import Impersonating
 from kubectl_notify.terminal import Terminal
@@ -353,3 +354,19 @@ async def test_as_and_as_group_send_impersonation_headers() -> None:
     (headers,) = seen
     assert headers["Impersonate-User"] == "bot"
     assert headers.get_list("Impersonate-Group") == ["team-a", "team-b"]
+
+
+def test_plain_progress_is_rate_limited_within_a_phase_and_ends_with_the_last_state() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    progress = Progress(Terminal(out, tty=False), lambda: now[0])
+    progress.show(notification("Running", "1", pending=3))
+    progress.show(notification("Running", "2", pending=2, running=1))  # same second: held
+    now[0] += PLAIN_INTERVAL
+    progress.show(notification("Running", "3", pending=1, running=1, succeeded=1))
+    progress.show(notification("Running", "4", running=1, succeeded=2))  # held
+    progress.end(notification("Running", "4", running=1, succeeded=2))
+    assert [line.split(": ")[1] for line in out.getvalue().splitlines()] == [
+        "0/3 done (0 succeeded, 0 failed, 0 skipped, 0 running, 3 pending)",
+        "1/3 done (1 succeeded, 0 failed, 0 skipped, 1 running, 1 pending)",
+        "2/3 done (2 succeeded, 0 failed, 0 skipped, 1 running, 0 pending)"]
