@@ -15,7 +15,7 @@ from contextlib import aclosing
 from typing import Any, TypeVar, cast
 
 from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable
-from kubectl_notify.errors import ServerError, Unreachable
+from kubectl_notify.errors import FAILED, PluginError, ServerError, Unreachable
 
 GROUP = "notifier.x-k8s.io"
 VERSION = "v1alpha1"
@@ -97,7 +97,7 @@ class NotifierAPI:
                      bool], wait: float | None) -> AsyncGenerator[dict[str, Any], None]:
         """Yield each new version of `obj` (watched by name from its resourceVersion) until
         `done(version)` or `wait` seconds pass (None: no limit). A watch the server ends is
-        resumed from a fresh read; a deleted object raises ServerError 404."""
+        resumed from a fresh read; a deleted object is a failure (exit 1)."""
         deadline = None if wait is None else self._clock() + wait
         name = obj["metadata"]["name"]
         version = str(obj["metadata"].get("resourceVersion") or "")
@@ -120,8 +120,8 @@ class NotifierAPI:
                         expired = True
                         break
                     if kind == "DELETED":
-                        raise ServerError(404, {"reason": "NotFound", "message": (
-                            f'{resource}.{GROUP} "{name}" was deleted while waiting')})
+                        raise PluginError(f'error: {resource}.{GROUP} "{name}" was deleted '
+                                          "while waiting for it to finish", FAILED)
                     if kind in ("ADDED", "MODIFIED"):
                         version = str(current["metadata"].get("resourceVersion") or version)
                         yield current

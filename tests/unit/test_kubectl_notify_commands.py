@@ -140,8 +140,9 @@ async def test_a_record_deleted_while_watched_is_an_error() -> None:
     server = FakeServer({NOTIFY: httpx.Response(201, json=run_record("Running")),
                          ("GET", f"{API}/podnotifiers"): watch_stream(
                              ("DELETED", run_record("Running"))) })
-    with pytest.raises(ServerError, match="was deleted while waiting"):
+    with pytest.raises(PluginError, match="was deleted while waiting") as raised:
         await run(server, NotifyPod("db-0", "quiesce"))
+    assert raised.value.exit_code == FAILED
 
 
 async def test_dry_run_and_no_wait_exit_0_after_creation() -> None:
