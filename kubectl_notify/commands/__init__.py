@@ -1,0 +1,1 @@
+"""One module per command; each `run(api, command, terminal)` returns the exit code."""
