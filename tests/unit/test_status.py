@@ -56,17 +56,30 @@ def test_unauthorized_has_no_details():
 
 
 def test_invalid_lists_causes():
-    causes = [errors.Cause("FieldValueRequired", "spec.notifier: Required value", "spec.notifier"),
-              errors.Cause("FieldValueInvalid", "spec.podName: Invalid value: \"x\"",
-                           "spec.podName")]
+    """As apimachinery's NewInvalid: the summary joins field and problem, each cause carries
+    only the problem (kubectl prints "<field>: <message>" per cause)."""
+    causes = [errors.Cause("FieldValueRequired", "Required value", "spec.notifier"),
+              errors.Cause("FieldValueInvalid", "Invalid value: \"x\"", "spec.podName")]
     error = errors.invalid("PodNotifier", G, "run-1", causes)
     assert error.code == 422
     assert status.status_body(error)["message"] == (
         'PodNotifier.notifier.x-k8s.io "run-1" is invalid: [spec.notifier: Required value, '
         'spec.podName: Invalid value: "x"]')
-    assert status.status_body(error)["details"]["causes"][0] == {
-        "reason": "FieldValueRequired", "message": "spec.notifier: Required value",
-        "field": "spec.notifier"}
+    assert status.status_body(error)["details"] == {
+        "name": "run-1", "group": G, "kind": "PodNotifier", "causes": [
+            {"reason": "FieldValueRequired", "message": "Required value",
+             "field": "spec.notifier"},
+            {"reason": "FieldValueInvalid", "message": 'Invalid value: "x"',
+             "field": "spec.podName"}]}
+
+
+def test_invalid_with_one_cause_is_not_bracketed():
+    error = errors.invalid("Notification", G, "snap-", [
+        errors.Cause("FieldValueInvalid", "Invalid value: 0: must be between 1 and 600, inclusive",
+                     "spec.timeoutSeconds")])
+    assert error.message == (
+        'Notification.notifier.x-k8s.io "snap-" is invalid: spec.timeoutSeconds: Invalid value: '
+        "0: must be between 1 and 600, inclusive")
 
 
 def test_too_many_requests_sets_retry_after():
