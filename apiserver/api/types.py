@@ -638,7 +638,11 @@ class Notification(TopLevel):
 
 
 KINDS: tuple[type[TopLevel], ...] = (PodNotifier, Notification)
+PATCH_SCHEMA: Schema = {"type": "object", "description": (
+    "Patch is the body of a PATCH request: a JSON patch, a JSON merge patch, a strategic merge "
+    "patch (applied as a merge patch, as for custom resources) or an apply patch, as its "
+    "Content-Type says.")}
 SCHEMAS: dict[str, Schema] = component_schemas(
-    (*KINDS, Status, WatchEvent), extra={TIME: TIME_SCHEMA},
+    (*KINDS, Status, WatchEvent), extra={TIME: TIME_SCHEMA, f"{META}.Patch": PATCH_SCHEMA},
     list_meta=ListMeta.schema_name)
 """Every component the OpenAPI documents hold, in OpenAPI 3 form."""
