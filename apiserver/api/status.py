@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from apiserver.api.resources import GROUP
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.errors import (
     AlreadyExists,
@@ -76,8 +77,23 @@ def forbidden_request(user_name: str, attributes: RequestAttributes, reason: str
     message = message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     if reason:
         message = f"{message}: {reason}"
+    if _is_notify(attributes):
+        message += NOTIFY_ACCESS_HINT
     resource = attributes.resource if attributes.resource_request else ""
     return forbidden(resource, attributes.api_group, attributes.name, message)
+
+
+NOTIFY_ACCESS_HINT = (
+    '. Check access with "kubectl notify can-i POD" or a SelfSubjectAccessReview of group '
+    'notifier.x-k8s.io, resource pods, subresource notify ("kubectl auth can-i create '
+    'pods/notify" asks about core pods named notify instead)')
+"""Appended to pods/notify denials: kubectl's own check cannot name this subresource
+(docs/api.md, "Checking who may notify")."""
+
+
+def _is_notify(attributes: RequestAttributes) -> bool:
+    return (attributes.resource_request and attributes.api_group == GROUP
+            and attributes.resource == "pods" and attributes.subresource == "notify")
 
 
 def path_not_found() -> NotFound:

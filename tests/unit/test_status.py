@@ -29,8 +29,23 @@ def test_forbidden_namespaced_subresource():
     assert status.status_body(error)["reason"] == "Forbidden"
     assert status.status_body(error)["message"] == (
         'pods.notifier.x-k8s.io "p" is forbidden: User "alice" cannot create resource '
-        '"pods/notify" in API group "notifier.x-k8s.io" in the namespace "ns"')
+        '"pods/notify" in API group "notifier.x-k8s.io" in the namespace "ns"'
+        + status.NOTIFY_ACCESS_HINT)
     assert status.status_body(error)["details"] == {"name": "p", "group": G, "kind": "pods"}
+
+
+def test_notify_denial_says_how_to_check_access():
+    attributes = request_attributes("POST", f"/apis/{G}/v1alpha1/namespaces/ns/pods/p/notify")
+    message = status.forbidden_request("alice", attributes, "no RBAC policy matched").message
+    assert message.endswith(': no RBAC policy matched. Check access with "kubectl notify can-i '
+                            'POD" or a SelfSubjectAccessReview of group notifier.x-k8s.io, '
+                            'resource pods, subresource notify ("kubectl auth can-i create '
+                            'pods/notify" asks about core pods named notify instead)')
+
+
+def test_other_denials_carry_no_notify_hint():
+    attributes = request_attributes("DELETE", f"/apis/{G}/v1alpha1/namespaces/ns/podnotifiers/p")
+    assert "can-i" not in status.forbidden_request("alice", attributes).message
 
 
 def test_forbidden_without_name_at_cluster_scope_with_reason():
