@@ -14,7 +14,6 @@ import uuid
 import httpx
 import pytest
 
-from apiserver.api.status import NOTIFY_ACCESS_HINT
 from certs.authority import issue, new_ca
 from localcluster import __main__ as localcluster
 from localcluster.notifier import APISERVICE_NAME
@@ -42,10 +41,10 @@ def unique(prefix: str) -> str:
 
 
 def forbidden_message(user: str, namespace: str, pod: str) -> str:
-    """kube-apiserver's wording when RBAC denies create pods/notify, and how to check."""
+    """kube-apiserver's wording when RBAC denies create pods/notify."""
     return (f'pods.notifier.x-k8s.io "{pod}" is forbidden: User "{user}" cannot create '
             f'resource "pods/notify" in API group "notifier.x-k8s.io" in the namespace '
-            f'"{namespace}"{NOTIFY_ACCESS_HINT}')
+            f'"{namespace}"')
 
 
 def assert_not_refused(response_code: int, body: dict) -> None:

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from apiserver.api.status import NOTIFY_ACCESS_HINT
 from tests.support.kube import Cluster, User
 from tests.support.notify import API, declare, exec_notifier, notification, notify_path
 
@@ -163,3 +164,21 @@ def test_checking_notify_access(cluster: Cluster, namespace: str, two_container_
     assert not review(cluster.user(f"nobody-{uuid.uuid4().hex[:6]}"))
     rules = cluster.kubectl("auth", "can-i", "--list", "-n", namespace, user=notifier).stdout
     assert re.search(r"^pods\.notifier\.x-k8s\.io/notify\s.*\[create\]", rules, re.MULTILINE)
+
+
+def test_notification_creator_without_notify_is_told_how_to_check(
+        cluster: Cluster, namespace: str) -> None:
+    """The namespace-wide pods/notify check is this server's own (kube-apiserver authorized
+    create notifications): its 403 says how to check access."""
+    creator = cluster.user(f"creator-{uuid.uuid4().hex[:6]}")
+    cluster.grant(namespace, creator, [{"apiGroups": ["notifier.x-k8s.io"],
+                                        "resources": ["notifications"], "verbs": ["create"]}])
+    result = cluster.kubectl("create", "--validate=false", "-n", namespace, "-f", "-",
+                             user=creator, check=False,
+                             input=json.dumps(notification("snap", "quiesce", {"app": "db"})))
+    assert result.returncode != 0
+    assert result.stderr.strip() == (
+        f'Error from server (Forbidden): error when creating "STDIN": '
+        f'pods.notifier.x-k8s.io is forbidden: User '
+        f'"{creator.name}" cannot create resource "pods/notify" in API group '
+        f'"notifier.x-k8s.io" in the namespace "{namespace}"{NOTIFY_ACCESS_HINT}')
