@@ -59,7 +59,7 @@ _DRY_RUN = _Param("dryRun", "query", "string", (
     "created, named). The only valid value is All; any other is refused."))
 _FIELD_MANAGER = _Param("fieldManager", "query", "string", (
     "Name of the actor making the change, as kubectl sends it (kubectl-create, "
-    "kubectl-client-side-apply). Accepted; the created object records no managedFields."))
+    "kubectl-client-side-apply)."))
 _FIELD_VALIDATION = _Param("fieldValidation", "query", "string", (
     "How unknown or duplicate fields in the body are treated: Strict, Warn or Ignore in "
     "Kubernetes. This server always decodes strictly, whatever the value: an unknown field "
