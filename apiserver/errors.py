@@ -169,12 +169,17 @@ def forbidden_message(resource: str, group: str, name: str, why: str) -> str:
     return f'{qualified(resource, group)} "{name}" is forbidden: {why}'
 
 
-def invalid_message(resource: str, group: str, name: str, causes: Sequence[Cause]) -> str:
-    """kube-apiserver's wording of a 422: each cause's message is the full ``<field>:
-    <problem>`` text, as in Go."""
-    messages = [cause.message for cause in causes]
+def invalid_message(kind: str, group: str, name: str, causes: Sequence[Cause]) -> str:
+    """kube-apiserver's wording of a 422 (apimachinery ``NewInvalid``): ``<Kind>.<group>
+    "<name>" is invalid: <field>: <problem>``, several causes as ``[a, b]``.
+
+    A cause's message is only the problem (``Invalid value: 0: must be ...``) and its field is
+    apart, as in Go's ``StatusCause``: kubectl prints ``<field>: <message>`` for each cause, so
+    a message that repeated the field would print it twice."""
+    messages = [f"{cause.field}: {cause.message}" if cause.field else cause.message
+                for cause in causes]
     summary = messages[0] if len(messages) == 1 else f"[{', '.join(messages)}]"
-    return f'{qualified(resource, group)} "{name}" is invalid: {summary}'
+    return f'{qualified(kind, group)} "{name}" is invalid: {summary}'
 
 
 def forbidden(resource: str, group: str, name: str, why: str) -> Forbidden:
@@ -187,9 +192,11 @@ def not_found(resource: str, group: str, name: str) -> NotFound:
                     group=group, resource=resource, name=name)
 
 
-def invalid(resource: str, group: str, name: str, causes: Sequence[Cause]) -> Invalid:
-    return Invalid(invalid_message(resource, group, name, causes),
-                   group=group, resource=resource, name=name, causes=causes)
+def invalid(kind: str, group: str, name: str, causes: Sequence[Cause]) -> Invalid:
+    """A 422 naming the object by kind (``details.kind`` is the kind, as kube-apiserver fills
+    it for Invalid), e.g. ``invalid("PodNotifier", GROUP, "run-1", causes)``."""
+    return Invalid(invalid_message(kind, group, name, causes),
+                   group=group, resource=kind, name=name, causes=causes)
 
 
 def request_entity_too_large(message: str) -> RequestEntityTooLarge:

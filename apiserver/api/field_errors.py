@@ -70,9 +70,10 @@ class FieldError:
         )
 
     def as_cause(self) -> Cause:
-        """The ``metav1.StatusCause`` for ``details.causes``: the message names the field, as
-        Go's field errors do."""
-        return Cause(self.reason.value, str(self), self.field)
+        """The ``metav1.StatusCause`` for ``details.causes``: the problem as the message and the
+        field apart, as Go's ``field.Error.ErrorBody`` fills it (the Status message, see
+        ``errors.invalid_message``, joins them)."""
+        return Cause(self.reason.value, self.message, self.field)
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"

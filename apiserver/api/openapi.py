@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -18,12 +19,22 @@ from fastapi import APIRouter, Request, Response
 from apiserver import errors
 from apiserver.api.media import is_plain_json, parse_accept
 from apiserver.api.patch import PATCH_MEDIA_TYPES
-from apiserver.api.resources import API_PATH, GROUP, GROUP_VERSION, VERSION
+from apiserver.api.resources import (
+    API_PATH,
+    GROUP,
+    GROUP_VERSION,
+    NOTIFICATIONS,
+    POD_NOTIFY,
+    PODNOTIFIERS,
+    VERSION,
+    Resource,
+)
 from apiserver.api.schema import Schema, ref
 from apiserver.api.types import META, OURS, SCHEMAS
 
 V3_GROUP_VERSION_PATH = f"apis/{GROUP_VERSION}"
 _OPERATION_PREFIX = "NotifierXK8sIoV1alpha1"
+JSON = "application/json"
 _NAMESPACED = f"{API_PATH}/namespaces/{{namespace}}"
 
 
@@ -36,38 +47,99 @@ class _Param:
     required: bool = False
 
 
+MAX_WAIT_SECONDS = 50
+"""pods/notify's bound on waitSeconds (handlers/notify.py enforces it; a test keeps them equal)."""
+_METADATA_FIELDS = ("metadata.name", "metadata.namespace")
+"""Selectable on every kind; the kinds' own are those of registry/resources.py (a test checks)."""
+
 _NAMESPACE = _Param("namespace", "path", "string", "object name and auth scope", True)
 _NAME = _Param("name", "path", "string", "name of the object", True)
-_DRY_RUN = _Param("dryRun", "query", "string", "All: validate and authorize, but run and store "
-                  "nothing.")
+_DRY_RUN = _Param("dryRun", "query", "string", (
+    "When present, nothing is stored or run: the request is authorized, decoded and "
+    "validated, and answered as it would be (a create answers the object it would have "
+    "created, named). The only valid value is All; any other is refused."))
+_FIELD_MANAGER = _Param("fieldManager", "query", "string", (
+    "Name of the actor making the change, as kubectl sends it (kubectl-create, "
+    "kubectl-client-side-apply)."))
+_FIELD_VALIDATION = _Param("fieldValidation", "query", "string", (
+    "How unknown or duplicate fields in the body are treated: Strict, Warn or Ignore in "
+    "Kubernetes. This server always decodes strictly, whatever the value: an unknown field "
+    'is a 400 naming it (strict decoding error: unknown field "spec.colour").'))
+_WRITE = (_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION)
+"""The query of every request that creates or changes an object."""
+_WAIT_SECONDS = _Param("waitSeconds", "query", "integer", (
+    f"Hold the answer until the run finishes or this many seconds pass, from 0 to "
+    f"{MAX_WAIT_SECONDS} (kube-apiserver ends requests after 60 s). Default 0: answer at once "
+    "with the Pending record. Either way the answer is 201 with the record as stored then."))
+_FORCE = _Param("force", "query", "boolean", (
+    "Apply patches only: take fields that other managers own instead of answering 409."))
+_DELETE = (
+    _DRY_RUN,
+    _Param("gracePeriodSeconds", "query", "integer", (
+        "Accepted and ignored: objects here are deleted at once (no grace period).")),
+    _Param("propagationPolicy", "query", "string", (
+        "Accepted and ignored: objects here have no dependents.")),
+)
+_SELECTORS = (
+    _Param("labelSelector", "query", "string", "Restrict the list by labels. Default: all."),
+    _Param("fieldSelector", "query", "string", "Restrict the list by fields: {fields}. "
+           "Default: all."),
+)
 _LIST = (
-    _Param("labelSelector", "query", "string", "Restrict the list by labels."),
-    _Param("fieldSelector", "query", "string", "Restrict the list by fields: spec.podName, "
-           "spec.notifier, status.phase, metadata.name."),
+    *_SELECTORS,
     _Param("watch", "query", "boolean", "Watch for changes instead of listing."),
     _Param("allowWatchBookmarks", "query", "boolean", "Ask for BOOKMARK watch events."),
-    _Param("resourceVersion", "query", "string", "List or watch from this version."),
-    _Param("limit", "query", "integer", "Return at most this many items."),
+    _Param("resourceVersion", "query", "string", (
+        "List or watch from this version; a version older than the retained history is a "
+        "410 Expired.")),
+    _Param("limit", "query", "integer", (
+        "Return at most this many items, with a continue token for the rest. Default: all.")),
     _Param("continue", "query", "string", "Continue a limited list."),
     _Param("timeoutSeconds", "query", "integer", "End a watch after this many seconds."),
 )
 
+_RESPONSES = {
+    200: "OK",
+    201: "Created",
+    400: ("BadRequest: a malformed query parameter or body, or an unknown field in the body; "
+          "the message names it"),
+    401: "Unauthorized: no valid credentials",
+    403: "Forbidden: RBAC denies the request",
+    404: "NotFound",
+    406: "NotAcceptable: the Accept header allows nothing served (JSON, Table)",
+    409: "Conflict",
+    410: "Expired: the resourceVersion or continue token is older than the retained history",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType: the Content-Type is not one the operation reads",
+    422: "Invalid: a field's value is wrong; details.causes name each field",
+    429: "TooManyRequests: retry after the Retry-After header's seconds",
+    500: "InternalError: the server failed; the message holds a request id for its log",
+    503: ("ServiceUnavailable: kube-apiserver (authentication, authorization, pods) or the "
+          "storage cannot be reached; retry later"),
+}
+_ALWAYS = (401, 403, 500, 503)
+"""What any request may be answered: delegated authentication and authorization fail closed."""
+_READ = (406,)
+_BODY = (400, 413, 415, 422)
 
-_PATCH_PARAMS = (
-    _DRY_RUN,
-    _Param("fieldManager", "query", "string", "Name of the actor making the change; required "
-           "for apply (application/apply-patch+yaml), recorded in metadata.managedFields."),
-    _Param("force", "query", "boolean", "Apply only: take over fields another manager owns "
-           "instead of answering 409 Conflict."),
-    _Param("fieldValidation", "query", "string", "Ignore, Warn or Strict; patches here may only "
-           "change metadata.labels and metadata.annotations, so unknown fields are always "
-           "refused."),
-)
-_PATCH_BODY = f"{META}.Patch"
-_PATCH_SCHEMA = {"type": "object", "description": "A patch of the object's metadata.labels and "
-                 "metadata.annotations: a JSON merge patch, a JSON patch, a strategic merge patch "
-                 "(applied as a merge patch) or an apply configuration, per the Content-Type."}
-_COMPONENTS = {**SCHEMAS, _PATCH_BODY: _PATCH_SCHEMA}
+_NOTIFY_RESPONSES = {
+    400: ("BadRequest: waitSeconds outside 0..50, dryRun other than All, a body that is not a "
+          "PodNotifier, an unknown field, or spec.podName or metadata.namespace unlike the "
+          "URL's"),
+    403: ("Forbidden: the caller may not create pods/notify on the pod, or neither trust rule "
+          "vouches for the pod's notifiers (the message names the rule that failed). Check with "
+          "a SelfSubjectAccessReview of resource pods, subresource notify, group "
+          "notifier.x-k8s.io: kubectl auth can-i cannot name it"),
+    404: ("NotFound: the pod does not exist, or no selected container declares the notifier "
+          "(the message names the declared ones)"),
+    409: "Conflict: the same notifier is unfinished on the pod (the message names the record)",
+    413: "RequestEntityTooLarge: a body over 1 MiB",
+    422: ("Invalid: a field out of range, or the pod's notifier annotation invalid, or "
+          "spec.containers naming a container the pod lacks or that does not declare the "
+          "notifier; details.causes name each field"),
+    429: ("TooManyRequests: the server already runs its maximum of notifiers, or the pod has "
+          "its maximum of unfinished records; retry after Retry-After seconds"),
+}
 
 
 @dataclass(frozen=True)
@@ -82,55 +154,92 @@ class _Operation:
     description: str
     params: tuple[_Param, ...] = ()
     body: str = ""
-    success: str = "200"
+    success: int = 200
     path_params: tuple[_Param, ...] = field(default=(_NAMESPACE,))
-    consumes: tuple[str, ...] = ("application/json",)
+    failures: tuple[int, ...] = ()
+    """The failure codes it answers besides ``_ALWAYS``."""
+    consumes: tuple[str, ...] = (JSON,)
+    explained: Mapping[int, str] = field(default_factory=dict)
+    """Descriptions of codes that say more than ``_RESPONSES``."""
+
+    def responses(self) -> dict[int, str]:
+        codes = sorted({self.success, *self.failures, *_ALWAYS})
+        return {code: self.explained.get(code, _RESPONSES[code]) for code in codes}
 
 
-def _operations() -> tuple[_Operation, ...]:
-    status = f"{META}.Status"
-    ops: list[_Operation] = [
-        _Operation("post", f"{_NAMESPACED}/pods/{{name}}/notify", "post",
-                   f"create{_OPERATION_PREFIX}NamespacedPodNotify", "PodNotifier",
-                   f"{OURS}.PodNotifier", "Run a notifier that the pod declares.",
-                   (_DRY_RUN, _Param("waitSeconds", "query", "integer", "Hold the response up to "
-                                     "this many seconds (0-50) until the notifier finishes.")),
-                   body=f"{OURS}.PodNotifier", success="201", path_params=(_NAMESPACE, _NAME)),
-    ]
-    for kind, plural, verbs in (("PodNotifier", "podnotifiers", ("delete", "deletecollection")),
-                                ("Notification", "notifications", ("create", "delete"))):
-        item, items = f"{OURS}.{kind}", f"{OURS}.{kind}List"
+
+
+def _resource_operations(kind: str, resource: Resource, fields: str) -> list[_Operation]:
+    """The operations of a collection, from the verbs its discovery entry lists."""
+    plural, verbs = resource.name, resource.verbs
+    item, items = f"{OURS}.{kind}", f"{OURS}.{kind}List"
+    named = (_NAMESPACE, _NAME)
+    listing = tuple(replace(p, description=p.description.format(fields=fields)) for p in _LIST)
+    ops: list[_Operation] = []
+    if "list" in verbs:
         ops += [
             _Operation("get", f"{_NAMESPACED}/{plural}", "list",
                        f"list{_OPERATION_PREFIX}Namespaced{kind}", kind, items,
-                       f"List or watch {kind} objects in a namespace.", _LIST),
+                       f"List or watch {kind} objects in a namespace.", listing,
+                       failures=(400, 406, 410)),
             _Operation("get", f"{API_PATH}/{plural}", "list",
                        f"list{_OPERATION_PREFIX}{kind}ForAllNamespaces", kind, items,
-                       f"List or watch {kind} objects in all namespaces.", _LIST, path_params=()),
-            _Operation("get", f"{_NAMESPACED}/{plural}/{{name}}", "get",
-                       f"read{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
-                       f"Read a {kind}.", path_params=(_NAMESPACE, _NAME)),
-            _Operation("delete", f"{_NAMESPACED}/{plural}/{{name}}", "delete",
-                       f"delete{_OPERATION_PREFIX}Namespaced{kind}", kind, status,
-                       f"Delete a {kind}.", (_DRY_RUN,), path_params=(_NAMESPACE, _NAME)),
-            _Operation("patch", f"{_NAMESPACED}/{plural}/{{name}}", "patch",
-                       f"patch{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
-                       f"Change the labels and annotations of a {kind} (the rest is "
-                       "immutable)." + (" A server-side apply of a missing one creates it."
-                                        if "create" in verbs else ""),
-                       _PATCH_PARAMS, body=_PATCH_BODY, path_params=(_NAMESPACE, _NAME),
-                       consumes=PATCH_MEDIA_TYPES),
+                       f"List or watch {kind} objects in all namespaces.", listing,
+                       path_params=(), failures=(400, 406, 410)),
         ]
-        if "deletecollection" in verbs:
-            ops.append(_Operation("delete", f"{_NAMESPACED}/{plural}", "deletecollection",
-                                  f"deletecollection{_OPERATION_PREFIX}Namespaced{kind}", kind,
-                                  status, f"Delete a collection of {kind} objects.",
-                                  (_DRY_RUN, *_LIST[:2])))
-        if "create" in verbs:
-            ops.append(_Operation("post", f"{_NAMESPACED}/{plural}", "post",
-                                  f"create{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
-                                  f"Create a {kind}.", (_DRY_RUN,), body=item, success="201"))
-    return tuple(ops)
+    if "get" in verbs:
+        ops.append(_Operation("get", f"{_NAMESPACED}/{plural}/{{name}}", "get",
+                              f"read{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
+                              f"Read a {kind}.", path_params=named, failures=(404, 406)))
+    if "create" in verbs:
+        ops.append(_Operation("post", f"{_NAMESPACED}/{plural}", "post",
+                              f"create{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
+                              f"Create a {kind}.", _WRITE, body=item, success=201,
+                              failures=(*_BODY, 409), explained={
+                                  409: f"AlreadyExists: a {kind} of that name exists"}))
+    if "patch" in verbs:
+        ops.append(_Operation("patch", f"{_NAMESPACED}/{plural}/{{name}}", "patch",
+                              f"patch{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
+                              f"Partially update a {kind}: metadata labels and annotations "
+                              "(spec is immutable: a change is a 422 naming the field).",
+                              (*_WRITE, _FORCE), body=f"{META}.Patch", path_params=named,
+                              failures=(*_BODY, 404, 409), consumes=PATCH_MEDIA_TYPES))
+    if "delete" in verbs:
+        ops.append(_Operation("delete", f"{_NAMESPACED}/{plural}/{{name}}", "delete",
+                              f"delete{_OPERATION_PREFIX}Namespaced{kind}", kind, _STATUS,
+                              f"Delete a {kind}; the answer is a Status of Success.", _DELETE,
+                              path_params=named, failures=(*_BODY, 404, 406, 409), explained={
+                                  409: "Conflict: the preconditions (uid, resourceVersion) "
+                                       "do not match",
+                                  413: "RequestEntityTooLarge: DeleteOptions over 64 KiB"}))
+    if "deletecollection" in verbs:
+        ops.append(_Operation("delete", f"{_NAMESPACED}/{plural}", "deletecollection",
+                              f"deletecollection{_OPERATION_PREFIX}Namespaced{kind}", kind,
+                              items, f"Delete a collection of {kind} objects; the answer is "
+                              "the list of deleted objects.",
+                              (*_DELETE, *listing[:2]), failures=(*_BODY, 406), explained={
+                                  413: "RequestEntityTooLarge: DeleteOptions over 64 KiB"}))
+    return ops
+
+
+@cache
+def _operations() -> tuple[_Operation, ...]:
+    notify = _Operation(
+        "post", f"{_NAMESPACED}/pods/{{name}}/notify", "post",
+        f"create{_OPERATION_PREFIX}NamespacedPodNotify", POD_NOTIFY.kind,
+        f"{OURS}.PodNotifier",
+        "Run a notifier that the pod declares, in every container that declares it (or those "
+        "of spec.containers); the answer is the PodNotifier record of the run.",
+        (*_WRITE, _WAIT_SECONDS), body=f"{OURS}.PodNotifier", success=201,
+        path_params=(_NAMESPACE, _NAME), failures=(*_BODY, 404, 409, 429),
+        explained=_NOTIFY_RESPONSES)
+    return (
+        notify,
+        *_resource_operations(PODNOTIFIERS.kind, PODNOTIFIERS, ", ".join(
+            (*_METADATA_FIELDS, "spec.podName", "spec.notifier", "status.phase"))),
+        *_resource_operations(NOTIFICATIONS.kind, NOTIFICATIONS, ", ".join(
+            (*_METADATA_FIELDS, "spec.notifier", "status.phase"))),
+    )
 
 
 def _gvk(kind: str) -> dict[str, str]:
@@ -152,6 +261,14 @@ def _v2_ref(schema: Any) -> Any:
     return {key: _v2_ref(value) for key, value in schema.items()}
 
 
+def _answer(op: _Operation, code: int) -> str:
+    """The component a response of ``op`` with ``code`` holds: the object, or a Status."""
+    return op.response if code == op.success else _STATUS
+
+
+_STATUS = f"{META}.Status"
+
+
 @cache
 def openapi_v2() -> dict[str, Any]:
     paths: dict[str, Any] = {}
@@ -166,15 +283,13 @@ def openapi_v2() -> dict[str, Any]:
             "description": op.description,
             "operationId": op.operation_id,
             "consumes": list(op.consumes),
-            "produces": ["application/json"],
+            "produces": [JSON],
             "schemes": ["https"],
             "tags": ["notifierXK8sIo_v1alpha1"],
             "parameters": parameters,
-            "responses": {
-                op.success: {"description": "OK" if op.success == "200" else "Created",
-                             "schema": _v2_ref(ref(op.response))},
-                "401": {"description": "Unauthorized"},
-            },
+            "responses": {str(code): {"description": text,
+                                      "schema": _v2_ref(ref(_answer(op, code)))}
+                          for code, text in op.responses().items()},
             "x-kubernetes-action": op.action,
             "x-kubernetes-group-version-kind": _gvk(op.kind),
         }
@@ -182,7 +297,7 @@ def openapi_v2() -> dict[str, Any]:
         "swagger": "2.0",
         "info": {"title": "container-notifier", "version": VERSION},
         "paths": paths,
-        "definitions": _v2_ref(_COMPONENTS),
+        "definitions": _v2_ref(SCHEMAS),
     }
 
 
@@ -203,8 +318,7 @@ def _v3_param(param: _Param) -> dict[str, Any]:
     return result
 
 
-def _v3_content(schema: Schema, media_types: tuple[str, ...] = ("application/json",)
-                ) -> dict[str, Any]:
+def _v3_content(schema: Schema, media_types: tuple[str, ...] = (JSON,)) -> dict[str, Any]:
     return {media_type: {"schema": schema} for media_type in media_types}
 
 
@@ -218,11 +332,9 @@ def openapi_v3_group_version() -> dict[str, Any]:
             "description": op.description,
             "operationId": op.operation_id,
             "parameters": [_v3_param(p) for p in op.params],
-            "responses": {
-                op.success: {"description": "OK" if op.success == "200" else "Created",
-                             "content": _v3_content(ref(op.response))},
-                "401": {"description": "Unauthorized"},
-            },
+            "responses": {str(code): {"description": text,
+                                      "content": _v3_content(ref(_answer(op, code)))}
+                          for code, text in op.responses().items()},
             "x-kubernetes-action": op.action,
             "x-kubernetes-group-version-kind": _gvk(op.kind),
         }
@@ -234,7 +346,7 @@ def openapi_v3_group_version() -> dict[str, Any]:
         "openapi": "3.0.0",
         "info": {"title": "container-notifier", "version": VERSION},
         "paths": paths,
-        "components": {"schemas": _COMPONENTS},
+        "components": {"schemas": SCHEMAS},
     }
 
 

@@ -296,12 +296,12 @@ def _part(obj: Mapping[str, Any], key: str) -> Any:
     return obj.get(key) if isinstance(obj, Mapping) else None
 
 
-def check_mutable(resource: str, group: str, old: Mapping[str, Any], new: Any) -> None:
+def check_mutable(kind: str, group: str, old: Mapping[str, Any], new: Any) -> None:
     """422 unless ``new`` differs from ``old`` only in metadata.labels and metadata.annotations
     (and the server's members of metadata), and those are valid; each cause names its field."""
     name = str(_part(_part(old, "metadata") or {}, "name") or "")
     if not isinstance(new, dict):
-        raise errors.invalid(resource, group, name, [FieldError.invalid(
+        raise errors.invalid(kind, group, name, [FieldError.invalid(
             "", new, "the patched object must be a JSON object").as_cause()])
     causes = [_immutable(path, value) for key in sorted(set(old) | set(new)) if key != "metadata"
               for path, value in changes(key, old.get(key), new.get(key))]
@@ -316,7 +316,7 @@ def check_mutable(resource: str, group: str, old: Mapping[str, Any], new: Any) -
         causes += _label_problems(old_meta.get("labels") or {}, new_meta.get("labels"))
         causes += _annotation_problems(new_meta.get("annotations"))
     if causes:
-        raise errors.invalid(resource, group, name, causes)
+        raise errors.invalid(kind, group, name, causes)
 
 
 def changes(path: str, old: Any, new: Any) -> list[tuple[str, Any]]:
@@ -373,7 +373,7 @@ def _annotation_problems(annotations: Any) -> list[Cause]:
               for key in sorted(annotations) for message in qualified_name_errors(key)]
     size = sum(len(key) + len(value) for key, value in annotations.items())
     if size > MAX_ANNOTATIONS_BYTES:
-        causes.append(Cause("FieldValueTooLong", "metadata.annotations: Too long: may not be "
+        causes.append(Cause("FieldValueTooLong", "Too long: may not be "
                             f"more than {MAX_ANNOTATIONS_BYTES} bytes (they are {size})",
                             "metadata.annotations"))
     return causes

@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from apiserver.api.resources import GROUP
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.errors import (
     AlreadyExists,
@@ -76,8 +77,30 @@ def forbidden_request(user_name: str, attributes: RequestAttributes, reason: str
     message = message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     if reason:
         message = f"{message}: {reason}"
+    if _is_namespace_notify(attributes):
+        message += NOTIFY_ACCESS_HINT
     resource = attributes.resource if attributes.resource_request else ""
     return forbidden(resource, attributes.api_group, attributes.name, message)
+
+
+NOTIFY_ACCESS_HINT = (
+    '. Check access with "kubectl notify can-i POD" or a SelfSubjectAccessReview of group '
+    'notifier.x-k8s.io, resource pods, subresource notify ("kubectl auth can-i create '
+    'pods/notify" asks about core pods named notify instead)')
+"""Appended to the denial of pods/notify in a whole namespace: kubectl's own check cannot
+name this subresource (docs/api.md, "Checking who may notify")."""
+
+
+def _is_namespace_notify(attributes: RequestAttributes) -> bool:
+    """``create pods/notify`` without a pod name: the check a Notification's creator must pass.
+
+    A request to one pod's notify names the pod, and kube-apiserver authorizes it before it
+    proxies it here: users see kube-apiserver's 403, which ours must equal word for word (a
+    caller of this server's own port gets the same). Only the namespace-wide check is this
+    server's alone, so only its 403 carries the hint."""
+    return (attributes.resource_request and attributes.api_group == GROUP
+            and attributes.resource == "pods" and attributes.subresource == "notify"
+            and not attributes.name)
 
 
 def path_not_found() -> NotFound:

@@ -25,7 +25,7 @@ from apiserver import errors
 from apiserver.api.model import APIModel
 from apiserver.api.schema import field_schema
 from apiserver.api.time import parse_timestamp
-from apiserver.api.types import FINISHED_PHASES, Notification, ObjectMeta, PodNotifier
+from apiserver.api.types import FINISHED_PHASES, Notification, ObjectMeta, Phase, PodNotifier
 
 Object = Mapping[str, Any]
 
@@ -163,6 +163,18 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24 // 365}y"
 
 
+def run_length(seconds: float) -> str:
+    """A run's length, precise while it is short: 27ms, 1.4s, 45s, then as ``human_duration``
+    (2m3s, 10m, ...). Runs mostly take milliseconds; whole seconds would show 0s for all."""
+    millis = round(seconds * 1000)  # status times are whole milliseconds
+    if millis < 1000:
+        return f"{max(millis, 0)}ms"
+    if millis < 10_000:
+        tenths = millis // 100  # truncated, like human_duration's figures
+        return f"{tenths // 10}s" if tenths % 10 == 0 else f"{tenths // 10}.{tenths % 10}s"
+    return human_duration(millis / 1000)
+
+
 def age(obj: Object, now: datetime) -> str:
     """Time since ``metadata.creationTimestamp``, or "<unknown>" as kubectl prints it."""
     created = parse_timestamp(_get(obj, "metadata", "creationTimestamp"))
@@ -174,7 +186,8 @@ def age(obj: Object, now: datetime) -> str:
 def run_duration(status_: Any, now: datetime) -> str:
     """completionTime - startTime, or now - startTime while running; "" before it starts.
 
-    As kubectl shows a Job's DURATION.
+    As kubectl shows a Job's DURATION, but to the millisecond below a second (``run_length``):
+    status times carry milliseconds.
     """
     if not isinstance(status_, Mapping):
         return ""
@@ -183,7 +196,7 @@ def run_duration(status_: Any, now: datetime) -> str:
         return ""
     completed = parse_timestamp(status_.get("completionTime"))
     end = completed if completed is not None else now.timestamp()
-    return human_duration(end - started)
+    return run_length(end - started)
 
 
 def field(*path: str, default: Any = "") -> Callable[[Object, datetime], Any]:
@@ -227,15 +240,20 @@ def _get(obj: Any, *path: str) -> Any:
 
 
 def podnotifier_exit(obj: Object, now: datetime) -> str:
-    """One container: its exit code, or "-" until it has one. Several: "<finished>/<total>"."""
-    containers = _get(obj, "status", "containers")
-    if not isinstance(containers, list) or not containers:
+    """The first failed container's exit code, or its reason when it has none (Timeout,
+    ExecFailed, ...): a failure must not read like success. Otherwise one container's exit code,
+    several containers' "<finished>/<total>", and "-" until known."""
+    containers = [c for c in _get(obj, "status", "containers") or [] if isinstance(c, Mapping)]
+    if not containers:
         return "-"
+    failed = next((c for c in containers if c.get("phase") == Phase.FAILED), None)
+    if failed is not None:
+        code = failed.get("exitCode")
+        return str(code) if code not in (None, 0) else str(failed.get("reason") or "Failed")
     if len(containers) == 1:
-        code = containers[0].get("exitCode") if isinstance(containers[0], Mapping) else None
+        code = containers[0].get("exitCode")
         return "-" if code is None else str(code)
-    finished = sum(1 for c in containers
-                   if isinstance(c, Mapping) and c.get("phase") in FINISHED_PHASES)
+    finished = sum(1 for c in containers if c.get("phase") in FINISHED_PHASES)
     return f"{finished}/{len(containers)}"
 
 
@@ -249,10 +267,13 @@ PODNOTIFIER_TABLE = TableConvertor((
     field_column("Notifier", PodNotifier, "spec", "notifier"),
     field_column("Phase", PodNotifier, "status", "phase"),
     Column("Exit", podnotifier_exit,
-           description="Exit code of the command when one container is notified, else "
+           description="The first failed container's exit code, or its reason (e.g. Timeout) "
+                       "if it has none; else the exit code of a single container, or "
                        "finished/total containers; - until known."),
     Column("Duration", podnotifier_duration,
-           description="How long the run took, or has been running; empty until it starts."),
+           description="How long the run took, or has been running (27ms, 1.4s, 2m3s); "
+                       "empty until it starts. Sort runs by --sort-by=.status.startTime "
+                       "(milliseconds; creationTimestamp has whole seconds)."),
     age_column(),
     field_column("Reason", PodNotifier, "status", "reason", priority=1),
 ))

@@ -56,6 +56,15 @@ PHASES = tuple(Phase)
 FINISHED_PHASES = (Phase.SUCCEEDED, Phase.FAILED)
 PhaseName = Annotated[str, OneOf(PHASES)]
 
+CONDITION_COMPLETE, CONDITION_FAILED = "Complete", "Failed"
+"""The condition types of a finished run (PodNotifier, Notification), as a Job has them:
+``kubectl wait --for=condition=Complete`` (or ``=Failed``)."""
+CONDITION_TYPES = (CONDITION_COMPLETE, CONDITION_FAILED)
+PODNOTIFIER_REASONS = ("Completed", "NonZeroExitCode", "Timeout", "ContainerNotRunning",
+                       "PodNotRunning", "PodDeleted", "ExecFailed", "Interrupted",
+                       "InternalError")
+"""Every reason a PodNotifier (or one of its containers) ends with; notifier/ sets them."""
+
 PRE_EXISTING_PODS, ALL_PODS = "PreExistingPods", "AllPods"
 POLICIES = (PRE_EXISTING_PODS, ALL_PODS)
 ABORT, CONTINUE = "Abort", "Continue"
@@ -75,6 +84,11 @@ A_STRING = "must be a string"
 TIME = f"{META}.Time"
 TIME_SCHEMA: Schema = {"type": "string", "format": "date-time",
                        "description": "Time is a timestamp in RFC 3339 form, in UTC."}
+
+
+def _listed(words: tuple[str, ...]) -> str:
+    """``a, b or c``, for descriptions."""
+    return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else "".join(words)
 
 
 def _list_map(*keys: str) -> dict[str, Any]:
@@ -299,7 +313,8 @@ class Condition(APIModel):
 
     schema_name = f"{META}.Condition"
 
-    type: Annotated[str, Field(description="Type of condition, in CamelCase.")]
+    type: Annotated[str, Field(description=(
+        f"Type of condition, in CamelCase: {_listed(CONDITION_TYPES)}."))]
     status: Annotated[str, Field(description="True, False or Unknown.")]
     observed_generation: Annotated[int | None, Field(
         description="Generation the condition was set for.", json_schema_extra=INT64)] = None
@@ -451,8 +466,13 @@ class ContainerNotifierStatus(APIModel):
     exit_code: Annotated[int | None, Field(
         description="Exit code of the command, when it exited.")] = None
     reason: Annotated[str | None, Field(
-        description="Machine-readable reason for the phase.")] = None
-    message: Annotated[str | None, Field(description="Human-readable details.")] = None
+        description="Machine-readable reason for the phase: Completed (exit code 0), "
+                    "NonZeroExitCode (exitCode says which), Timeout (no exit within "
+                    "timeoutSeconds), ContainerNotRunning, PodNotRunning, PodDeleted, "
+                    "ExecFailed (the command could not be run), Interrupted (the server "
+                    "stopped) or InternalError.")] = None
+    message: Annotated[str | None, Field(
+        description="Human-readable details, from the runtime or the server.")] = None
     stdout: Annotated[str | None, Field(
         description="The last bytes of standard output (at most a few KiB).")] = None
     stdout_truncated: Annotated[bool | None, Field(
@@ -476,12 +496,20 @@ class PodNotifierStatus(APIModel):
     completion_time: Annotated[str | None, Field(description="When the run finished."),
                                SchemaRef(TIME)] = None
     reason: Annotated[str | None, Field(
-        description="Machine-readable reason for the phase: Completed, NonZeroExitCode, "
-                    "Timeout, ContainerNotRunning, PodNotRunning, PodDeleted, ExecFailed or "
-                    "Interrupted.")] = None
-    message: Annotated[str | None, Field(description="Human-readable details.")] = None
+        description="Machine-readable reason for the phase: Completed when it succeeded; "
+                    "otherwise the reason of the first failed container, or why the run "
+                    f"ended. One of {_listed(PODNOTIFIER_REASONS)}.")] = None
+    message: Annotated[str | None, Field(
+        description="Human-readable details, e.g. 1/2 containers failed (db: exit code 7).")
+    ] = None
     containers: Annotated[list[ContainerNotifierStatus] | None, Field(
         description="Per-container results.", json_schema_extra=_list_map("name"))] = None
+    conditions: Annotated[list[Condition] | None, Field(
+        description="Set when the run finishes, as a Job's: type Complete (it succeeded) or "
+                    "Failed, status True, reason and message those of the status, "
+                    "lastTransitionTime its completionTime. Wait for one with kubectl wait "
+                    "--for=condition=Complete podnotifier/NAME.",
+        json_schema_extra=_list_map("type"))] = None
 
 
 class PodNotifier(TopLevel):
@@ -582,7 +610,11 @@ class NotificationStatus(APIModel):
     completion_time: Annotated[str | None, Field(description="When the run finished."),
                                SchemaRef(TIME)] = None
     conditions: Annotated[list[Condition] | None, Field(
-        description="Latest observations.", json_schema_extra=_list_map("type"))] = None
+        description="Set when the Notification finishes: type Complete (reason PodsSucceeded) "
+                    "or Failed (reason PodsFailed, FailFast, DeadlineExceeded, Deleted, "
+                    "ScopeNotRecorded or InternalError), status True. Wait for one with "
+                    "kubectl wait --for=condition=Complete notification/NAME.",
+        json_schema_extra=_list_map("type"))] = None
 
 
 def _name_or_generate_name(meta: ObjectMeta) -> Iterator[Problem]:
@@ -606,7 +638,11 @@ class Notification(TopLevel):
 
 
 KINDS: tuple[type[TopLevel], ...] = (PodNotifier, Notification)
+PATCH_SCHEMA: Schema = {"type": "object", "description": (
+    "Patch is the body of a PATCH request: a JSON patch, a JSON merge patch, a strategic merge "
+    "patch (applied as a merge patch, as for custom resources) or an apply patch, as its "
+    "Content-Type says.")}
 SCHEMAS: dict[str, Schema] = component_schemas(
-    (*KINDS, Status, WatchEvent), extra={TIME: TIME_SCHEMA},
+    (*KINDS, Status, WatchEvent), extra={TIME: TIME_SCHEMA, f"{META}.Patch": PATCH_SCHEMA},
     list_meta=ListMeta.schema_name)
 """Every component the OpenAPI documents hold, in OpenAPI 3 form."""

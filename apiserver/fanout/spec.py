@@ -50,7 +50,7 @@ def validate(body: dict[str, Any], namespace: str, *, max_parallelism: int,
     if decoded.obj is None:
         meta = body.get("metadata") or {}
         name = meta.get("name") or meta.get("generateName") or ""
-        raise errors.invalid(RESOURCE, GROUP, str(name),
+        raise errors.invalid(Notification.KIND, GROUP, str(name),
                              [error.as_cause() for error in decoded.errors])
     meta, spec = decoded.obj.metadata, decoded.obj.spec
     metadata: dict[str, Any] = {"namespace": namespace, "labels": dict(meta.labels or {})}

@@ -120,9 +120,9 @@ class DeleteOptions:
 def _dry_run(values: list[Any]) -> bool:
     for value in values:
         if value != "All":
-            message = f'dryRun: Unsupported value: "{value}": supported values: "All"'
-            raise errors.Invalid(message, causes=[
-                errors.Cause("FieldValueNotSupported", message, "dryRun")])
+            problem = f'Unsupported value: "{value}": supported values: "All"'
+            raise errors.Invalid(f"dryRun: {problem}", causes=[
+                errors.Cause("FieldValueNotSupported", problem, "dryRun")])
     return bool(values)
 
 

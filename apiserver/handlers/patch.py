@@ -144,7 +144,7 @@ class Patch:
             for key in _KEPT_WHEN_CLEARED:
                 if new_meta.get(key) is None and key in meta:
                     new_meta[key] = meta[key]
-        check_mutable(self.resource.plural, self.resource.group, typed, patched)
+        check_mutable(self.resource.kind, self.resource.group, typed, patched)
         if self.kind is not PatchType.APPLY:
             new_meta = patched["metadata"]
             new_meta.pop("managedFields", None)

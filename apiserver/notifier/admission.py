@@ -111,12 +111,11 @@ class Admission:
         meta = pod["metadata"]
         names = [c["name"] for c in pod["spec"]["containers"]]
         causes = [Cause("FieldValueNotFound",
-                        f'spec.containers[{i}]: Not found: "{c}": pod {meta["name"]} has no '
-                        f"such container (it has {', '.join(names)})", f"spec.containers[{i}]")
+                        f'Not found: "{c}": pod {meta["name"]} has no such container (it has '
+                        f"{', '.join(names)})", f"spec.containers[{i}]")
                   for i, c in enumerate(ask.containers or []) if c not in names]
         if causes:
-            raise InvalidSelection(request.RESOURCE, request.GROUP, ask.name or meta["name"],
-                                   causes)
+            raise InvalidSelection(ask.name or ask.generate_name, causes)
         try:
             declarations = parse_notifiers(meta.get("annotations", {}).get(ANNOTATION),
                                            max_timeout_seconds=self._limits.max_timeout_seconds,
@@ -126,9 +125,9 @@ class Admission:
                                      ) from None
         selection = select_containers(declarations, ask.notifier, ask.containers)
         if selection.undeclared:
-            raise InvalidSelection(request.RESOURCE, request.GROUP, ask.name or meta["name"], [
-                Cause("FieldValueInvalid", f'spec.containers: container "{c}" does not declare '
-                      f'notifier "{ask.notifier}"; leave it out or declare the notifier in its '
+            raise InvalidSelection(ask.name or ask.generate_name, [
+                Cause("FieldValueInvalid", f'container "{c}" does not declare notifier '
+                      f'"{ask.notifier}"; leave it out or declare the notifier in its '
                       f"{ANNOTATION} entry", "spec.containers")
                 for c in selection.undeclared])
         if not selection.selected:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from apiserver import errors
+from apiserver.api.resources import GROUP
+from apiserver.api.types import PodNotifier
 from apiserver.errors import Cause
 from apiserver.notifier.declarations import ANNOTATION
 
@@ -36,19 +38,20 @@ class NotDeclared(errors.NotFound):
 
 
 class InvalidDeclaration(errors.Invalid):
-    """The pod's notifier annotation does not parse or validate."""
+    """The pod's notifier annotation does not parse or validate: ``Pod "db-0" is invalid``."""
 
     def __init__(self, pod: str, causes: Sequence[Cause]) -> None:
-        super().__init__(errors.invalid_message("pods", "", pod, causes), resource="pods",
+        super().__init__(errors.invalid_message("Pod", "", pod, causes), resource="Pod",
                          name=pod, causes=causes)
 
 
 class InvalidSelection(errors.Invalid):
-    """``spec.containers`` names containers the pod lacks or that do not declare the notifier."""
+    """``spec.containers`` names containers the pod lacks or that do not declare the notifier:
+    the PodNotifier (``name``: its name or generateName) is invalid."""
 
-    def __init__(self, resource: str, group: str, name: str, causes: Sequence[Cause]) -> None:
-        super().__init__(errors.invalid_message(resource, group, name, causes), group=group,
-                         resource=resource, name=name, causes=causes)
+    def __init__(self, name: str, causes: Sequence[Cause]) -> None:
+        super().__init__(errors.invalid_message(PodNotifier.KIND, GROUP, name, causes),
+                         group=GROUP, resource=PodNotifier.KIND, name=name, causes=causes)
 
 
 class Untrusted(errors.Forbidden):

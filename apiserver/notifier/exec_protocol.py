@@ -106,9 +106,10 @@ def interpret_status(status: Mapping[str, Any]) -> Outcome:
     ``Success`` is exit code 0. A non-zero exit comes in two shapes: reason ``NonZeroExitCode``
     with an ``ExitCode`` cause (kube-apiserver, kubelet), or a generic failure whose message
     ends in Go's ``exit status N`` (what a runtime that wraps the command's error, such as kwok,
-    may send). Anything else is a failure to run the command, not a result of it.
+    may send). Anything else is a failure to run the command, not a result of it. The message
+    is kept without its "Internal error occurred: " prefixes (``runtime_detail``).
     """
-    message = str(status.get("message") or "")
+    message = runtime_detail(str(status.get("message") or ""))
     if status.get("status") == "Success":
         return Outcome(ExecReason.COMPLETED, 0, message)
     code = _exit_code_cause(status) if status.get("reason") == "NonZeroExitCode" else None
@@ -117,6 +118,19 @@ def interpret_status(status: Mapping[str, Any]) -> Outcome:
     if code is not None and code != 0:
         return Outcome(ExecReason.NON_ZERO_EXIT_CODE, code, message)
     return Outcome(classify_failure(message), None, message or "exec failed without a message")
+
+
+_INTERNAL_ERROR_PREFIX = "Internal error occurred: "
+
+
+def runtime_detail(message: str) -> str:
+    """A message from the exec's status without apimachinery's ``Internal error occurred: ``
+    prefixes: the kubelet wraps the runtime's error in an InternalError, and kwok wraps one that
+    is already wrapped, so records read ``Internal error occurred: Internal error occurred:
+    error executing command ...``; the container's reason already says what happened."""
+    while message.startswith(_INTERNAL_ERROR_PREFIX):
+        message = message[len(_INTERNAL_ERROR_PREFIX):]
+    return message
 
 
 def classify_failure(message: str) -> ExecReason:

@@ -33,6 +33,7 @@ from apiserver.notifier.exec_protocol import (
     classify_failure,
     interpret_status,
     parse_frame,
+    runtime_detail,
     status_from_body,
 )
 
@@ -204,7 +205,7 @@ def _complete_status(buffer: bytearray) -> dict[str, Any] | None:
 def _refused(response: Response) -> Outcome:
     status = status_from_body(bytes(response.body))
     if status is not None:
-        detail = str(status.get("message") or status.get("reason") or "")
+        detail = runtime_detail(str(status.get("message") or status.get("reason") or ""))
     else:
         detail = bytes(response.body).decode(errors="replace").strip()[:_MAX_SHOWN_BODY_CHARS]
     message = f"kube-apiserver refused the exec (HTTP {response.status_code})" + (

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from apiserver.api.resources import GROUP_VERSION
-from apiserver.api.types import FINISHED_PHASES, Phase
+from apiserver.api.types import CONDITION_COMPLETE, CONDITION_FAILED, FINISHED_PHASES, Phase
 from apiserver.api.validation import label_value_errors
 from apiserver.authn.user import UserInfo
 from apiserver.notifier.exec_stream import ExecResult
@@ -196,7 +196,8 @@ def finish(record: dict[str, Any], at: str, reason: str = "", message: str = ""
 
     Succeeded if and only if every container succeeded. Unfinished containers end Failed with
     `reason` (e.g. Interrupted, PodDeleted). The record's reason is Completed on success, else
-    `reason` if given, else the first failed container's.
+    `reason` if given, else the first failed container's. The ``Complete`` or ``Failed``
+    condition is set with them (``kubectl wait --for=condition=Complete`` reads it).
     """
     status = record.setdefault("status", {})
     containers = status.setdefault("containers", [])
@@ -211,12 +212,22 @@ def finish(record: dict[str, Any], at: str, reason: str = "", message: str = ""
         status["phase"] = SUCCEEDED
         status["reason"] = COMPLETED
         status["message"] = f"{len(containers)}/{len(containers)} containers succeeded"
-        return record
-    status["phase"] = FAILED
-    first = failed[0] if failed else {}
-    status["reason"] = reason or first.get("reason", "")
-    status["message"] = message or _failure_summary(failed, len(containers))
+    else:
+        status["phase"] = FAILED
+        first = failed[0] if failed else {}
+        status["reason"] = reason or first.get("reason", "")
+        status["message"] = message or _failure_summary(failed, len(containers))
+    status["conditions"] = [finished_condition(status)]
     return record
+
+
+def finished_condition(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The condition of a finished run, as a Job's: ``Complete`` if it succeeded, else
+    ``Failed``; status True, with the run's reason and message, at its completionTime."""
+    kind = CONDITION_COMPLETE if status.get("phase") == SUCCEEDED else CONDITION_FAILED
+    return {"type": kind, "status": "True", "reason": status.get("reason") or kind,
+            "message": status.get("message", ""),
+            "lastTransitionTime": status["completionTime"]}
 
 
 def _failure_summary(failed: Sequence[Mapping[str, Any]], total: int) -> str:

@@ -13,10 +13,8 @@ from typing import Any
 from apiserver import errors
 from apiserver.api.decoding import decode
 from apiserver.api.decoding import parse_body as parse_body  # handlers/notify.py reads bodies
-from apiserver.api.resources import GROUP, PODNOTIFIERS
+from apiserver.api.resources import GROUP
 from apiserver.api.types import PodNotifier
-
-RESOURCE = PODNOTIFIERS.name
 
 
 @dataclass(frozen=True)
@@ -41,8 +39,9 @@ def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds
             f'spec.podName "{spec["podName"]}" does not match the pod "{pod}" in the URL; '
             f"leave it empty or make them equal")
     if decoded.obj is None:
-        name = (body.get("metadata") or {}).get("name")
-        raise errors.invalid(RESOURCE, GROUP, name if isinstance(name, str) and name else pod,
+        meta = body.get("metadata") or {}
+        name = meta.get("name") or meta.get("generateName") or ""
+        raise errors.invalid(PodNotifier.KIND, GROUP, str(name),
                              [error.as_cause() for error in decoded.errors])
     meta, ask = decoded.obj.metadata, decoded.obj.spec
     return NotifyRequest(name=meta.name or "", generate_name=meta.generate_name or "",

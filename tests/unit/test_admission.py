@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from apiserver.api.status import status_body
-from apiserver.notifier import admission
-from apiserver.notifier.errors import TooManyRuns
+from apiserver.notifier import admission, request
+from apiserver.notifier.declarations import ANNOTATION
+from apiserver.notifier.errors import InvalidSelection, TooManyRuns
 
 
 class Store:
@@ -67,3 +68,34 @@ async def test_room_stores_the_record_and_starts_its_run() -> None:
     (plan,) = runner.started
     assert (plan.namespace, plan.record, plan.pod, plan.pod_uid) == ("ns", "r-1", "p", "u1")
     assert plan.pod_not_running == ""
+
+
+def notify_request(**overrides: Any) -> request.NotifyRequest:
+    fields: dict[str, Any] = {"name": "", "generate_name": "", "labels": {},
+                              "notifier": "quiesce", "containers": None,
+                              "timeout_seconds": None, "ttl_seconds_after_finished": None}
+    return request.NotifyRequest(**{**fields, **overrides})
+
+
+POD = {"metadata": {"namespace": "ns", "name": "db-0", "uid": "u1", "annotations": {
+    ANNOTATION: '{"db": [{"name": "quiesce", "action": {"signal": "SIGHUP"}}]}'}},
+    "spec": {"containers": [{"name": "db"}, {"name": "side"}]}, "status": {"phase": "Running"}}
+
+
+@pytest.mark.parametrize(("containers", "field", "problem"), [
+    (["nope"], "spec.containers[0]", 'Not found: "nope": pod db-0 has no such container'),
+    (["side"], "spec.containers", 'container "side" does not declare notifier "quiesce"'),
+])
+def test_selection_422_names_the_record_and_each_field_once(
+        containers: list[str], field: str, problem: str) -> None:
+    admit, _, _ = admission_with(capacity=True)
+    with pytest.raises(InvalidSelection) as raised:
+        admit.plan(POD, notify_request(generate_name="nightly-", containers=containers))
+    body = status_body(raised.value)
+    assert body["details"]["kind"] == "PodNotifier"
+    assert body["details"]["name"] == "nightly-"
+    (cause,) = body["details"]["causes"]
+    assert cause["field"] == field
+    assert cause["message"].startswith(problem)
+    assert body["message"].startswith(
+        f'PodNotifier.notifier.x-k8s.io "nightly-" is invalid: {field}: {problem}')

@@ -81,7 +81,7 @@ def test_empty_command_is_required_with_field_path() -> None:
     )
     cause = error.as_cause()
     assert (cause.reason, cause.field) == ("FieldValueRequired", error.field)
-    assert cause.message == f"{error.field}: {error.message}"
+    assert cause.message == error.message  # the field is apart, as in Go's StatusCause
     assert "argv" in error.message
 
 

@@ -30,11 +30,12 @@ def test_untrusted_is_a_403_on_the_pod() -> None:
 
 
 def test_invalid_declaration_lists_its_causes() -> None:
-    causes = [Cause("FieldValueRequired", "a: Required value", "a"),
-              Cause("FieldValueInvalid", "b: Invalid value", "b")]
+    causes = [Cause("FieldValueRequired", "Required value", "a"),
+              Cause("FieldValueInvalid", "Invalid value", "b")]
     body = status_body(notifier_errors.InvalidDeclaration("db-0", causes))
     assert (body["code"], body["reason"]) == (422, "Invalid")
-    assert body["message"] == 'pods "db-0" is invalid: [a: Required value, b: Invalid value]'
+    assert body["message"] == 'Pod "db-0" is invalid: [a: Required value, b: Invalid value]'
+    assert body["details"]["kind"] == "Pod"
     assert [c["field"] for c in body["details"]["causes"]] == ["a", "b"]
 
 

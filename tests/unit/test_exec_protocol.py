@@ -14,6 +14,7 @@ from apiserver.notifier.exec_protocol import (
     classify_failure,
     interpret_status,
     parse_frame,
+    runtime_detail,
     status_from_body,
 )
 
@@ -74,6 +75,26 @@ def test_non_zero_exit_from_generic_message() -> None:
     outcome = interpret_status(status_of(GENERIC_EXIT))
 
     assert (outcome.reason, outcome.exit_code) == (ExecReason.NON_ZERO_EXIT_CODE, 42)
+    assert outcome.message == "error executing command: exit status 42"
+
+
+def test_doubled_internal_error_prefix_is_dropped() -> None:
+    """kwok wraps an InternalError in another: the record keeps the runtime's message."""
+    status = status_of(GENERIC_EXIT)
+    status["message"] = ("Internal error occurred: Internal error occurred: error executing "
+                         "command in container: cmd wait: /bin/sh -c exit 7: exit status 7")
+
+    outcome = interpret_status(status)
+
+    assert (outcome.reason, outcome.exit_code) == (ExecReason.NON_ZERO_EXIT_CODE, 7)
+    assert outcome.message == ("error executing command in container: cmd wait: /bin/sh -c "
+                               "exit 7: exit status 7")
+
+
+def test_runtime_detail_keeps_a_prefix_inside_the_message() -> None:
+    assert runtime_detail("Internal error occurred: a: Internal error occurred: b") == (
+        "a: Internal error occurred: b")
+    assert runtime_detail("container not found") == "container not found"
 
 
 @pytest.mark.parametrize(

@@ -200,7 +200,7 @@ async def test_a_failed_json_patch_test_is_422_and_changes_nothing(client, store
 async def test_other_fields_are_immutable_naming_the_field(client, stored, records, body, field):
     status = status_of(await patch(client, body, MERGE), 422, "Invalid")
     assert [cause["field"] for cause in status["details"]["causes"]] == [field]
-    assert status["details"]["name"] == "r1" and status["details"]["kind"] == "podnotifiers"
+    assert status["details"]["name"] == "r1" and status["details"]["kind"] == "PodNotifier"
     assert await records.get("ns", "r1") == stored
 
 

@@ -36,7 +36,7 @@ def invalid_fields(obj: dict[str, Any]) -> list[str]:
     """The fields of the 422's causes."""
     answer = rejected(obj, 422)
     assert answer["reason"] == "Invalid"
-    assert answer["details"]["kind"] == "podnotifiers"
+    assert answer["details"]["kind"] == "PodNotifier"
     assert answer["details"]["group"] == "notifier.x-k8s.io"
     return [cause["field"] for cause in answer["details"]["causes"]]
 
@@ -189,7 +189,7 @@ def test_bad_name(name: str) -> None:
     obj["metadata"] = {"name": name}
     answer = rejected(obj, 422)
     assert answer["details"]["causes"][0]["field"] == "metadata.name"
-    assert answer["message"].startswith(f'podnotifiers.notifier.x-k8s.io "{name}" is invalid: '
+    assert answer["message"].startswith(f'PodNotifier.notifier.x-k8s.io "{name}" is invalid: '
                                         "metadata.name: Invalid value: ")
 
 
@@ -236,9 +236,22 @@ def test_missing_notifier() -> None:
     answer = rejected(obj, 422)
     assert answer["details"]["causes"] == [{
         "reason": "FieldValueRequired", "field": "spec.notifier",
-        "message": "spec.notifier: Required value: name the notifier to run, as the pod "
-                   "declares it"}]
-    assert answer["message"].startswith('podnotifiers.notifier.x-k8s.io "db-0" is invalid: ')
+        "message": "Required value: name the notifier to run, as the pod declares it"}]
+    # Named by kind and generateName (the record would have), not by the pod of the URL; the
+    # field once, in the summary.
+    assert answer["message"] == (
+        'PodNotifier.notifier.x-k8s.io "" is invalid: spec.notifier: Required value: name the '
+        "notifier to run, as the pod declares it")
+
+
+def test_invalid_names_the_generate_name() -> None:
+    obj = body(timeoutSeconds=0)
+    obj["metadata"] = {"generateName": "nightly-"}
+    answer = rejected(obj, 422)
+    assert answer["details"]["name"] == "nightly-"
+    assert answer["message"] == (
+        'PodNotifier.notifier.x-k8s.io "nightly-" is invalid: spec.timeoutSeconds: Invalid '
+        f"value: 0: must be between 1 and {MAX_TIMEOUT}, inclusive")
 
 
 def test_missing_spec_is_a_missing_notifier() -> None:
@@ -267,13 +280,13 @@ def test_bad_timeout_seconds(value: Any) -> None:
 def test_timeout_message_names_the_bounds() -> None:
     answer = rejected(body(timeoutSeconds=0), 422)
     assert answer["details"]["causes"][0]["message"] == (
-        f"spec.timeoutSeconds: Invalid value: 0: must be between 1 and {MAX_TIMEOUT}, inclusive")
+        f"Invalid value: 0: must be between 1 and {MAX_TIMEOUT}, inclusive")
 
 
 def test_bool_for_an_int_says_whole_number() -> None:
     answer = rejected(body(ttlSecondsAfterFinished=False), 422)
     assert answer["details"]["causes"][0]["message"] == (
-        "spec.ttlSecondsAfterFinished: Invalid value: false: must be a whole number")
+        "Invalid value: false: must be a whole number")
 
 
 @pytest.mark.parametrize("value", [-1, MAX_TTL_SECONDS + 1, True, "3600"])
@@ -289,5 +302,6 @@ def test_every_problem_is_reported_at_once() -> None:
     assert [c["field"] for c in answer["details"]["causes"]] == [
         "metadata.name", "metadata.labels[team]", "spec.notifier", "spec.containers",
         "spec.timeoutSeconds", "spec.ttlSecondsAfterFinished"]
-    assert answer["message"].startswith('podnotifiers.notifier.x-k8s.io "Bad" is invalid: [')
+    assert answer["message"].startswith(
+        'PodNotifier.notifier.x-k8s.io "Bad" is invalid: [metadata.name: Invalid value: "Bad": ')
     assert answer["details"]["name"] == "Bad"

@@ -2,13 +2,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
 
+from apiserver.api import resources
 from apiserver.api.openapi import (
+    _resource_operations,
     accepts_json,
     openapi_v2,
     openapi_v3_discovery,
@@ -16,6 +19,7 @@ from apiserver.api.openapi import (
 )
 from apiserver.handlers import notifications, notify, podnotifiers
 from apiserver.handlers.watch_response import Watches
+from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 
 OURS = "io.x-k8s.notifier.v1alpha1"
 
@@ -158,3 +162,83 @@ def test_v3_discovery_points_at_the_served_document_by_hash():
 ])
 def test_accepts_json(accept, expected):
     assert accepts_json(accept) is expected
+
+
+V3_PATHS = openapi_v3_group_version()["paths"]
+WRITE_PARAMS = {"dryRun", "fieldManager", "fieldValidation"}
+
+
+def operations(document_paths: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(method, path, op) for path, item in document_paths.items()
+            for method, op in item.items() if method != "parameters"]
+
+
+def query_names(op: dict[str, Any]) -> set[str]:
+    return {p["name"] for p in op["parameters"] if p["in"] == "query"}
+
+
+@pytest.mark.parametrize("document", [openapi_v2, openapi_v3_group_version])
+def test_every_write_takes_dry_run_and_creates_take_field_manager_and_validation(
+        document: Any) -> None:
+    """kubectl create sends fieldManager and fieldValidation; a server that does not advertise
+    them makes kubectl fall back to listing CRDs."""
+    writes = [(method, op) for method, _, op in operations(document()["paths"])
+              if method in ("post", "patch", "delete")]
+    assert {"post", "delete"} <= {method for method, _ in writes}
+    for method, op in writes:
+        assert "dryRun" in query_names(op), op["operationId"]
+        if method in ("post", "patch"):
+            assert WRITE_PARAMS <= query_names(op), op["operationId"]
+
+
+def test_notify_documents_every_code_it_answers() -> None:
+    item = V3_PATHS["/apis/notifier.x-k8s.io/v1alpha1/namespaces/{namespace}/pods/{name}/notify"]
+    responses = item["post"]["responses"]
+    assert set(responses) == {"201", "400", "401", "403", "404", "409", "413", "415", "422",
+                              "429", "500", "503"}
+    assert responses["201"]["content"]["application/json"]["schema"] == {
+        "$ref": f"#/components/schemas/{OURS}.PodNotifier"}
+    status = {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Status"}
+    assert all(r["content"]["application/json"]["schema"] == status
+               for code, r in responses.items() if code != "201")
+    assert "SelfSubjectAccessReview" in responses["403"]["description"]
+    wait = next(p for p in item["post"]["parameters"] if p["name"] == "waitSeconds")
+    assert f"0 to {notify.MAX_WAIT_SECONDS}" in wait["description"]
+    assert "Default 0" in wait["description"]
+
+
+def test_create_notification_documents_already_exists_and_bodies() -> None:
+    create = V3_PATHS["/apis/notifier.x-k8s.io/v1alpha1/namespaces/{namespace}/notifications"][
+        "post"]
+    assert {"201", "400", "409", "413", "415", "422"} <= set(create["responses"])
+    assert "AlreadyExists" in create["responses"]["409"]["description"]
+
+
+def test_field_selectors_documented_are_the_selectable_ones() -> None:
+    for resource in (PODNOTIFIERS, NOTIFICATIONS):
+        listing = V3_PATHS[f"/apis/notifier.x-k8s.io/v1alpha1/{resource.plural}"]["get"]
+        selector = next(p for p in listing["parameters"] if p["name"] == "fieldSelector")
+        assert f"{', '.join(resource.selectable_fields)}." in selector["description"]
+
+
+def test_a_patch_verb_gets_a_patch_operation_kubectl_can_verify() -> None:
+    """kubectl's fieldValidation check reads only the PATCH operation of the kind: a resource
+    whose discovery lists patch is documented with one, taking fieldValidation."""
+    patched = replace(resources.NOTIFICATIONS, verbs=(*resources.NOTIFICATIONS.verbs, "patch"))
+    (patch,) = [op for op in _resource_operations("Notification", patched, "metadata.name")
+                if op.method == "patch"]
+    assert patch.path.endswith("/notifications/{name}")
+    assert WRITE_PARAMS <= {p.name for p in patch.params}
+    assert "application/apply-patch+yaml" in patch.consumes
+    assert patch.body == "io.k8s.apimachinery.pkg.apis.meta.v1.Patch"
+
+
+def test_explain_shows_conditions_and_reasons() -> None:
+    schemas = openapi_v3_group_version()["components"]["schemas"]
+    status = schemas[f"{OURS}.PodNotifierStatus"]["properties"]
+    assert "kubectl wait --for=condition=Complete" in status["conditions"]["description"]
+    assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
+    for reason in ("NonZeroExitCode", "Timeout", "Interrupted", "InternalError"):
+        assert reason in status["reason"]["description"]
+    condition = schemas["io.k8s.apimachinery.pkg.apis.meta.v1.Condition"]["properties"]
+    assert "Complete or Failed" in condition["type"]["description"]

@@ -220,12 +220,12 @@ def test_spec_status_and_other_metadata_are_immutable_naming_each_field():
     new = changed(spec={"notifier": "reload", "containers": ["a"]}, status={"phase": "Failed"},
                   metadata={"name": "other", "finalizers": ["f"]}, extra={"x": 1})
     with pytest.raises(errors.Invalid) as raised:
-        check_mutable("notifications", "notifier.x-k8s.io", OBJ, new)
+        check_mutable("Notification", "notifier.x-k8s.io", OBJ, new)
     fields = [cause.field for cause in raised.value.causes]
     assert fields == ["extra", "spec.containers", "spec.notifier", "status.phase",
                       "metadata.finalizers", "metadata.name"]
     assert raised.value.message.startswith(
-        'notifications.notifier.x-k8s.io "n" is invalid: [extra: Invalid value: {"x": 1}: field '
+        'Notification.notifier.x-k8s.io "n" is invalid: [extra: Invalid value: {"x": 1}: field '
         "is immutable")
     assert 'spec.notifier: Invalid value: "reload": field is immutable' in raised.value.message
 

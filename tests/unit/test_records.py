@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from apiserver.api.types import CONDITION_TYPES, PODNOTIFIER_REASONS, PodNotifierStatus
 from apiserver.api.validation import dns1123_subdomain_errors
 from apiserver.authn.user import UserInfo
 from apiserver.notifier import records
@@ -278,6 +279,9 @@ def test_finish_succeeded_when_all_succeeded() -> None:
     assert status["message"] == "2/2 containers succeeded"
     assert status["completionTime"] == "T9"
     assert status["startTime"] == "T0"
+    assert status["conditions"] == [{
+        "type": "Complete", "status": "True", "reason": "Completed",
+        "message": "2/2 containers succeeded", "lastTransitionTime": "T9"}]
     assert records.is_finished(record)
 
 
@@ -293,6 +297,9 @@ def test_finish_failed_when_one_failed() -> None:
     assert status["reason"] == "NonZeroExitCode"
     assert status["message"] == "1/2 containers failed (sidecar: exit code 2)"
     assert status["containers"][0]["phase"] == "Succeeded"
+    assert status["conditions"] == [{
+        "type": "Failed", "status": "True", "reason": "NonZeroExitCode",
+        "message": "1/2 containers failed (sidecar: exit code 2)", "lastTransitionTime": "T9"}]
 
 
 def test_finish_unfinished_containers_get_the_reason() -> None:
@@ -330,6 +337,29 @@ def test_finish_with_no_containers_is_failed() -> None:
     records.finish(record, "T9", records.POD_NOT_RUNNING, "pod is Pending")
     assert record["status"]["phase"] == "Failed"
     assert record["status"]["reason"] == "PodNotRunning"
+    (condition,) = record["status"]["conditions"]
+    assert (condition["type"], condition["reason"]) == ("Failed", "PodNotRunning")
+
+
+def test_finish_again_replaces_the_condition() -> None:
+    """Recovery finishes a record that may already hold a condition: one per type, never two."""
+    record = records.new_record(ask(containers=["db"]))
+    records.set_container(record, succeeded("db"))
+    records.finish(record, "T9")
+    records.finish(record, "T10")
+    assert [c["type"] for c in record["status"]["conditions"]] == ["Complete"]
+    assert record["status"]["conditions"][0]["lastTransitionTime"] == "T10"
+
+
+def test_finished_record_matches_its_definition() -> None:
+    """The conditions written are what the typed definition (and so OpenAPI) declares."""
+    record = records.new_record(ask(containers=["db"]))
+    records.set_container(record, failed("db", 7))
+    records.finish(record, "2026-11-30T08:11:57.103Z")
+    status = PodNotifierStatus.model_validate(record["status"], strict=False)
+    assert status.conditions is not None
+    assert status.conditions[0].type in CONDITION_TYPES
+    assert status.reason in PODNOTIFIER_REASONS
 
 
 def test_finish_summarises_more_than_three_failures() -> None:
@@ -386,3 +416,12 @@ def test_other_signal_failures_are_left_alone() -> None:
     assert records.explain_signal_failure(entry) == entry
     ok = {"name": "db", "phase": "Succeeded", "exitCode": 0, "message": ""}
     assert records.explain_signal_failure(ok) == ok
+
+
+def test_every_reason_the_server_sets_is_documented() -> None:
+    """The reasons the definition lists (and kubectl explain prints) are exactly those the
+    exec, the records and the runner set."""
+    set_by_server = {*map(str, ExecReason), records.COMPLETED, records.INTERRUPTED,
+                     records.POD_DELETED, records.POD_NOT_RUNNING,
+                     records.CONTAINER_NOT_RUNNING, "InternalError"}
+    assert set(PODNOTIFIER_REASONS) == set_by_server

@@ -4,7 +4,7 @@ import json
 
 from apiserver import errors
 from apiserver.api import status
-from apiserver.authz.attributes import request_attributes
+from apiserver.authz.attributes import RequestAttributes, request_attributes
 
 G = "notifier.x-k8s.io"
 
@@ -33,6 +33,24 @@ def test_forbidden_namespaced_subresource():
     assert status.status_body(error)["details"] == {"name": "p", "group": G, "kind": "pods"}
 
 
+def test_namespace_wide_notify_denial_says_how_to_check_access():
+    """The check a Notification's creator must pass is this server's own: its 403 says how to
+    check (one pod's notify is denied by kube-apiserver first, whose wording ours equals)."""
+    attributes = RequestAttributes.for_resource(
+        "create", group=G, version="v1alpha1", resource="pods", subresource="notify",
+        namespace="ns")
+    message = status.forbidden_request("alice", attributes, "no RBAC policy matched").message
+    assert message.endswith(': no RBAC policy matched. Check access with "kubectl notify can-i '
+                            'POD" or a SelfSubjectAccessReview of group notifier.x-k8s.io, '
+                            'resource pods, subresource notify ("kubectl auth can-i create '
+                            'pods/notify" asks about core pods named notify instead)')
+
+
+def test_other_denials_carry_no_notify_hint():
+    attributes = request_attributes("DELETE", f"/apis/{G}/v1alpha1/namespaces/ns/podnotifiers/p")
+    assert "can-i" not in status.forbidden_request("alice", attributes).message
+
+
 def test_forbidden_without_name_at_cluster_scope_with_reason():
     attributes = request_attributes("GET", f"/apis/{G}/v1alpha1/podnotifiers")
     error = status.forbidden_request("system:anonymous", attributes, "no RBAC policy matched")
@@ -56,17 +74,30 @@ def test_unauthorized_has_no_details():
 
 
 def test_invalid_lists_causes():
-    causes = [errors.Cause("FieldValueRequired", "spec.notifier: Required value", "spec.notifier"),
-              errors.Cause("FieldValueInvalid", "spec.podName: Invalid value: \"x\"",
-                           "spec.podName")]
+    """As apimachinery's NewInvalid: the summary joins field and problem, each cause carries
+    only the problem (kubectl prints "<field>: <message>" per cause)."""
+    causes = [errors.Cause("FieldValueRequired", "Required value", "spec.notifier"),
+              errors.Cause("FieldValueInvalid", "Invalid value: \"x\"", "spec.podName")]
     error = errors.invalid("PodNotifier", G, "run-1", causes)
     assert error.code == 422
     assert status.status_body(error)["message"] == (
         'PodNotifier.notifier.x-k8s.io "run-1" is invalid: [spec.notifier: Required value, '
         'spec.podName: Invalid value: "x"]')
-    assert status.status_body(error)["details"]["causes"][0] == {
-        "reason": "FieldValueRequired", "message": "spec.notifier: Required value",
-        "field": "spec.notifier"}
+    assert status.status_body(error)["details"] == {
+        "name": "run-1", "group": G, "kind": "PodNotifier", "causes": [
+            {"reason": "FieldValueRequired", "message": "Required value",
+             "field": "spec.notifier"},
+            {"reason": "FieldValueInvalid", "message": 'Invalid value: "x"',
+             "field": "spec.podName"}]}
+
+
+def test_invalid_with_one_cause_is_not_bracketed():
+    error = errors.invalid("Notification", G, "snap-", [
+        errors.Cause("FieldValueInvalid", "Invalid value: 0: must be between 1 and 600, inclusive",
+                     "spec.timeoutSeconds")])
+    assert error.message == (
+        'Notification.notifier.x-k8s.io "snap-" is invalid: spec.timeoutSeconds: Invalid value: '
+        "0: must be between 1 and 600, inclusive")
 
 
 def test_too_many_requests_sets_retry_after():

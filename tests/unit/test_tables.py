@@ -131,11 +131,60 @@ def test_exit_code_zero_is_shown() -> None:
 def test_several_containers_show_finished_over_total() -> None:
     row = cells(podnotifier(status={"phase": "Running", "containers": [
         {"name": "a", "phase": "Succeeded", "exitCode": 0},
-        {"name": "b", "phase": "Failed", "exitCode": 1},
+        {"name": "b", "phase": "Succeeded", "exitCode": 0},
         {"name": "c", "phase": "Running"},
     ]}))
 
     assert row["Exit"] == "2/3"
+
+
+def test_a_failed_container_shows_its_exit_code_not_finished_over_total() -> None:
+    """Two containers, one exited 7: EXIT says 7, not 2/2 (which reads like success)."""
+    row = cells(podnotifier(status={"phase": "Failed", "containers": [
+        {"name": "a", "phase": "Succeeded", "exitCode": 0},
+        {"name": "b", "phase": "Failed", "exitCode": 7},
+        {"name": "c", "phase": "Failed", "exitCode": 9},
+    ]}))
+
+    assert row["Exit"] == "7"
+
+
+@pytest.mark.parametrize(("container", "shown"), [
+    ({"reason": "Timeout"}, "Timeout"),
+    ({"reason": "ExecFailed", "exitCode": 0}, "ExecFailed"),
+    ({}, "Failed"),
+])
+def test_a_failed_container_without_exit_code_shows_its_reason(container: dict, shown: str
+                                                                ) -> None:
+    row = cells(podnotifier(status={"phase": "Failed", "containers": [
+        {"name": "a", "phase": "Succeeded", "exitCode": 0},
+        {"name": "b", "phase": "Failed", **container}]}))
+
+    assert row["Exit"] == shown
+
+
+def ms(seconds_ago: float) -> str:
+    """A status time as the server writes it: RFC 3339 with milliseconds."""
+    moment = NOW - timedelta(seconds=seconds_ago)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0.027, "27ms"), (0.0, "0ms"), (0.999, "999ms"), (1.0, "1s"), (1.45, "1.4s"),
+    (9.99, "9.9s"), (10.2, "10s"), (59, "59s"), (123, "2m3s"),
+])
+def test_duration_is_precise_below_ten_seconds(seconds: float, text: str) -> None:
+    row = cells(podnotifier(status={
+        "phase": "Succeeded", "startTime": ms(3600), "completionTime": ms(3600 - seconds),
+        "containers": [{"name": "db", "phase": "Succeeded", "exitCode": 0}]}))
+
+    assert row["Duration"] == text
+
+
+def test_running_duration_counts_milliseconds_to_now() -> None:
+    row = cells(podnotifier(status={"phase": "Running", "startTime": ms(0.25)}))
+
+    assert row["Duration"] == "250ms"
 
 
 def test_malformed_status_does_not_break_the_row() -> None:

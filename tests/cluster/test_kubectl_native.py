@@ -1,0 +1,184 @@
+"""kubectl against the served API as a user bound to the built-in ``edit`` ClusterRole (which
+the shipped container-notifier:aggregate-to-edit role extends): create -f, wait for a
+condition, get with its columns, error wording, and how to check notify access (issue 12)."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import pytest
+
+from apiserver.api.status import NOTIFY_ACCESS_HINT
+from tests.support.kube import Cluster, User
+from tests.support.notify import API, declare, exec_notifier, notification, notify_path
+
+pytestmark = pytest.mark.cluster
+
+PODNOTIFIER = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier"}
+
+
+def bound(cluster: Cluster, namespace: str, prefix: str, cluster_role: str) -> User:
+    """A new user bound to ``cluster_role`` in the namespace, and to nothing else."""
+    user = cluster.user(f"{prefix}-{uuid.uuid4().hex[:6]}")
+    cluster.apply({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": user.name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": cluster_role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": user.name}]})
+    return user
+
+
+@pytest.fixture
+def editor(cluster: Cluster, namespace: str) -> User:
+    """A user with only the built-in edit role in the namespace: it may not list CRDs."""
+    return bound(cluster, namespace, "editor", "edit")
+
+
+@pytest.fixture
+def two_container_pod(cluster: Cluster, namespace: str) -> str:
+    """db exits 7 on "mixed", side succeeds; both succeed on "quiesce"."""
+    annotations = declare(
+        db=[exec_notifier("quiesce", "echo ok"), exec_notifier("mixed", "exit 7")],
+        side=[exec_notifier("quiesce", "echo ok"), exec_notifier("mixed", "echo fine")])
+    return cluster.deploy(namespace, "db", containers=("db", "side"),
+                          annotations=annotations)[0]["metadata"]["name"]
+
+
+def kubectl_notify(cluster: Cluster, user: User, namespace: str, pod: str, notifier: str,
+                   **spec: object) -> dict:
+    """Run a notifier with kubectl create --raw and wait for it; the record."""
+    body = json.dumps({**PODNOTIFIER, "spec": {"notifier": notifier, **spec}})
+    result = cluster.kubectl("create", "--raw", f"{notify_path(namespace, pod)}?waitSeconds=20",
+                             "-f", "-", user=user, input=body)
+    return json.loads(result.stdout)
+
+
+def test_create_notification_from_a_file_validates_without_listing_crds(
+        cluster: Cluster, namespace: str, editor: User, two_container_pod: str) -> None:
+    """kubectl validates client-side only when the OpenAPI of the kind lacks fieldValidation
+    on its PATCH operation, and then lists CRDs, which edit may not: it must not get there."""
+    with cluster.admin() as kube:
+        document = kube.get(f"/openapi/v3{API}").json()
+    patches = [item["patch"] for item in document["paths"].values() if "patch" in item
+               and item["patch"]["x-kubernetes-group-version-kind"]["kind"] == "Notification"]
+    if not patches:
+        pytest.skip("the server does not serve PATCH on notifications (issue 12 item 2): "
+                    "kubectl reads fieldValidation support from the PATCH operation only")
+    manifest = notification("snap", "quiesce", {"app": "db"})
+    result = cluster.kubectl("create", "-f", "-", "-n", namespace, "-v=6", user=editor,
+                             input=json.dumps(manifest), check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "notification.notifier.x-k8s.io/snap created" in result.stdout
+    assert "customresourcedefinitions" not in result.stderr
+    assert re.search(r'verb="POST" url="[^"]*/notifications\?[^"]*fieldValidation=Strict',
+                     result.stderr), result.stderr[-2000:]
+
+
+def test_wait_for_complete_and_failed_conditions(
+        cluster: Cluster, namespace: str, editor: User, two_container_pod: str) -> None:
+    ok = kubectl_notify(cluster, editor, namespace, two_container_pod, "quiesce")
+    failed = kubectl_notify(cluster, editor, namespace, two_container_pod, "mixed")
+
+    for record, condition in ((ok, "Complete"), (failed, "Failed")):
+        name = record["metadata"]["name"]
+        result = cluster.kubectl("wait", f"--for=condition={condition}", f"podnotifier/{name}",
+                                 "-n", namespace, "--timeout=30s", user=editor)
+        assert f"podnotifier.notifier.x-k8s.io/{name} condition met" in result.stdout
+    (condition,) = failed["status"]["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "Failed", "True", "NonZeroExitCode")
+    assert condition["lastTransitionTime"] == failed["status"]["completionTime"]
+    unmet = cluster.kubectl("wait", "--for=condition=Complete",
+                            f"podnotifier/{failed['metadata']['name']}", "-n", namespace,
+                            "--timeout=2s", user=editor, check=False)
+    assert unmet.returncode != 0
+
+
+def test_get_shows_milliseconds_and_the_failing_exit_code(
+        cluster: Cluster, namespace: str, editor: User, two_container_pod: str) -> None:
+    first = kubectl_notify(cluster, editor, namespace, two_container_pod, "quiesce")
+    second = kubectl_notify(cluster, editor, namespace, two_container_pod, "mixed")
+
+    table = cluster.kubectl("get", "podnotifiers", "-n", namespace,
+                            "--sort-by=.status.startTime", user=editor).stdout.splitlines()
+    assert table[0].split() == ["NAME", "POD", "NOTIFIER", "PHASE", "EXIT", "DURATION", "AGE"]
+    rows = [line.split() for line in table[1:]]
+    assert [row[0] for row in rows] == [first["metadata"]["name"], second["metadata"]["name"]]
+    assert rows[0][3:5] == ["Succeeded", "2/2"]
+    assert rows[1][3:5] == ["Failed", "7"]
+    for row in rows:
+        assert re.fullmatch(r"\d{1,3}ms|\d(\.\d)?s", row[5]), row
+
+    (db,) = [c for c in second["status"]["containers"] if c["name"] == "db"]
+    assert db["exitCode"] == 7
+    assert "Internal error occurred" not in db["message"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",
+                        second["metadata"]["creationTimestamp"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", second["status"]["startTime"])
+
+
+def test_invalid_request_names_the_kind_and_the_field_once(
+        cluster: Cluster, namespace: str, editor: User, two_container_pod: str) -> None:
+    body = json.dumps({**PODNOTIFIER, "metadata": {"generateName": "nightly-"},
+                       "spec": {"notifier": "quiesce", "timeoutSeconds": 0}})
+    result = cluster.kubectl("create", "--raw", notify_path(namespace, two_container_pod),
+                             "-f", "-", user=editor, input=body, check=False)
+    assert result.returncode != 0
+    assert result.stderr.strip() == (
+        'The PodNotifier "nightly-" is invalid: spec.timeoutSeconds: Invalid value: 0: must be '
+        "between 1 and 600, inclusive")
+
+
+def test_checking_notify_access(cluster: Cluster, namespace: str, two_container_pod: str
+                                ) -> None:
+    """kubectl auth can-i cannot name pods/notify in notifier.x-k8s.io (its RESTMapper finds
+    pods only in the core group, and "pods/notify" is read as the pod named notify): it says no
+    to a user of the shipped notify-only role. A SelfSubjectAccessReview sent with kubectl
+    create answers right."""
+    notifier = bound(cluster, namespace, "notify-only", "container-notifier:notifier")
+    can_i = cluster.kubectl("auth", "can-i", "create", "pods/notify", "-n", namespace,
+                            user=notifier, check=False)
+    assert can_i.stdout.strip() == "no"
+    qualified = cluster.kubectl("auth", "can-i", "create", "pods.notifier.x-k8s.io",
+                                "--subresource=notify", "-n", namespace, user=notifier,
+                                check=False)
+    assert qualified.stdout.strip() == "no"
+    assert "doesn't have a resource type 'pods' in group 'notifier.x-k8s.io'" in (
+        qualified.stderr)
+
+    def review(user: User) -> bool:
+        ssar = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {
+                    "namespace": namespace, "verb": "create", "group": "notifier.x-k8s.io",
+                    "resource": "pods", "subresource": "notify", "name": two_container_pod}}}
+        result = cluster.kubectl("create", "--validate=false", "-o",
+                                 "jsonpath={.status.allowed}", "-f", "-", user=user,
+                                 input=json.dumps(ssar))
+        return result.stdout.strip() == "true"
+
+    assert review(notifier)
+    assert not review(cluster.user(f"nobody-{uuid.uuid4().hex[:6]}"))
+    rules = cluster.kubectl("auth", "can-i", "--list", "-n", namespace, user=notifier).stdout
+    assert re.search(r"^pods\.notifier\.x-k8s\.io/notify\s.*\[create\]", rules, re.MULTILINE)
+
+
+def test_notification_creator_without_notify_is_told_how_to_check(
+        cluster: Cluster, namespace: str) -> None:
+    """The namespace-wide pods/notify check is this server's own (kube-apiserver authorized
+    create notifications): its 403 says how to check access."""
+    creator = cluster.user(f"creator-{uuid.uuid4().hex[:6]}")
+    cluster.grant(namespace, creator, [{"apiGroups": ["notifier.x-k8s.io"],
+                                        "resources": ["notifications"], "verbs": ["create"]}])
+    result = cluster.kubectl("create", "--validate=false", "-n", namespace, "-f", "-",
+                             user=creator, check=False,
+                             input=json.dumps(notification("snap", "quiesce", {"app": "db"})))
+    assert result.returncode != 0
+    assert result.stderr.strip() == (
+        f'Error from server (Forbidden): error when creating "STDIN": '
+        f'pods.notifier.x-k8s.io is forbidden: User '
+        f'"{creator.name}" cannot create resource "pods/notify" in API group '
+        f'"notifier.x-k8s.io" in the namespace "{namespace}"{NOTIFY_ACCESS_HINT}')
