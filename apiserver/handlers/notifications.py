@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from apiserver.api import status
 from apiserver.api.resources import API_PATH
 from apiserver.api.tables import NOTIFICATION_TABLE
+from apiserver.api.warning_headers import add_warnings
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
 from apiserver.fanout import spec as notification_spec
@@ -24,6 +25,7 @@ from apiserver.fanout.controller import FanoutManager
 from apiserver.handlers.caller import CurrentUser
 from apiserver.handlers.collection import Collection, collection_router, delete_object
 from apiserver.handlers.notify import dry_run, read_json_body
+from apiserver.handlers.options import field_validation
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.notifier import records
@@ -63,7 +65,7 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
     async def create(namespace: str, http: Request, user: CurrentUser) -> JSONResponse:
         ask = notification_spec.validate(
             await read_json_body(http), namespace, max_parallelism=max_parallelism,
-            max_timeout_seconds=max_timeout_seconds)
+            max_timeout_seconds=max_timeout_seconds, field_validation=field_validation(http))
         notify_pods = RequestAttributes.for_resource(
             "create", group=NOTIFICATIONS.group, version="v1alpha1", resource="pods",
             subresource="notify", namespace=namespace)
@@ -84,11 +86,11 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
                                   "succeeded": 0, "failed": 0, "skipped": 0, "rolledBack": 0}},
         }
         if dry_run(http):
-            return JSONResponse(obj, status_code=201)
+            return add_warnings(JSONResponse(obj, status_code=201), ask.warnings)
         created = await store.create(obj)
         await fanout.scopes.add(created["metadata"]["uid"], pods)
         fanout.start(created)
-        return JSONResponse(created, status_code=201)
+        return add_warnings(JSONResponse(created, status_code=201), ask.warnings)
 
     @routes.delete(f"{NAMESPACED}/{{name}}")
     async def delete(namespace: str, name: str, http: Request) -> Response:
