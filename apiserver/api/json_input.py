@@ -100,9 +100,14 @@ def field_path(parts: Sequence[str | int]) -> str:
         if isinstance(part, int):
             path += f"[{part}]"
         else:
-            key = part if part and part.isprintable() else json.dumps(part)
-            path += f".{key}" if path else key
+            path += f".{as_printable(part)}" if path else as_printable(part)
     return path
+
+
+def as_printable(text: str) -> str:
+    """``text`` as is if it is printable (and not empty), else JSON-escaped (``"\u0000"``):
+    a key in a field path, a value a message shows unquoted."""
+    return text if text and text.isprintable() else json.dumps(text)
 
 
 def _utf8(raw: bytes, what: str) -> str:

@@ -198,9 +198,11 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
                 store.close()
 
 
-# Hypothesis: few examples, so the unit suite stays fast; derandomized on CI so that a failure
-# found there is found again on a developer's machine.
+# Hypothesis: few examples, so the unit suite stays fast; derandomized on CI (CI set) so that a
+# failure found there is found again on a developer's machine. HYPOTHESIS_PROFILE=hunt searches
+# longer (about a minute per property test module).
 settings.register_profile("unit", max_examples=60, deadline=None)
+settings.register_profile("hunt", max_examples=1500, deadline=None)
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
                           print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else
@@ -346,9 +348,19 @@ class InProcessServer:
 
         return self._run(self.database.run(sqlite_database.resource_version))
 
-    def store(self, resource: ResourceType) -> ObjectStore:
-        """A store of ``resource`` on the server's database (for setting objects up)."""
-        return SqliteObjectStore(self.database, resource)
+    def create_finished(self, resource: ResourceType, obj: dict[str, Any]) -> None:
+        """Store ``obj`` (a PodNotifier of IN_PROCESS_POD or a Notification) as a run that
+        just succeeded and is kept 30 days: no background work of the server changes it."""
+        from apiserver.api.time import timestamp
+        from apiserver.api.types import MAX_TTL_SECONDS
+
+        now = timestamp()
+        finished = {**obj, "status": {"phase": "Succeeded", "startTime": now,
+                                      "completionTime": now}}
+        if resource.kind == "PodNotifier":
+            finished["spec"] = {**obj["spec"], "podName": "db-0", "podUID": "uid-db-0",
+                                "ttlSecondsAfterFinished": MAX_TTL_SECONDS}
+        self._run(SqliteObjectStore(self.database, resource).create(finished))
 
     def run(self, coroutine: Any) -> Any:
         """Run ``coroutine`` on the server's loop."""

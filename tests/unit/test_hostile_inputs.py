@@ -45,16 +45,10 @@ def notification(metadata: dict[str, Any] | None = None, **spec: Any) -> dict[st
 @pytest.fixture(scope="module")
 def server(in_process_server: InProcessServer) -> InProcessServer:
     """The server with one record and one finished Notification stored (to delete)."""
-    now = "2026-12-01T00:00:00Z"
-    records, notifications = (in_process_server.store(PODNOTIFIERS),
-                              in_process_server.store(NOTIFICATIONS))
-    in_process_server.run(records.create({
-        **pod_notifier(podName="db-0", podUID="uid-db-0", ttlSecondsAfterFinished=86400),
-        "metadata": {"name": "kept", "namespace": "default"},
-        "status": {"phase": "Succeeded", "startTime": now, "completionTime": now}}))
-    in_process_server.run(notifications.create({
-        **notification(), "metadata": {"name": "kept", "namespace": "default"},
-        "status": {"phase": "Succeeded"}}))
+    in_process_server.create_finished(PODNOTIFIERS, {
+        **pod_notifier(), "metadata": {"name": "kept", "namespace": "default"}})
+    in_process_server.create_finished(NOTIFICATIONS, {
+        **notification(), "metadata": {"name": "kept", "namespace": "default"}})
     return in_process_server
 
 
@@ -189,7 +183,8 @@ def test_a_huge_integer_in_a_body_is_422(server) -> None:
     status = refused(server, 422, "POST", NOTIFY, body.encode())
     [cause] = status["details"]["causes"]
     assert cause["field"] == "spec.timeoutSeconds"
-    assert cause["message"] == "spec.timeoutSeconds: Invalid value: Infinity: must be a whole number"
+    assert cause["message"] == (
+        "spec.timeoutSeconds: Invalid value: Infinity: must be a whole number")
 
 
 @pytest.mark.parametrize("literal", ["1e400", "-1e400", "9223372036854775808", HUGE])

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from apiserver.api.decoding import Body
 from apiserver.api.status import status_body
 from apiserver.api.types import MAX_TTL_SECONDS
 from apiserver.errors import APIError
-from apiserver.api.decoding import Body
 from apiserver.notifier.request import NotifyRequest, parse_body, validate
 
 MAX_TIMEOUT = 600
