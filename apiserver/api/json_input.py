@@ -43,6 +43,8 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEPS = str.maketrans({"[": "\x02", "{": "\x02", "]": "\x00", "}": "\x00"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""How a surrogate gets into decoded text: UTF-8 cannot encode one, a JSON escape can."""
 
 
 @dataclass(frozen=True)
@@ -69,13 +71,27 @@ def read(raw: bytes | str, *, what: str, max_depth: int = MAX_DEPTH) -> Document
         raise BadRequest(f"{what} is not valid JSON: {name} is not a JSON number; numbers must "
                          "be finite")
 
-    try:
-        value = json.loads(text, parse_int=integer, parse_constant=refuse_constant,
-                           object_pairs_hook=_Members.from_pairs)
-    except ValueError as error:  # JSONDecodeError, or a lone surrogate json cannot decode
-        raise BadRequest(f"{what} is not valid JSON: {error}") from None
+    duplicated: list[bool] = []
+
+    def members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found = dict(pairs)
+        if len(found) < len(pairs):
+            duplicated.append(True)
+        return found
+
+    def decode(object_pairs_hook: Any) -> Any:
+        try:
+            return json.loads(text, parse_int=integer, parse_constant=refuse_constant,
+                              object_pairs_hook=object_pairs_hook)
+        except ValueError as error:  # JSONDecodeError
+            raise BadRequest(f"{what} is not valid JSON: {error}") from None
+
+    value = decode(members)
+    if not duplicated and not _SURROGATE_ESCAPE.search(text):
+        return Document(value)
+    # Rare: read again, keeping where each duplicate key and each surrogate is.
     duplicates: list[str] = []
-    return Document(_plain(value, [], duplicates, what), tuple(duplicates))
+    return Document(_plain(decode(_Members.from_pairs), [], duplicates, what), tuple(duplicates))
 
 
 def nesting_depth(text: str) -> int:
@@ -114,6 +130,8 @@ def _utf8(raw: bytes, what: str) -> str:
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
         raise BadRequest(f"{what} is not UTF-8 (it looks like UTF-16 or UTF-32); send JSON "
                          "encoded as UTF-8")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise BadRequest(f"{what} starts with a byte order mark; send UTF-8 without one")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
