@@ -391,3 +391,40 @@ def test_hostile_paths(server, template, ns, name, suffix, body) -> None:
     # Names in the path are validated (and escaped in messages) by serving/access.py; here:
     # never a 5xx, a Status, nothing stored, the server healthy.
     check(server, method, target, body, escaped=False)
+
+
+# Headers
+
+
+HEADER_VALUES = ["", "*/*", "application/json", "application/json;as=Table;v=v1;g=meta.k8s.io",
+                 "application/json;as=Table;v=v1beta1;g=meta.k8s.io, application/json",
+                 "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
+                 "application/yaml", "application/vnd.kubernetes.protobuf", "text/html;q=x",
+                 "application/json;q=0", "a/b;c", ";;;", ",,,", "application/json; charset=utf-16",
+                 "Bearer", "Bearer ", "Bearer good", "Basic Zm9vOmJhcg==", "\xff\xfe", "x" * 8000]
+header_values = st.one_of(st.sampled_from(HEADER_VALUES),
+                          st.text(st.characters(min_codepoint=32, max_codepoint=255),
+                                  max_size=60))
+
+
+@fixtures
+@given(request=st.sampled_from([
+    ("GET", f"{PODNOTIFIERS_PATH}/kept", b""), ("GET", f"{API}/notifications", b""),
+    ("GET", f"{PODNOTIFIERS_PATH}?watch=true", b""),
+    ("POST", NOTIFY, json.dumps(POD_NOTIFIER).encode()),
+    ("POST", NOTIFICATIONS_PATH, INVALID_NOTIFICATION),
+    ("DELETE", f"{NOTIFICATIONS_PATH}/kept", json.dumps(DELETE_OPTIONS).encode())]),
+    headers=st.dictionaries(st.sampled_from(["accept", "content-type", "authorization",
+                                             "x-remote-user", "x-remote-group",
+                                             "impersonate-user", "content-encoding"]),
+                            header_values, max_size=3))
+def test_hostile_headers(server, request, headers) -> None:
+    method, target, body = request
+    before = server.resource_version()
+    answer = server.request(method, target, body=body, headers=headers,
+                            token="authorization" not in headers)
+    assert answer.status < 500, (answer, headers)
+    if answer.status >= 400:
+        status = json.loads(answer.body)
+        assert status["kind"] == "Status" and status["code"] == answer.status, status
+    assert server.resource_version() == before
