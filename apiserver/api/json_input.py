@@ -121,7 +121,7 @@ def field_path(parts: Sequence[str | int]) -> str:
 
 
 def as_printable(text: str) -> str:
-    """``text`` as is if it is printable (and not empty), else JSON-escaped (``"\u0000"``):
+    """``text`` as is if it is printable (and not empty), else JSON-escaped (``"\\u0000"``):
     a key in a field path, a value a message shows unquoted."""
     return text if text and text.isprintable() else json.dumps(text)
 

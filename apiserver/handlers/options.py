@@ -133,6 +133,8 @@ _DELETE_OPTION_TYPES: dict[str, type] = {
 }
 """The DeleteOptions members a body may set, by type (each may also be null). Unknown members
 are ignored: kube-apiserver does not decode DeleteOptions strictly."""
+_TYPE_NAMES = {str: "string", int: "64-bit integer", bool: "boolean", list: "list",
+               dict: "object"}
 
 
 def _check_types(options: Mapping[str, Any]) -> None:
@@ -149,10 +151,6 @@ def _check_types(options: Mapping[str, Any]) -> None:
                for key in ("uid", "resourceVersion")):
         raise errors.bad_request(
             "preconditions must be an object with string uid and resourceVersion")
-
-
-_TYPE_NAMES = {str: "string", int: "64-bit integer", bool: "boolean", list: "list",
-               dict: "object"}
 
 
 def _dry_run(values: list[Any]) -> bool:
