@@ -221,6 +221,17 @@ class Answer:
         return [value for key, value in self.headers if key == name.lower()]
 
 
+def strings(value: Any) -> list[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in [key, *strings(item)]]
+    if isinstance(value, list):
+        return [text for item in value for text in strings(item)]
+    return []
+
+
 IN_PROCESS_POD = {"metadata": {"name": "db-0", "namespace": "default", "uid": "uid-db-0",
                                "resourceVersion": "1"},
                   "spec": {"containers": [{"name": "db"}]}, "status": {"phase": "Running"}}

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from apiserver.api.query import SINGLE_VALUED
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
-from tests.unit.conftest import Answer, InProcessServer
+from tests.unit.conftest import Answer, InProcessServer, strings
 
 API = "/apis/notifier.x-k8s.io/v1alpha1"
 NS = f"{API}/namespaces/default"
@@ -249,9 +249,10 @@ def check(server: InProcessServer, method: str, target: str | bytes, body: bytes
         assert answer.header_values("content-type") == ["application/json"], answer
         status = json.loads(answer.body)
         assert status["kind"] == "Status" and status["code"] == answer.status, status
-        status["message"].encode()
+        texts = strings(status)
+        "".join(texts).encode()
         assert not escaped or not any(unicodedata.category(character) in UNSAFE
-                                      for character in status["message"]), status
+                                      for text in texts for character in text), status
     assert server.resource_version() == before, (answer, body)
     healthy = server.request("GET", f"{PODNOTIFIERS_PATH}?limit=1")
     assert healthy.status == 200 and json.loads(healthy.body)["kind"] == "PodNotifierList"
