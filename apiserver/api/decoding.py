@@ -1,101 +1,146 @@
 """Strict decoding of create request bodies into the typed definitions of types.py.
 
-Errors follow kube-apiserver: a body that is not a JSON object, or whose apiVersion/kind are
-wrong, or whose metadata or spec is not an object, or whose namespace disagrees with the URL, is
-400 BadRequest; unknown fields are 400 with the strict-decoding wording kubectl users know
-(``strict decoding error: unknown field "spec.x"``); wrong values are field errors, which the
-caller answers as 422 Invalid once it has made its own 400 checks.
+Errors follow kube-apiserver: a body that is not UTF-8 JSON within json_input's bounds, not a
+JSON object, or whose apiVersion/kind are wrong, or whose metadata or spec is not an object, or
+whose namespace disagrees with the URL, is 400 BadRequest. Unknown and duplicate fields follow
+the ``fieldValidation`` query parameter as kube-apiserver applies it to a custom resource, with
+``Strict`` the default here: under ``Strict`` they are 400 with the strict-decoding wording
+kubectl users know (``strict decoding error: duplicate field "spec.x", unknown field
+"spec.y"``); under ``Warn`` each is a warning (a ``Warning`` header) and under ``Ignore``
+nothing, an unknown field being dropped and the last of duplicates winning. Wrong values are
+field errors, which the caller answers as 422 Invalid once it has made its own 400 checks.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from apiserver import errors
-from apiserver.api.field_errors import FieldError
+from apiserver.api import json_input
+from apiserver.api.field_errors import FieldError, show
 from apiserver.api.model import FIELD_ERRORS, UNKNOWN_FIELD, APIModel, Limits
 from apiserver.api.resources import GROUP_VERSION
 from apiserver.errors import Cause
 
 API_VERSION = GROUP_VERSION
 _OBJECTS = ("metadata", "spec")
-"""Members a body may leave out or null: they decode as empty objects."""
+"""Members a body may leave out or null (they decode as empty objects); else objects."""
 
 Kind = TypeVar("Kind", bound=APIModel)
 
 
+class FieldValidation(StrEnum):
+    """What to do with unknown and duplicate fields (the ``fieldValidation`` query
+    parameter)."""
+
+    STRICT = "Strict"
+    WARN = "Warn"
+    IGNORE = "Ignore"
+
+
+@dataclass(frozen=True)
+class Body:
+    """A request body read as a JSON object: its members, and the field paths of the keys it
+    gave more than once (their last values are in ``members``)."""
+
+    members: dict[str, Any]
+    duplicates: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Decoded(Generic[Kind]):
-    """A decoded body: the object, or (``obj`` None) the field errors of its values."""
+    """A decoded body: the object, or (``obj`` None) the field errors of its values; and the
+    warnings (``Warning`` headers) the request's answer carries."""
 
     obj: Kind | None
     errors: list[FieldError]
+    warnings: tuple[str, ...] = ()
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object, or 400."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise errors.bad_request(f"the request body is not valid JSON: {error}") from None
-    if not isinstance(body, dict):
+def parse_body(raw: bytes) -> Body:
+    """The request body as a JSON object, or 400 (json_input says what is refused)."""
+    document = json_input.read(raw, what="the request body")
+    if not isinstance(document.value, dict):
         raise errors.bad_request("the request body must be a JSON object")
-    return body
+    return Body(document.value, document.duplicates)
 
 
-def decode(model: type[Kind], body: Mapping[str, Any], *, namespace: str, limits: Limits
-           ) -> Decoded[Kind]:
+def decode(model: type[Kind], body: Body, *, namespace: str, limits: Limits,
+           field_validation: FieldValidation = FieldValidation.STRICT) -> Decoded[Kind]:
     """``body`` as a ``model`` (a kind) created in ``namespace``; ``limits`` are the bounds the
-    server is configured with. Raises 400 (BadRequest) for the envelope, returns field errors
-    for the values."""
-    if body.get("apiVersion") != API_VERSION or body.get("kind") != model.KIND:
+    server is configured with. Raises 400 (BadRequest) for the envelope and, under ``Strict``,
+    for unknown or duplicate fields; returns field errors for the values."""
+    members = body.members
+    if members.get("apiVersion") != API_VERSION or members.get("kind") != model.KIND:
         raise errors.bad_request(
             f'the body must be a {model.KIND} with apiVersion "{API_VERSION}"; got kind '
-            f'{json.dumps(body.get("kind"))} and apiVersion {json.dumps(body.get("apiVersion"))}')
-    document = {**body, **{key: body.get(key) or {} for key in _OBJECTS}}
-    try:
-        obj = model.model_validate(document, context=limits)
-    except ValidationError as error:
-        details = error.errors(include_url=False)
-        _refuse_unknown_fields(details)
-        for detail in details:
-            if len(detail["loc"]) == 1 and detail["type"] == "model_type":
-                raise errors.bad_request(f"{detail['loc'][0]} must be a JSON object") from None
-        _check_namespace(document, namespace)
-        return Decoded(None, [found for detail in details for found in _field_errors(detail)])
+            f'{show(members.get("kind"))} and apiVersion {show(members.get("apiVersion"))}')
+    document = dict(members)
+    for key in _OBJECTS:
+        if document.get(key) is None:
+            document[key] = {}
+        elif not isinstance(document[key], dict):
+            raise errors.bad_request(f"{key} must be a JSON object")
+    obj, details = _validate(model, document, limits)
+    unknown = [detail["loc"] for detail in details if detail["type"] == UNKNOWN_FIELD]
+    strict = ([("duplicate", path) for path in body.duplicates]
+              + [("unknown", path_of(loc)) for loc in unknown])
+    problems = [f'{kind} field "{path}"' for kind, path in strict]
+    if strict and field_validation is FieldValidation.STRICT:
+        raise errors.BadRequest(
+            "strict decoding error: " + ", ".join(problems),
+            causes=[Cause("FieldValueInvalid", problem, path)
+                    for problem, (_, path) in zip(problems, strict, strict=True)])
+    if unknown:  # Warn or Ignore: decode without them
+        document = _without(document, unknown)
+        obj, details = _validate(model, document, limits)
+    warnings = tuple(problems) if field_validation is FieldValidation.WARN else ()
     _check_namespace(document, namespace)
-    return Decoded(obj, [])
+    if obj is None:
+        return Decoded(None, [found for detail in details for found in _field_errors(detail)],
+                       warnings)
+    return Decoded(obj, [], warnings)
+
+
+def _validate(model: type[Kind], document: dict[str, Any], limits: Limits
+              ) -> tuple[Kind | None, list[ErrorDetails]]:
+    try:
+        return model.model_validate(document, context=limits), []
+    except ValidationError as error:
+        return None, error.errors(include_url=False)
+
+
+def _without(document: dict[str, Any], locations: Sequence[tuple[int | str, ...]]
+             ) -> dict[str, Any]:
+    """A copy of ``document`` without the members at ``locations`` (pydantic locations)."""
+    pruned = copy.deepcopy(document)
+    for loc in locations:
+        parent: Any = pruned
+        for part in loc[:-1]:
+            parent = parent[part]
+        del parent[loc[-1]]
+    return pruned
 
 
 def path_of(loc: tuple[int | str, ...]) -> str:
-    """A pydantic location as a Kubernetes field path: ``spec.containers[1]``."""
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else part
-    return path
-
-
-def _refuse_unknown_fields(details: list[ErrorDetails]) -> None:
-    unknown = [path_of(detail["loc"]) for detail in details if detail["type"] == UNKNOWN_FIELD]
-    if unknown:
-        raise errors.BadRequest(
-            "strict decoding error: " + ", ".join(f'unknown field "{path}"' for path in unknown),
-            causes=[Cause("FieldValueInvalid", f'unknown field "{path}"', path)
-                    for path in unknown])
+    """A pydantic location as a Kubernetes field path: ``spec.containers[1]`` (a key that is
+    not printable text JSON-escaped)."""
+    return json_input.field_path(loc)
 
 
 def _check_namespace(document: Mapping[str, Any], namespace: str) -> None:
     given = document["metadata"].get("namespace")
-    if given not in (None, "", namespace):
+    if isinstance(given, str) and given not in ("", namespace):
         raise errors.bad_request(
-            f'metadata.namespace "{given}" does not match the namespace "{namespace}" in the '
-            "URL; leave it empty or make them equal")
+            f"metadata.namespace {json_input.quoted(given)} does not match the namespace "
+            f'"{namespace}" in the URL; leave it empty or make them equal')
 
 
 def _field_errors(detail: ErrorDetails) -> list[FieldError]:

@@ -80,8 +80,12 @@ class FieldError:
 
 
 def show(value: Any) -> str:
-    """A value as a message quotes it: JSON, shortened past 120 characters."""
+    """A value as a message quotes it: JSON, shortened past 120 characters; in ASCII escapes
+    if it holds characters that are not printable (surrogates among them: a message must be
+    encodable and safe to print)."""
     shown = json.dumps(value, ensure_ascii=False)
+    if not shown.isprintable():
+        shown = json.dumps(value)
     if len(shown) > _SHOWN_VALUE_CHARS:
         return shown[: _SHOWN_VALUE_CHARS - 3] + "..."
     return shown

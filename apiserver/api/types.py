@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from apiserver.api.field_errors import CauseReason
+from apiserver.api.json_input import as_printable
 from apiserver.api.model import (
     APIModel,
     Bounds,
@@ -127,7 +128,8 @@ def _label_map(value: Any, *, reserved: bool = False) -> Iterator[Problem]:
         if reserved and key.startswith(RESERVED_LABEL_PREFIX):
             problems.append(f"the {RESERVED_LABEL_PREFIX} label prefix is reserved for the "
                             "server")
-        yield from (invalid(problem, at=f"[{key}]", value=item) for problem in problems)
+        yield from (invalid(problem, at=f"[{as_printable(key)}]", value=item)
+                    for problem in problems)
 
 
 def _object_labels(value: Any) -> Iterator[Problem]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apiserver import errors
-from apiserver.api.decoding import decode
+from apiserver.api.decoding import Body, FieldValidation, decode
 from apiserver.api.resources import GROUP, NOTIFICATIONS
 from apiserver.api.types import ABORT, ALL_PODS, Notification
 
@@ -27,6 +27,8 @@ class NotificationRequest:
     metadata: dict[str, Any]
     spec: dict[str, Any]
     """With defaults filled in; requestedBy is set by the handler."""
+    warnings: tuple[str, ...] = ()
+    """For the answer's Warning headers (unknown or duplicate fields under Warn)."""
 
 
 def selector_string(selector: dict[str, Any]) -> str:
@@ -41,16 +43,19 @@ def selector_string(selector: dict[str, Any]) -> str:
     return ",".join(parts)
 
 
-def validate(body: dict[str, Any], namespace: str, *, max_parallelism: int,
-             max_timeout_seconds: int) -> NotificationRequest:
+def validate(body: Body, namespace: str, *, max_parallelism: int, max_timeout_seconds: int,
+             field_validation: FieldValidation = FieldValidation.STRICT) -> NotificationRequest:
     """The request, or an APIError (400 or 422) saying what is wrong and how to fix it."""
     decoded = decode(Notification, body, namespace=namespace,
                      limits={"max_parallelism": max_parallelism,
-                             "max_timeout_seconds": max_timeout_seconds})
+                             "max_timeout_seconds": max_timeout_seconds},
+                     field_validation=field_validation)
     if decoded.obj is None:
-        meta = body.get("metadata") or {}
-        name = meta.get("name") or meta.get("generateName") or ""
-        raise errors.invalid(Notification.KIND, GROUP, str(name),
+        meta = body.members.get("metadata") or {}  # decode checked: an object or null
+        names = (meta.get(key) for key in ("name", "generateName"))
+        name = next((found for found in names
+                     if isinstance(found, str) and found and found.isprintable()), "")
+        raise errors.invalid(Notification.KIND, GROUP, name,
                              [error.as_cause() for error in decoded.errors])
     meta, spec = decoded.obj.metadata, decoded.obj.spec
     metadata: dict[str, Any] = {"namespace": namespace, "labels": dict(meta.labels or {})}
@@ -63,4 +68,4 @@ def validate(body: dict[str, Any], namespace: str, *, max_parallelism: int,
     clean = spec.model_dump(by_alias=True, exclude_none=True)
     clean["selector"] = {"matchLabels": clean["selector"].get("matchLabels", {}),
                          "matchExpressions": clean["selector"].get("matchExpressions", [])}
-    return NotificationRequest(metadata, clean)
+    return NotificationRequest(metadata, clean, decoded.warnings)

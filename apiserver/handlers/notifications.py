@@ -17,8 +17,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from apiserver.api import status
+from apiserver.api.decoding import Body
 from apiserver.api.resources import API_PATH
 from apiserver.api.tables import NOTIFICATION_TABLE
+from apiserver.api.warning_headers import add_warnings
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
@@ -27,6 +29,7 @@ from apiserver.fanout.controller import FanoutManager
 from apiserver.handlers.caller import CurrentUser, current_user
 from apiserver.handlers.collection import Collection, collection_router, delete_object
 from apiserver.handlers.notify import dry_run, read_json_body
+from apiserver.handlers.options import field_validation
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient, paths
 from apiserver.notifier import records
@@ -60,13 +63,13 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
     here, the rest (get, list, watch, patch) from the generic collection."""
     routes = APIRouter()
 
-    async def create_notification(http: Request, namespace: str, body: dict[str, Any],
+    async def create_notification(http: Request, namespace: str, body: Body,
                                   user: UserInfo, managed_fields: list[dict[str, Any]]
                                   ) -> JSONResponse:
         """The one create path, for a POST and for a server-side apply of a missing object."""
         ask = notification_spec.validate(
             body, namespace, max_parallelism=max_parallelism,
-            max_timeout_seconds=max_timeout_seconds)
+            max_timeout_seconds=max_timeout_seconds, field_validation=field_validation(http))
         notify_pods = RequestAttributes.for_resource(
             "create", group=NOTIFICATIONS.group, version="v1alpha1", resource="pods",
             subresource="notify", namespace=namespace)
@@ -90,10 +93,10 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
                                   "succeeded": 0, "failed": 0, "skipped": 0, "rolledBack": 0}},
         }
         if dry_run(http):
-            return JSONResponse(obj, status_code=201)
+            return add_warnings(JSONResponse(obj, status_code=201), ask.warnings)
         created = await store.create(obj)
         await fanout.begin(created, pods)
-        return JSONResponse(created, status_code=201)
+        return add_warnings(JSONResponse(created, status_code=201), ask.warnings)
 
     async def apply_create(http: Request, namespace: str, config: dict[str, Any],
                            managed_fields: list[dict[str, Any]]) -> Response:
@@ -107,7 +110,7 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         decision = await authorizer.authorize(user, create)
         if not decision.allowed:
             raise status.forbidden_request(user.name, create, decision.reason)
-        return await create_notification(http, namespace, config, user, managed_fields)
+        return await create_notification(http, namespace, Body(config), user, managed_fields)
 
     collection = Collection(resource=NOTIFICATIONS, store=store, table=NOTIFICATION_TABLE,
                             deletecollection=False, apply_create=apply_create)

@@ -10,14 +10,16 @@ record as stored at that moment.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from apiserver import errors
+from apiserver.api.decoding import Body
 from apiserver.api.routes import POD_NOTIFY_PATH
+from apiserver.api.warning_headers import add_warnings
 from apiserver.handlers.caller import CurrentUser
+from apiserver.handlers.options import field_validation
 from apiserver.notifier import request
 from apiserver.notifier.admission import Admission
 from apiserver.notifier.runner import Runner
@@ -30,8 +32,9 @@ MAX_WAIT_SECONDS = 50
 JSON_MEDIA_TYPES = ("application/json",)
 
 
-async def read_json_body(http: Request) -> dict[str, Any]:
-    """The request body as a JSON object: 415 for another media type, 413 past 1 MiB.
+async def read_json_body(http: Request) -> Body:
+    """The request body as a JSON object: 415 for another media type, 413 past 1 MiB, 400 for
+    anything apiserver.api.json_input refuses (not UTF-8, too deep, lone surrogates, ...).
 
     No Content-Type means JSON, as in kube-apiserver (`kubectl create --raw` sends none)."""
     media_type = http.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -78,19 +81,20 @@ def router(admission: Admission, runner: Runner, records: ObjectStore,
     @routes.post(POD_NOTIFY_PATH, status_code=201)
     async def notify(namespace: str, pod: str, http: Request, user: CurrentUser) -> JSONResponse:
         dry_run, wait_seconds = query_options(http)
-        ask = request.validate(await read_json_body(http), namespace, pod, max_timeout_seconds)
+        ask = request.validate(await read_json_body(http), namespace, pod, max_timeout_seconds,
+                               field_validation(http))
         admitted = await admission.admit(user, await admission.read_pod(namespace, pod), ask)
         if dry_run:
             record = admitted.record
             meta = record["metadata"]
             meta.setdefault("name", generate_name(meta.pop("generateName", "")))
-            return JSONResponse(record, status_code=201)
+            return add_warnings(JSONResponse(record, status_code=201), ask.warnings)
         created = await admission.start(admitted)
         if wait_seconds:
             name = created["metadata"]["name"]
             await runner.wait(namespace, name, wait_seconds)
             with contextlib.suppress(NotFound):
                 created = await records.get(namespace, name)
-        return JSONResponse(created, status_code=201)
+        return add_warnings(JSONResponse(created, status_code=201), ask.warnings)
 
     return routes

@@ -1,12 +1,15 @@
-"""The options of a collection request: ListOptions (query) and DeleteOptions (body and query).
+"""The options of a request: ListOptions (query), DeleteOptions (body and query) and the
+``fieldValidation`` of a create.
 
 Values are checked as kube-apiserver checks them, with its wording: a malformed one is a 400
-(or a 422 for an unsupported ``dryRun``) naming the parameter and what it accepts.
+(or a 422 for an unsupported ``dryRun`` or ``fieldValidation``) naming the parameter and what it
+accepts. Integers are read as Go's strconv.ParseInt reads them (ASCII digits, an optional sign,
+64 bits), so that no value can reach a conversion that raises.
 """
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,11 +17,18 @@ from typing import Any
 from fastapi import Request
 
 from apiserver import errors
+from apiserver.api import json_input
+from apiserver.api.decoding import FieldValidation
+from apiserver.api.field_errors import FieldError, show
 from apiserver.handlers.negotiation import JSON_MEDIA_TYPE
 
 MAX_DELETE_OPTIONS_BYTES = 64 * 1024
+MAX_INT64 = 2**63 - 1
 _TRUE = ("1", "t", "T", "true", "TRUE", "True")
 _FALSE = ("0", "f", "F", "false", "FALSE", "False")
+_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
+FIELD_VALIDATION = "fieldValidation"
+_FIELD_VALIDATION_VALUES = ("", *sorted(FieldValidation))
 
 
 @dataclass(frozen=True)
@@ -49,14 +59,24 @@ class ListOptions:
         )
 
 
+def field_validation(request: Request) -> FieldValidation:
+    """The ``fieldValidation`` of a create: Strict when unset (this API's default), else as
+    given; another value is 422 as kube-apiserver words it."""
+    text = request.query_params.get(FIELD_VALIDATION, "")
+    if text not in _FIELD_VALIDATION_VALUES:
+        error = FieldError.not_supported(FIELD_VALIDATION, text, _FIELD_VALIDATION_VALUES)
+        raise errors.invalid("CreateOptions", "meta.k8s.io", "", [error.as_cause()])
+    return FieldValidation(text) if text else FieldValidation.STRICT
+
+
 def _integer(query: Mapping[str, str], name: str) -> int:
     text = query.get(name, "")
     if not text:
         return 0
-    try:
-        value = int(text)
-    except ValueError:
-        raise errors.bad_request(f'invalid {name} "{text}": must be an integer') from None
+    value = int(text) if _INTEGER.fullmatch(text) else None
+    if value is None or value > MAX_INT64:
+        raise errors.bad_request(
+            f"invalid {name} {show(text)}: must be an integer of at most {MAX_INT64}")
     if value < 0:
         raise errors.bad_request(f"{name} must not be negative, got {value}")
     return value
@@ -68,7 +88,7 @@ def _boolean(query: Mapping[str, str], name: str) -> bool:
         return True
     if text in _FALSE or text == "":
         return False
-    raise errors.bad_request(f'invalid {name} "{text}": must be true or false')
+    raise errors.bad_request(f"invalid {name} {show(text)}: must be true or false")
 
 
 @dataclass(frozen=True)
@@ -93,34 +113,50 @@ class DeleteOptions:
         content_type = request.headers.get("content-type", JSON_MEDIA_TYPE)
         if content_type.split(";")[0].strip().lower() not in (JSON_MEDIA_TYPE, ""):
             raise errors.unsupported_media_type([JSON_MEDIA_TYPE])
-        try:
-            options = json.loads(body)
-        except ValueError as error:
-            raise errors.bad_request(f"the body is not valid JSON DeleteOptions: {error}"
-                                     ) from None
+        options = json_input.read(body, what="the DeleteOptions body").value
         if not isinstance(options, dict):
             raise errors.bad_request("the body must be a DeleteOptions object")
         if options.get("kind", "DeleteOptions") != "DeleteOptions":
             raise errors.bad_request(
-                f'the body must be a DeleteOptions, not a {options.get("kind")!r}')
+                f'the body must be a DeleteOptions, not a {show(options.get("kind"))}')
+        _check_types(options)
         preconditions = options.get("preconditions") or {}
-        if not isinstance(preconditions, dict) or not all(
-                isinstance(preconditions.get(key, ""), str | None)
-                for key in ("uid", "resourceVersion")):
-            raise errors.bad_request(
-                "preconditions must be an object with string uid and resourceVersion")
         body_dry_run = options.get("dryRun") or []
-        if not isinstance(body_dry_run, list):
-            raise errors.bad_request("dryRun must be a list")
         return cls(uid=preconditions.get("uid") or "",
                    resource_version=preconditions.get("resourceVersion") or "",
                    dry_run=dry_run or _dry_run(body_dry_run))
 
 
+_DELETE_OPTION_TYPES: dict[str, type] = {
+    "apiVersion": str, "kind": str, "gracePeriodSeconds": int, "orphanDependents": bool,
+    "propagationPolicy": str, "dryRun": list, "preconditions": dict,
+}
+"""The DeleteOptions members a body may set, by type (each may also be null). Unknown members
+are ignored: kube-apiserver does not decode DeleteOptions strictly."""
+_TYPE_NAMES = {str: "string", int: "64-bit integer", bool: "boolean", list: "list",
+               dict: "object"}
+
+
+def _check_types(options: Mapping[str, Any]) -> None:
+    """400 for a member of the wrong type (Go's decoding into DeleteOptions would fail)."""
+    for key, wanted in _DELETE_OPTION_TYPES.items():
+        value = options.get(key)
+        wrong_int = wanted is int and isinstance(value, bool)  # bool is an int in Python
+        if value is not None and (not isinstance(value, wanted) or wrong_int):
+            raise errors.bad_request(
+                f"the DeleteOptions body is invalid: {key} must be a {_TYPE_NAMES[wanted]}, "
+                f"not {show(value)}")
+    preconditions = options.get("preconditions") or {}
+    if not all(isinstance(preconditions.get(key), str | None)
+               for key in ("uid", "resourceVersion")):
+        raise errors.bad_request(
+            "preconditions must be an object with string uid and resourceVersion")
+
+
 def _dry_run(values: list[Any]) -> bool:
     for value in values:
         if value != "All":
-            problem = f'Unsupported value: "{value}": supported values: "All"'
+            problem = f'Unsupported value: {show(value)}: supported values: "All"'
             raise errors.Invalid(f"dryRun: {problem}", causes=[
                 errors.Cause("FieldValueNotSupported", problem, "dryRun")])
     return bool(values)

@@ -46,6 +46,7 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
+from apiserver.api import json_input
 from apiserver.api.decoding import path_of
 from apiserver.api.field_errors import CauseReason, FieldError
 from apiserver.api.model import (
@@ -312,7 +313,8 @@ def _read(
 def _load(annotation: str) -> tuple[Any, list[FieldError]]:
     """The annotation's JSON document; an error unless it is an object."""
     try:
-        document = json.loads(annotation, object_pairs_hook=_unique_keys)
+        document = json.loads(annotation, object_pairs_hook=_unique_keys,
+                              parse_int=json_input.integer)  # no digit-limit ValueError
     except _DuplicateKey as duplicate:
         return None, [
             FieldError.duplicate(

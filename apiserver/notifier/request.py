@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from apiserver import errors
-from apiserver.api.decoding import decode
+from apiserver.api.decoding import Body, FieldValidation, decode
 from apiserver.api.decoding import parse_body as parse_body  # handlers/notify.py reads bodies
+from apiserver.api.json_input import quoted
 from apiserver.api.resources import GROUP
 from apiserver.api.types import PodNotifier
 
@@ -26,25 +27,38 @@ class NotifyRequest:
     containers: list[str] | None
     timeout_seconds: int | None
     ttl_seconds_after_finished: int | None
+    warnings: tuple[str, ...] = ()
+    """For the answer's Warning headers (unknown or duplicate fields under Warn)."""
 
 
-def validate(body: dict[str, Any], namespace: str, pod: str, max_timeout_seconds: int
-             ) -> NotifyRequest:
+def validate(body: Body, namespace: str, pod: str, max_timeout_seconds: int,
+             field_validation: FieldValidation = FieldValidation.STRICT) -> NotifyRequest:
     """The request, or an APIError (400 or 422) saying what is wrong and how to fix it."""
     decoded = decode(PodNotifier, body, namespace=namespace,
-                     limits={"max_timeout_seconds": max_timeout_seconds})
-    spec = body.get("spec") or {}
-    if spec.get("podName") not in (None, "", pod):
+                     limits={"max_timeout_seconds": max_timeout_seconds},
+                     field_validation=field_validation)
+    pod_name = _member(body.members, "spec", "podName")
+    if isinstance(pod_name, str) and pod_name not in ("", pod):
         raise errors.bad_request(
-            f'spec.podName "{spec["podName"]}" does not match the pod "{pod}" in the URL; '
+            f'spec.podName {quoted(pod_name)} does not match the pod "{pod}" in the URL; '
             f"leave it empty or make them equal")
     if decoded.obj is None:
-        meta = body.get("metadata") or {}
-        name = meta.get("name") or meta.get("generateName") or ""
-        raise errors.invalid(PodNotifier.KIND, GROUP, str(name),
+        meta = body.members.get("metadata") or {}  # decode checked: an object or null
+        names = (meta.get(key) for key in ("name", "generateName"))
+        name = next((found for found in names
+                     if isinstance(found, str) and found and found.isprintable()), "")
+        raise errors.invalid(PodNotifier.KIND, GROUP, name,
                              [error.as_cause() for error in decoded.errors])
     meta, ask = decoded.obj.metadata, decoded.obj.spec
     return NotifyRequest(name=meta.name or "", generate_name=meta.generate_name or "",
                          labels=dict(meta.labels or {}), notifier=str(ask.notifier),
                          containers=ask.containers, timeout_seconds=ask.timeout_seconds,
-                         ttl_seconds_after_finished=ask.ttl_seconds_after_finished)
+                         ttl_seconds_after_finished=ask.ttl_seconds_after_finished,
+                         warnings=decoded.warnings)
+
+
+def _member(members: dict[str, Any], parent: str, key: str) -> Any:
+    """``members[parent][key]`` if ``members[parent]`` is an object (decode checked that it is
+    one or null), else None."""
+    container = members.get(parent)
+    return container.get(key) if isinstance(container, dict) else None

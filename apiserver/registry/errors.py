@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from apiserver import errors
+from apiserver.api.json_input import as_printable
 from apiserver.errors import Cause
 from apiserver.registry.resources import ResourceType
 
@@ -120,8 +121,8 @@ def check_preconditions(resource: ResourceType, obj: Mapping[str, Any], resource
     name = meta.get("name", "")
     prefix = f'Operation cannot be fulfilled on {resource.qualified} "{name}": '
     if uid and uid != meta.get("uid"):
-        raise Conflict(f"{prefix}Precondition failed: UID in precondition: {uid}, UID in object "
-                       f"meta: {meta.get('uid')}", resource=resource, name=name)
+        raise Conflict(f"{prefix}Precondition failed: UID in precondition: {as_printable(uid)}, "
+                       f"UID in object meta: {meta.get('uid')}", resource=resource, name=name)
     if resource_version and resource_version != meta.get("resourceVersion"):
         raise Conflict(f"{prefix}the object has been modified; please apply your changes to the "
                        "latest version and try again", resource=resource, name=name)

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from apiserver import errors
+from apiserver.api import json_input
 from apiserver.api.time import timestamp
 from apiserver.registry import sqlite_database as db
 from apiserver.registry.errors import (
@@ -59,6 +61,10 @@ _GENERATE_NAME_ATTEMPTS = 8
 _LIST_BATCH = 500
 _CURRENT = "resource = ? AND superseded IS NULL"
 _FIELD_PATH = re.compile(r"[A-Za-z][A-Za-z0-9]*(\.[A-Za-z][A-Za-z0-9]*)*")
+_MAX_RESOURCE_VERSION = 2**63 - 1
+"""resourceVersions are SQLite INTEGERs: 64 bits."""
+_MAX_CONTINUE_CHARS = 4096
+"""Longer than any token this store writes (a resourceVersion, a namespace and a name)."""
 
 T = TypeVar("T")
 
@@ -541,11 +547,14 @@ def _stamped(obj: Object, rv: int) -> Object:
 
 
 def _parse_resource_version(text: str) -> int | None:
-    """None for "start from the current state" ("" or "0")."""
+    """None for "start from the current state" ("" or "0"); else a decimal of at most 64
+    bits (checked before conversion, so that no length of digits can make it raise)."""
     if text in ("", "0"):
         return None
-    if not (text.isascii() and text.isdigit()):
-        raise BadRequest(f'invalid resource version "{text}": must be a decimal integer')
+    if not (text.isascii() and text.isdigit() and len(text) <= 19
+            and int(text) <= _MAX_RESOURCE_VERSION):
+        raise BadRequest(f"invalid resource version {json_input.quoted(text[:64])}: must be a "
+                         f"decimal integer of at most {_MAX_RESOURCE_VERSION}")
     return int(text)
 
 
@@ -555,11 +564,18 @@ def _encode_continue(rv: int, after: tuple[str, str]) -> str:
 
 
 def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
+    """The snapshot and the last key of a token from ``_encode_continue``. Tokens come from
+    clients: read through json_input (bounded, UTF-8, no lone surrogates) and checked member
+    by member; anything else is 400."""
     try:
-        decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        rv, (namespace, name) = decoded["rv"], decoded["start"]
-        if isinstance(rv, int) and isinstance(namespace, str) and isinstance(name, str):
-            return rv, (namespace, name)
-    except (ValueError, TypeError, KeyError, binascii.Error):
+        if len(token) > _MAX_CONTINUE_CHARS:
+            raise ValueError("too long")
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        decoded = json_input.read(raw, what="the continue token").value
+        rv, start = decoded["rv"], decoded["start"]
+        if (type(rv) is int and 0 < rv <= _MAX_RESOURCE_VERSION and isinstance(start, list)
+                and len(start) == 2 and all(isinstance(part, str) for part in start)):
+            return rv, (start[0], start[1])
+    except (ValueError, TypeError, KeyError, binascii.Error, errors.BadRequest):
         pass
     raise BadRequest("the continue token is malformed; list again without it")

@@ -1,19 +1,25 @@
 """Fixtures for unit tests: a PKI like a cluster's, a fake kube-apiserver (MockTransport), the
-registry's SQLite database, and the storage backends the store conformance suite runs against."""
+registry's SQLite database, the storage backends the store conformance suite runs against, the
+whole server in-process (``InProcessServer``) and the hypothesis profiles."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
 import ssl
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
+from hypothesis import settings
 
 from apiserver.authn.trust import TrustMaterial
 from apiserver.kube import Connection, KubeClient
@@ -190,3 +196,198 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         finally:
             for store in opened.stores:
                 store.close()
+
+
+# Hypothesis: few examples, so the unit suite stays fast; derandomized on CI (CI set) so that a
+# failure found there is found again on a developer's machine. HYPOTHESIS_PROFILE=hunt searches
+# longer (about a minute per property test module).
+settings.register_profile("unit", max_examples=60, deadline=None)
+settings.register_profile("hunt", max_examples=1500, deadline=None)
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
+                          print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else
+                      os.environ.get("HYPOTHESIS_PROFILE", "unit"))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer as the app sent it (a streamed answer: what came before the client left)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header_values(self, name: str) -> list[str]:
+        return [value for key, value in self.headers if key == name.lower()]
+
+
+def strings(value: Any) -> list[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in [key, *strings(item)]]
+    if isinstance(value, list):
+        return [text for item in value for text in strings(item)]
+    return []
+
+
+IN_PROCESS_POD = {"metadata": {"name": "db-0", "namespace": "default", "uid": "uid-db-0",
+                               "resourceVersion": "1"},
+                  "spec": {"containers": [{"name": "db"}]}, "status": {"phase": "Running"}}
+
+
+class InProcessServer:
+    """``apiserver.server.build_app`` (the composition root, every real component) on a SQLite
+    database in ``data_dir``, its lifespan running on an event loop of its own thread, in front
+    of a FakeKube that allows every review and serves one pod (``IN_PROCESS_POD``).
+
+    Synchronous tests (hypothesis drives those) send raw requests with ``request``: the target is
+    sent as given (percent-encoded or not), as a client on a socket could send it.
+    """
+
+    TOKEN = "good"
+
+    def __init__(self, data_dir: Path, pki: PKI) -> None:
+        self.kube = FakeKube(tokens={self.TOKEN: {"username": "carol", "groups": ["team-c"]}},
+                             allow=lambda spec: True)
+        self._configmap = {"metadata": {"name": "extension-apiserver-authentication"},
+                           "data": pki.configmap_data()}
+        self._data_dir = data_dir
+        pki.serving.write(data_dir / "tls.crt", data_dir / "tls.key")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="in-process-server",
+                                        daemon=True)
+        self._thread.start()
+        self.database: SqliteDatabase
+        self._run(self._start())
+
+    def _kube(self, request: httpx.Request) -> httpx.Response:
+        """The trust ConfigMap, one pod, empty lists of everything else; watches fail (the
+        informers back off and list again)."""
+        if request.method == "GET" and "watch" not in request.url.params:
+            path = request.url.path
+            items: list[Any] | None = None
+            if path.endswith("/configmaps"):
+                items = [self._configmap]
+            elif path in ("/api/v1/pods", "/api/v1/namespaces/default/pods"):
+                items = [IN_PROCESS_POD]
+            return httpx.Response(200, json={"items": items,
+                                             "metadata": {"resourceVersion": "1"}})
+        return self.kube.handle(request)
+
+    async def _start(self) -> None:
+        from apiserver.config import ServerOptions
+        from apiserver.handlers.watch_response import Watches
+        from apiserver.server import build_app
+        from apiserver.serving.tls import ServingTLS
+
+        options = ServerOptions(tls_cert_file=self._data_dir / "tls.crt",
+                                tls_private_key_file=self._data_dir / "tls.key",
+                                data_dir=self._data_dir / "data")
+        self.database = await SqliteDatabase.open(options.data_dir)
+        kube = KubeClient(Connection("https://kube.test", ssl.create_default_context()),
+                          transport=httpx.MockTransport(self._kube))
+        self.app = build_app(options, kube, ServingTLS(options.tls_cert_file,
+                                                       options.tls_private_key_file),
+                             self.database, Watches(), replica="unit-test")
+        self._lifespan = self.app.router.lifespan_context(self.app)
+        await self._lifespan.__aenter__()
+        async with asyncio.timeout(10):
+            while (await self._call("GET", b"/readyz", {}, b"")).status != 200:
+                await asyncio.sleep(0.01)
+
+    def _run(self, coroutine: Any, timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    def request(self, method: str, target: bytes | str, *, body: bytes = b"",
+                headers: dict[str, str] | None = None, token: bool = True) -> Answer:
+        """``method target`` with ``body``, authenticated by a bearer token unless not
+        ``token``."""
+        sent = dict(headers or {})
+        if token:
+            sent.setdefault("authorization", f"Bearer {self.TOKEN}")
+        raw = target.encode() if isinstance(target, str) else target
+        return self._run(self._call(method, raw, sent, body))
+
+    async def _call(self, method: str, target: bytes, headers: dict[str, str], body: bytes
+                    ) -> Answer:
+        """One ASGI request, as uvicorn makes it from a request line: the path percent-decoded
+        (invalid UTF-8 replaced), the query as sent. A streamed answer (a watch) is read for a
+        moment, then the client disconnects."""
+        raw_path, _, query = target.partition(b"?")
+        scope = {
+            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1", "method": method, "scheme": "https",
+            "path": unquote(raw_path.decode("latin-1")), "raw_path": raw_path,
+            "query_string": query, "root_path": "",
+            "headers": [(key.lower().encode(), value.encode("latin-1"))
+                        for key, value in headers.items()]
+                       + [(b"content-length", str(len(body)).encode())],
+            "client": ("127.0.0.1", 50000), "server": ("notifier.test", 443),
+            "extensions": {"tls": {"client_cert_der": None}},
+        }
+        sent: list[dict[str, Any]] = []
+        body_read = False
+        gone = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            nonlocal body_read
+            if not body_read:
+                body_read = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+            if message["type"] == "http.response.start":
+                asyncio.get_running_loop().call_later(0.05, gone.set)
+
+        async with asyncio.timeout(20):
+            await self.app(scope, receive, send)
+        start = next(message for message in sent if message["type"] == "http.response.start")
+        return Answer(start["status"],
+                      [(key.decode("latin-1"), value.decode("latin-1"))
+                       for key, value in start.get("headers", [])],
+                      b"".join(message.get("body", b"") for message in sent
+                               if message["type"] == "http.response.body"))
+
+    def resource_version(self) -> int:
+        """The database's resourceVersion: it moves with every write of any resource."""
+        from apiserver.registry import sqlite_database
+
+        return self._run(self.database.run(sqlite_database.resource_version))
+
+    def create_finished(self, resource: ResourceType, obj: dict[str, Any]) -> None:
+        """Store ``obj`` (a PodNotifier of IN_PROCESS_POD or a Notification) as a run that
+        just succeeded and is kept 30 days: no background work of the server changes it."""
+        from apiserver.api.time import timestamp
+        from apiserver.api.types import MAX_TTL_SECONDS
+
+        now = timestamp()
+        finished = {**obj, "status": {"phase": "Succeeded", "startTime": now,
+                                      "completionTime": now}}
+        if resource.kind == "PodNotifier":
+            finished["spec"] = {**obj["spec"], "podName": "db-0", "podUID": "uid-db-0",
+                                "ttlSecondsAfterFinished": MAX_TTL_SECONDS}
+        self._run(SqliteObjectStore(self.database, resource).create(finished))
+
+    def run(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the server's loop."""
+        return self._run(coroutine)
+
+    def close(self) -> None:
+        self._run(self._lifespan.__aexit__(None, None, None))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+
+@pytest.fixture(scope="module")
+def in_process_server(tmp_path_factory: pytest.TempPathFactory, pki: PKI
+                      ) -> Iterator[InProcessServer]:
+    """One whole server per test module (starting one takes a moment)."""
+    server = InProcessServer(tmp_path_factory.mktemp("server"), pki)
+    yield server
+    server.close()

@@ -9,7 +9,7 @@ import pytest
 from pydantic import Field
 
 from apiserver.api import types
-from apiserver.api.decoding import decode, path_of
+from apiserver.api.decoding import Body, decode, path_of
 from apiserver.api.field_errors import CauseReason
 from apiserver.api.model import (
     APIModel,
@@ -41,7 +41,7 @@ def pod_notifier(**spec: Any) -> dict[str, Any]:
 
 def rejected(body: dict[str, Any]) -> dict[str, Any]:
     with pytest.raises(APIError) as raised:
-        decode(PodNotifier, body, namespace="prod", limits=LIMITS)
+        decode(PodNotifier, Body(body), namespace="prod", limits=LIMITS)
     return status_body(raised.value)
 
 
@@ -142,7 +142,7 @@ def test_a_field_the_server_does_not_take_is_refused_as_unknown() -> None:
 def test_fields_the_server_sets_are_ignored_unchecked() -> None:
     body = pod_notifier(podUID=["not", "a", "uid"], requestedBy="me")
     body["status"] = {"phase": "Nonsense", "extra": True}
-    decoded = decode(PodNotifier, body, namespace="prod", limits=LIMITS)
+    decoded = decode(PodNotifier, Body(body), namespace="prod", limits=LIMITS)
     assert decoded.errors == []
     assert decoded.obj is not None
     assert (decoded.obj.spec.pod_uid, decoded.obj.spec.requested_by, decoded.obj.status) == (
@@ -155,21 +155,21 @@ def test_an_unknown_field_below_a_worded_field_is_still_a_400() -> None:
             "spec": {"notifier": "q", "selector": {"matchExpressions": [
                 {"key": "app", "operator": "Exists", "value": "x"}]}}}
     with pytest.raises(APIError) as raised:
-        decode(Notification, body, namespace="prod", limits=LIMITS)
+        decode(Notification, Body(body), namespace="prod", limits=LIMITS)
     assert raised.value.message == (
         'strict decoding error: unknown field "spec.selector.matchExpressions[0].value"')
 
 
 def test_values_are_not_coerced() -> None:
-    decoded = decode(PodNotifier, pod_notifier(containers=("db",), timeoutSeconds="60",
-                                               ttlSecondsAfterFinished=60.0),
+    decoded = decode(PodNotifier, Body(pod_notifier(containers=("db",), timeoutSeconds="60",
+                                                    ttlSecondsAfterFinished=60.0)),
                      namespace="prod", limits=LIMITS)
     assert [error.field for error in decoded.errors] == [
         "spec.containers", "spec.timeoutSeconds", "spec.ttlSecondsAfterFinished"]
 
 
 def test_a_named_limit_comes_from_the_context() -> None:
-    decoded = decode(PodNotifier, pod_notifier(timeoutSeconds=60), namespace="prod",
+    decoded = decode(PodNotifier, Body(pod_notifier(timeoutSeconds=60)), namespace="prod",
                      limits={"max_timeout_seconds": 30})
     assert [error.message for error in decoded.errors] == [
         "Invalid value: 60: must be between 1 and 30, inclusive"]

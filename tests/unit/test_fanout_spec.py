@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from apiserver.api.decoding import Body
 from apiserver.api.status import status_body
 from apiserver.api.types import MAX_DEADLINE_SECONDS
 from apiserver.errors import APIError
@@ -26,7 +27,7 @@ def body(name: str = "pre-snapshot", **spec: Any) -> dict[str, Any]:
 
 
 def check(obj: dict[str, Any], namespace: str = "prod") -> NotificationRequest:
-    return validate(obj, namespace, max_parallelism=MAX_PARALLELISM,
+    return validate(Body(obj), namespace, max_parallelism=MAX_PARALLELISM,
                     max_timeout_seconds=MAX_TIMEOUT)
 
 
