@@ -166,7 +166,7 @@ def forbidden_message(resource: str, group: str, name: str, why: str) -> str:
         return f"forbidden: {why}"
     if not name:
         return f"{qualified(resource, group)} is forbidden: {why}"
-    return f'{qualified(resource, group)} "{name}" is forbidden: {why}'
+    return f"{qualified(resource, group)} {quoted(name)} is forbidden: {why}"
 
 
 def invalid_message(kind: str, group: str, name: str, causes: Sequence[Cause]) -> str:

@@ -8,6 +8,7 @@ authorization denials).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -24,6 +25,7 @@ from apiserver.errors import (
     NotFound,
     Unauthorized,
     forbidden,
+    quoted,
 )
 
 
@@ -48,11 +50,19 @@ _ALWAYS_DETAILED = (NotFound, MethodNotAllowed, Forbidden, Conflict, AlreadyExis
 """Kinds kube-apiserver answers with a ``details`` object even when it is empty."""
 
 
+class StatusResponse(JSONResponse):
+    """A Status body in ASCII JSON: whatever a message quotes (a lone surrogate, a control
+    character) is escaped, so rendering an error can never fail."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def response(error: APIError) -> JSONResponse:
     headers = {"X-Content-Type-Options": "nosniff"}
     if error.retry_after_seconds:
         headers["Retry-After"] = str(error.retry_after_seconds)
-    return JSONResponse(status_body(error), status_code=error.code, headers=headers)
+    return StatusResponse(status_body(error), status_code=error.code, headers=headers)
 
 
 def unauthorized() -> Unauthorized:
@@ -62,16 +72,17 @@ def unauthorized() -> Unauthorized:
 def forbidden_request(user_name: str, attributes: RequestAttributes, reason: str = ""
                       ) -> Forbidden:
     """The 403 kube-apiserver answers when the authorizer denies a request."""
+    user = quoted(user_name)
     if not attributes.resource_request:
-        message = f'User "{user_name}" cannot {attributes.verb} path "{attributes.path}"'
+        message = f"User {user} cannot {attributes.verb} path {quoted(attributes.path)}"
     else:
         resource = attributes.resource
         if attributes.subresource:
             resource = f"{resource}/{attributes.subresource}"
-        message = (f'User "{user_name}" cannot {attributes.verb} resource "{resource}" '
-                   f'in API group "{attributes.api_group}"')
+        message = (f"User {user} cannot {attributes.verb} resource {quoted(resource)} "
+                   f"in API group {quoted(attributes.api_group)}")
         if attributes.namespace:
-            message += f' in the namespace "{attributes.namespace}"'
+            message += f" in the namespace {quoted(attributes.namespace)}"
         else:
             message += " at the cluster scope"
     message = message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
