@@ -23,8 +23,9 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from apiserver import errors
-from apiserver.api import json_input
+from apiserver.api import json_input, yaml_input
 from apiserver.api.field_errors import FieldError, show
+from apiserver.api.media import JSON_MEDIA_TYPE, YAML_MEDIA_TYPE
 from apiserver.api.model import FIELD_ERRORS, UNKNOWN_FIELD, APIModel, Limits
 from apiserver.api.resources import GROUP_VERSION
 from apiserver.errors import Cause
@@ -64,9 +65,12 @@ class Decoded(Generic[Kind]):
     warnings: tuple[str, ...] = ()
 
 
-def parse_body(raw: bytes) -> Body:
-    """The request body as a JSON object, or 400 (json_input says what is refused)."""
-    document = json_input.read(raw, what="the request body")
+def parse_body(raw: bytes, media_type: str = JSON_MEDIA_TYPE) -> Body:
+    """The request body (JSON, or YAML as kube-apiserver also reads) as a JSON object, or 400
+    (json_input says what is refused; a YAML body is converted to JSON text first)."""
+    what = "the request body"
+    text = yaml_input.to_json(raw, what=what) if media_type == YAML_MEDIA_TYPE else raw
+    document = json_input.read(text, what=what)
     if not isinstance(document.value, dict):
         raise errors.bad_request("the request body must be a JSON object")
     return Body(document.value, document.duplicates)

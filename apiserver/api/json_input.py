@@ -61,7 +61,7 @@ def read(raw: bytes | str, *, what: str, max_depth: int = MAX_DEPTH) -> Document
 
     Raises ``BadRequest`` for anything that is not UTF-8 JSON within the bounds above.
     """
-    text = _utf8(raw, what) if isinstance(raw, bytes) else raw
+    text = utf8_text(raw, what) if isinstance(raw, bytes) else raw
     depth = nesting_depth(text)
     if depth > max_depth:
         raise BadRequest(f"{what} is nested {depth} levels deep; at most {max_depth} levels of "
@@ -87,7 +87,7 @@ def read(raw: bytes | str, *, what: str, max_depth: int = MAX_DEPTH) -> Document
             raise BadRequest(f"{what} is not valid JSON: {error}") from None
 
     value = decode(members)
-    if not duplicated and not _SURROGATE_ESCAPE.search(text):
+    if not duplicated and not _SURROGATE_ESCAPE.search(text) and not _SURROGATE.search(text):
         return Document(value)
     # Rare: read again, keeping where each duplicate key and each surrogate is.
     duplicates: list[str] = []
@@ -126,7 +126,8 @@ def as_printable(text: str) -> str:
     return text if text and text.isprintable() else json.dumps(text)
 
 
-def _utf8(raw: bytes, what: str) -> str:
+def utf8_text(raw: bytes, what: str) -> str:
+    """``raw`` as UTF-8 text; BadRequest for UTF-16/32, a byte order mark or invalid bytes."""
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
         raise BadRequest(f"{what} is not UTF-8 (it looks like UTF-16 or UTF-32); send JSON "
                          "encoded as UTF-8")

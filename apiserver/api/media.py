@@ -1,8 +1,13 @@
-"""Parsing of the Accept header, for content negotiation."""
+"""Media types the API reads and writes, and parsing of the Accept header."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+JSON_MEDIA_TYPE = "application/json"
+YAML_MEDIA_TYPE = "application/yaml"
+BODY_MEDIA_TYPES = (JSON_MEDIA_TYPE, YAML_MEDIA_TYPE)
+"""What a create body may be, as in kube-apiserver (YAML is converted to JSON first)."""
 
 
 @dataclass(frozen=True)
@@ -30,5 +35,5 @@ def parse_accept(accept: str) -> list[MediaRange]:
 
 def is_plain_json(media_range: MediaRange) -> bool:
     """Whether the range accepts plain application/json."""
-    return (media_range.type in ("application/json", "application/*", "*/*")
+    return (media_range.type in (JSON_MEDIA_TYPE, "application/*", "*/*")
             and not media_range.params and media_range.quality > 0)

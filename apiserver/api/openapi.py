@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from apiserver import errors
-from apiserver.api.media import is_plain_json, parse_accept
+from apiserver.api.media import BODY_MEDIA_TYPES, JSON_MEDIA_TYPE, is_plain_json, parse_accept
 from apiserver.api.patch import PATCH_MEDIA_TYPES
 from apiserver.api.resources import (
     API_PATH,
@@ -34,7 +34,7 @@ from apiserver.api.types import META, OURS, SCHEMAS
 
 V3_GROUP_VERSION_PATH = f"apis/{GROUP_VERSION}"
 _OPERATION_PREFIX = "NotifierXK8sIoV1alpha1"
-JSON = "application/json"
+JSON = JSON_MEDIA_TYPE
 _NAMESPACED = f"{API_PATH}/namespaces/{{namespace}}"
 
 
@@ -195,7 +195,7 @@ def _resource_operations(kind: str, resource: Resource, fields: str) -> list[_Op
         ops.append(_Operation("post", f"{_NAMESPACED}/{plural}", "post",
                               f"create{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
                               f"Create a {kind}.", _WRITE, body=item, success=201,
-                              failures=(*_BODY, 409), explained={
+                              failures=(*_BODY, 409), consumes=BODY_MEDIA_TYPES, explained={
                                   409: f"AlreadyExists: a {kind} of that name exists"}))
     if "patch" in verbs:
         ops.append(_Operation("patch", f"{_NAMESPACED}/{plural}/{{name}}", "patch",
@@ -232,7 +232,7 @@ def _operations() -> tuple[_Operation, ...]:
         "of spec.containers); the answer is the PodNotifier record of the run.",
         (*_WRITE, _WAIT_SECONDS), body=f"{OURS}.PodNotifier", success=201,
         path_params=(_NAMESPACE, _NAME), failures=(*_BODY, 404, 409, 429),
-        explained=_NOTIFY_RESPONSES)
+        consumes=BODY_MEDIA_TYPES, explained=_NOTIFY_RESPONSES)
     return (
         notify,
         *_resource_operations(PODNOTIFIERS.kind, PODNOTIFIERS, ", ".join(
@@ -375,7 +375,7 @@ def accepts_json(accept: str | None) -> bool:
 
 def _document_response(document: str, request: Request) -> Response:
     if not accepts_json(request.headers.get("accept")):
-        raise errors.not_acceptable(["application/json"])
+        raise errors.not_acceptable([JSON_MEDIA_TYPE])
     body, digest = _encoded(document)
     immutable = request.query_params.get("hash") == digest
     headers = {
@@ -384,7 +384,7 @@ def _document_response(document: str, request: Request) -> Response:
     }
     if request.headers.get("if-none-match") == headers["ETag"]:
         return Response(status_code=304, headers=headers)
-    return Response(body, media_type="application/json", headers=headers)
+    return Response(body, media_type=JSON_MEDIA_TYPE, headers=headers)
 
 
 @router.get("/openapi/v2")

@@ -7,7 +7,7 @@
   the objects here have no merge-keyed lists), after dropping the ordering directives kubectl
   adds (``$setElementOrder/...``, ``$retainKeys``); any other ``$`` directive is refused.
 - ``application/apply-patch+yaml``: server-side apply (``apiserver.api.managed_fields``); the
-  body is YAML or JSON, read by ``load_apply_config`` without alias expansion.
+  body is YAML or JSON, read by ``load_apply_config`` through the guarded YAML and JSON readers.
 
 Only ``metadata.labels`` and ``metadata.annotations`` of a stored object may change through a
 patch (``check_mutable``); a changed ``metadata.resourceVersion`` or ``metadata.uid`` is a
@@ -22,9 +22,8 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
-import yaml
-
 from apiserver import errors
+from apiserver.api import json_input, yaml_input
 from apiserver.api.field_errors import FieldError
 from apiserver.api.validation import label_value_errors, qualified_name_errors
 from apiserver.errors import Cause
@@ -71,10 +70,7 @@ def decode(kind: PatchType, raw: bytes) -> Any:
     applied configuration (``load_apply_config``)."""
     if kind is PatchType.APPLY:
         return load_apply_config(raw)
-    try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise errors.bad_request(f"the {kind.value} body is not valid JSON: {error}") from None
+    document = json_input.read(raw, what=f"the {kind.value} body").value
     if kind is PatchType.JSON:
         if not isinstance(document, list) or not all(isinstance(op, dict) for op in document):
             raise errors.bad_request(
@@ -87,38 +83,15 @@ def decode(kind: PatchType, raw: bytes) -> Any:
     return document
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """A safe loader that refuses aliases, so a small document cannot expand into a huge one
-    (the "billion laughs")."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.constructor.ConstructorError(
-                None, None, "YAML aliases are not accepted; write the value out",
-                event.start_mark)
-        return super().compose_node(parent, index)
-
-
 def load_apply_config(raw: bytes) -> dict[str, Any]:
-    """The object of an apply body (YAML, or JSON, which is YAML); 400 if it is not one
-    object or uses aliases. The caller bounds ``raw``'s size."""
-    try:
-        documents = list(yaml.load_all(raw, Loader=_NoAliasLoader))  # noqa: S506 (safe loader)
-    except yaml.YAMLError as error:
-        raise errors.bad_request(f"the apply configuration is not valid YAML: {error}") from None
-    documents = [document for document in documents if document is not None]
-    if len(documents) != 1 or not isinstance(documents[0], dict):
+    """The object of an apply body (YAML, or JSON, which is YAML), read through the same guards
+    as every body (apiserver.api.yaml_input, json_input); 400 if it is not one object."""
+    what = "the apply configuration"
+    document = json_input.read(yaml_input.to_json(raw, what=what), what=what).value
+    if not isinstance(document, dict):
         raise errors.bad_request(
-            "the apply configuration must be exactly one object (apiVersion, kind, metadata, "
-            "...)")
-    try:
-        json.dumps(documents[0])
-    except (TypeError, ValueError):
-        raise errors.bad_request(
-            "the apply configuration holds values JSON cannot (dates, binary, non-string "
-            "keys); quote them") from None
-    return documents[0]
+            f"{what} must be one object (apiVersion, kind, metadata, ...)")
+    return document
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

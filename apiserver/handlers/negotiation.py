@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import Request
 
 from apiserver import errors
-from apiserver.api.media import parse_accept
+from apiserver.api.media import JSON_MEDIA_TYPE, parse_accept
 from apiserver.api.resources import VERSION
 from apiserver.api.tables import (
     META_GROUP_VERSION,
@@ -25,7 +25,6 @@ from apiserver.api.tables import (
 )
 from apiserver.registry.resources import ResourceType
 
-JSON_MEDIA_TYPE = "application/json"
 SERVED_MEDIA_TYPES = (
     JSON_MEDIA_TYPE,
     "application/json;as=Table;v=v1;g=meta.k8s.io",

@@ -28,7 +28,7 @@ from apiserver.fanout import spec as notification_spec
 from apiserver.fanout.controller import FanoutManager
 from apiserver.handlers.caller import CurrentUser, current_user
 from apiserver.handlers.collection import Collection, collection_router, delete_object
-from apiserver.handlers.notify import dry_run, read_json_body
+from apiserver.handlers.notify import dry_run, read_body
 from apiserver.handlers.options import field_validation
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient, paths
@@ -117,7 +117,7 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
 
     @routes.post(NAMESPACED, status_code=201)
     async def create(namespace: str, http: Request, user: CurrentUser) -> JSONResponse:
-        return await create_notification(http, namespace, await read_json_body(http), user, [])
+        return await create_notification(http, namespace, await read_body(http), user, [])
 
     @routes.delete(f"{NAMESPACED}/{{name}}")
     async def delete(namespace: str, name: str, http: Request) -> Response:

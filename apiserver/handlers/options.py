@@ -20,7 +20,7 @@ from apiserver import errors
 from apiserver.api import json_input
 from apiserver.api.decoding import FieldValidation
 from apiserver.api.field_errors import FieldError, show
-from apiserver.handlers.negotiation import JSON_MEDIA_TYPE
+from apiserver.api.media import JSON_MEDIA_TYPE
 
 MAX_DELETE_OPTIONS_BYTES = 64 * 1024
 MAX_INT64 = 2**63 - 1

@@ -20,7 +20,8 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from apiserver.api import status
-from apiserver.handlers.negotiation import JSON_MEDIA_TYPE, Renderer
+from apiserver.api.media import JSON_MEDIA_TYPE
+from apiserver.handlers.negotiation import Renderer
 from apiserver.handlers.options import ListOptions
 from apiserver.registry.errors import BadRequest, StoreError
 from apiserver.registry.store import ListResult, ObjectStore

@@ -87,6 +87,16 @@ def default_service_account_exists(layout: Layout, ports: Ports) -> bool:
         return False
 
 
+def openapi_aggregated(layout: Layout, ports: Ports) -> bool:
+    """kube-apiserver serves the group's OpenAPI v3 (its aggregator fetches it some seconds
+    after the APIService is Available): `kubectl explain` and `kubectl create -f` need it."""
+    try:
+        with admin.client(layout, ports) as kube:
+            return kube.get(f"/openapi/v3/apis/{notifier.GROUP_VERSION}").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def apiservice_available(layout: Layout, ports: Ports) -> bool:
     return health.apiservice_problem(layout, ports) is None
 
@@ -158,6 +168,8 @@ def up(layout: Layout, ports: Ports, node_count: int) -> None:
         _wait_answers(plane, probe[components.NOTIFIER], COMPONENT_READY_SECONDS)
         plane.wait_for(components.NOTIFIER, f"APIService {notifier.APISERVICE_NAME} Available",
                        lambda: apiservice_available(layout, ports), COMPONENT_READY_SECONDS)
+        plane.wait_for(components.NOTIFIER, "kube-apiserver to serve the group's OpenAPI v3",
+                       lambda: openapi_aggregated(layout, ports), COMPONENT_READY_SECONDS)
     elapsed = time.monotonic() - started_at
     for child in plane.children:
         proc = child.tracked

@@ -20,6 +20,7 @@ from localcluster.layout import REPO_ROOT, Layout, Ports
 from localcluster.pki import NOTIFIER_NAMESPACE, NOTIFIER_SERVICE
 from localcluster.startup import StartFailed
 
+GROUP_VERSION = "notifier.x-k8s.io/v1alpha1"
 APISERVICE_NAME = "v1alpha1.notifier.x-k8s.io"
 LOCAL_ONLY_KINDS = {"Deployment", "PersistentVolumeClaim"}
 

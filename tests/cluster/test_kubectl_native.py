@@ -180,3 +180,20 @@ def test_notification_creator_without_notify_is_told_how_to_check(
         f'pods.notifier.x-k8s.io is forbidden: User '
         f'"{creator.name}" cannot create resource "pods/notify" in API group '
         f'"notifier.x-k8s.io" in the namespace "{namespace}"{NOTIFY_ACCESS_HINT}')
+
+
+def test_a_yaml_body_is_accepted_through_the_aggregator(
+        cluster: Cluster, namespace: str, editor: User, two_container_pod: str) -> None:
+    """kube-apiserver reads application/yaml wherever it reads JSON; so does this API."""
+    body = ("apiVersion: notifier.x-k8s.io/v1alpha1\nkind: PodNotifier\n"
+            "spec:\n  notifier: quiesce\n")
+    with cluster.client_for(editor) as client:
+        created = client.post(f"{notify_path(namespace, two_container_pod)}?waitSeconds=20",
+                              content=body, headers={"Content-Type": "application/yaml"})
+        assert created.status_code == 201, created.text
+        assert created.json()["status"]["phase"] == "Succeeded"
+        duplicated = client.post(notify_path(namespace, two_container_pod),
+                                 content=body + "  notifier: mixed\n",
+                                 headers={"Content-Type": "application/yaml"})
+    assert duplicated.status_code == 400, duplicated.text
+    assert 'duplicate field "spec.notifier"' in duplicated.json()["message"]
