@@ -68,6 +68,8 @@ class Collection:
     create_hint: str = ""
     """How objects of this resource are created, when not by a POST on this collection: a
     POST here (and an apply of a missing object) answers 405 saying so."""
+    on_deleted: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+    """Called with each object a DELETE really removed (never for a dry run)."""
 
     def renderer(self, request: Request, metadata_kind: str) -> Renderer:
         """How to answer ``request``: 406 if its Accept allows nothing served."""
@@ -109,6 +111,8 @@ async def delete_object(collection: Collection, request: Request, namespace: str
     else:
         deleted = await store.delete(namespace, name, resource_version=options.resource_version,
                                      uid=options.uid)
+        if collection.on_deleted is not None:
+            await collection.on_deleted(deleted)
     meta = deleted.get("metadata") or {}
     details = {"name": meta.get("name", name), "group": collection.resource.group,
                "kind": collection.resource.plural, "uid": meta.get("uid", "")}

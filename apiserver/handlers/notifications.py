@@ -26,9 +26,10 @@ from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
 from apiserver.fanout import spec as notification_spec
 from apiserver.fanout.controller import FanoutManager
+from apiserver.handlers.body import read_object
 from apiserver.handlers.caller import CurrentUser, current_user
-from apiserver.handlers.collection import Collection, collection_router, delete_object
-from apiserver.handlers.notify import dry_run, read_body
+from apiserver.handlers.collection import Collection, collection_router
+from apiserver.handlers.notify import dry_run
 from apiserver.handlers.options import field_validation
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient, paths
@@ -112,19 +113,17 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
             raise status.forbidden_request(user.name, create, decision.reason)
         return await create_notification(http, namespace, Body(config), user, managed_fields)
 
+    async def stop_fanout(deleted: dict[str, Any]) -> None:
+        """A deleted Notification starts no more pods and rolls back (docs/notifications.md)."""
+        await fanout.deleted(deleted["metadata"]["uid"])
+
     collection = Collection(resource=NOTIFICATIONS, store=store, table=NOTIFICATION_TABLE,
-                            deletecollection=False, apply_create=apply_create)
+                            deletecollection=False, apply_create=apply_create,
+                            on_deleted=stop_fanout)
 
     @routes.post(NAMESPACED, status_code=201)
     async def create(namespace: str, http: Request, user: CurrentUser) -> JSONResponse:
-        return await create_notification(http, namespace, await read_body(http), user, [])
-
-    @routes.delete(f"{NAMESPACED}/{{name}}")
-    async def delete(namespace: str, name: str, http: Request) -> Response:
-        uid = (await store.get(namespace, name))["metadata"]["uid"]
-        response = await delete_object(collection, http, namespace, name)
-        await fanout.deleted(uid)
-        return response
+        return await create_notification(http, namespace, await read_object(http), user, [])
 
     routes.include_router(collection_router(collection, watches))
     return routes

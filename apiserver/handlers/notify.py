@@ -15,10 +15,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from apiserver import errors
-from apiserver.api.decoding import Body
-from apiserver.api.media import BODY_MEDIA_TYPES, JSON_MEDIA_TYPE
 from apiserver.api.routes import POD_NOTIFY_PATH
 from apiserver.api.warning_headers import add_warnings
+from apiserver.handlers.body import read_object
 from apiserver.handlers.caller import CurrentUser
 from apiserver.handlers.options import field_validation
 from apiserver.notifier import request
@@ -28,28 +27,7 @@ from apiserver.registry.errors import NotFound
 from apiserver.registry.objects import generate_name
 from apiserver.registry.store import ObjectStore
 
-MAX_BODY_BYTES = 1024 * 1024
 MAX_WAIT_SECONDS = 50
-
-
-async def read_body(http: Request) -> Body:
-    """The request body (JSON or YAML) as a JSON object: 415 for another media type, 413 past
-    1 MiB, 400 for anything apiserver.api.json_input refuses (not UTF-8, too deep, lone
-    surrogates, ...).
-
-    No Content-Type means JSON, as in kube-apiserver (`kubectl create --raw` sends none)."""
-    media_type = http.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media_type and media_type not in BODY_MEDIA_TYPES:
-        raise errors.unsupported_media_type(BODY_MEDIA_TYPES)
-    chunks, size = [], 0
-    async for chunk in http.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise errors.request_entity_too_large(
-                f"the request body is larger than {MAX_BODY_BYTES} bytes; a PodNotifier is "
-                "a few hundred bytes")
-        chunks.append(chunk)
-    return request.parse_body(b"".join(chunks), media_type or JSON_MEDIA_TYPE)
 
 
 def dry_run(http: Request) -> bool:
@@ -82,7 +60,7 @@ def router(admission: Admission, runner: Runner, records: ObjectStore,
     @routes.post(POD_NOTIFY_PATH, status_code=201)
     async def notify(namespace: str, pod: str, http: Request, user: CurrentUser) -> JSONResponse:
         dry_run, wait_seconds = query_options(http)
-        ask = request.validate(await read_body(http), namespace, pod, max_timeout_seconds,
+        ask = request.validate(await read_object(http), namespace, pod, max_timeout_seconds,
                                field_validation(http))
         admitted = await admission.admit(user, await admission.read_pod(namespace, pod), ask)
         if dry_run:

@@ -21,6 +21,7 @@ from apiserver.api import json_input
 from apiserver.api.decoding import FieldValidation
 from apiserver.api.field_errors import FieldError, show
 from apiserver.api.media import JSON_MEDIA_TYPE
+from apiserver.handlers.body import media_type, read_limited
 
 MAX_DELETE_OPTIONS_BYTES = 64 * 1024
 MAX_INT64 = 2**63 - 1
@@ -106,12 +107,11 @@ class DeleteOptions:
         Only preconditions and dryRun mean anything here: nothing has finalizers, dependents
         or a grace period, so propagationPolicy and gracePeriodSeconds are accepted and ignored.
         """
-        body = await _read_body(request)
+        body = await read_limited(request, MAX_DELETE_OPTIONS_BYTES, "the DeleteOptions body")
         dry_run = _dry_run(request.query_params.getlist("dryRun"))
         if not body.strip():
             return cls(dry_run=dry_run)
-        content_type = request.headers.get("content-type", JSON_MEDIA_TYPE)
-        if content_type.split(";")[0].strip().lower() not in (JSON_MEDIA_TYPE, ""):
+        if media_type(request) not in (JSON_MEDIA_TYPE, ""):
             raise errors.unsupported_media_type([JSON_MEDIA_TYPE])
         options = json_input.read(body, what="the DeleteOptions body").value
         if not isinstance(options, dict):
@@ -160,13 +160,3 @@ def _dry_run(values: list[Any]) -> bool:
             raise errors.Invalid(f"dryRun: {problem}", causes=[
                 errors.Cause("FieldValueNotSupported", problem, "dryRun")])
     return bool(values)
-
-
-async def _read_body(request: Request) -> bytes:
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_DELETE_OPTIONS_BYTES:
-            raise errors.request_entity_too_large(
-                f"DeleteOptions larger than {MAX_DELETE_OPTIONS_BYTES} bytes")
-    return bytes(body)

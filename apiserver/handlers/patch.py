@@ -36,12 +36,12 @@ from apiserver.api.patch import (
 )
 from apiserver.api.resources import VERSION
 from apiserver.api.time import timestamp
+from apiserver.handlers.body import MAX_BODY_BYTES, read_limited
 from apiserver.handlers.negotiation import Renderer
 from apiserver.registry.errors import check_preconditions
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.store import Object, ObjectStore
 
-MAX_PATCH_BYTES = 1024 * 1024
 """Bound on a patch body (before YAML or JSON parsing); objects here are a few KiB."""
 _FIELD_VALIDATION = ("", "Strict", "Warn", "Ignore")
 _TRUE, _FALSE = ("true", "1"), ("false", "0", "")
@@ -91,18 +91,6 @@ class PatchOptions:
             manager = request.headers.get("user-agent", "").split("/")[0][
                 :managed_fields.MAX_MANAGER_LENGTH]
         return cls(bool(dry_run), manager, (force_text or "").lower() in _TRUE)
-
-
-async def read_body(request: Request) -> bytes:
-    """The body, 413 past ``MAX_PATCH_BYTES`` (read no further)."""
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_PATCH_BYTES:
-            raise errors.request_entity_too_large(
-                f"the patch is larger than {MAX_PATCH_BYTES} bytes; patches here change labels "
-                "and annotations")
-    return bytes(body)
 
 
 @dataclass(frozen=True)
@@ -232,7 +220,7 @@ async def patch_object(resource: ResourceType, store: ObjectStore, renderer: Ren
     or without one answers 405 with ``create_hint``."""
     kind = patch_type(request.headers.get("content-type"))
     options = PatchOptions.from_request(request, kind)
-    document = decode(kind, await read_body(request))
+    document = decode(kind, await read_limited(request, MAX_BODY_BYTES, "the patch"))
     if kind is PatchType.APPLY:
         check_apply_config(resource, document, namespace, name)
     patch = Patch(resource, kind, document, options, timestamp())

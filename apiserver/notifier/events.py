@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from apiserver.api.resources import GROUP_VERSION
+from apiserver.api.tables import run_length
 from apiserver.api.time import parse_timestamp
 from apiserver.kube.events import NORMAL, WARNING, EventSink, ObjectRef, Occurrence
 from apiserver.notifier import records
@@ -38,18 +39,6 @@ NOTIFY, ROLLBACK = "Notify", "Rollback"
 """Actions."""
 NOTIFICATION_KIND = "Notification"
 MAX_CONTAINERS_IN_NOTE = 10
-
-
-def duration(seconds: float) -> str:
-    """`27ms`, `1.4s`, `2m3s`, `1h2m`."""
-    if seconds < 1:
-        return f"{max(0, round(seconds * 1000))}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}".rstrip("0").rstrip(".") + "s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs}s"
-    return f"{minutes // 60}h{minutes % 60}m"
 
 
 def pod_ref(record: Mapping[str, Any]) -> ObjectRef:
@@ -90,7 +79,7 @@ def run_note(record: Mapping[str, Any]) -> str:
         parts.append(f"and {len(containers) - MAX_CONTAINERS_IN_NOTE} more")
     started = parse_timestamp(status.get("startTime"))
     ended = parse_timestamp(status.get("completionTime"))
-    took = f" in {duration(ended - started)}" if started is not None and ended is not None else ""
+    took = f" in {run_length(ended - started)}" if started is not None and ended is not None else ""
     verdict = ("succeeded" if status.get("phase") == records.SUCCEEDED
                else f"failed ({status.get('reason') or 'Failed'})")
     return (f"notifier {record['spec']['notifier']} {verdict}{took}; containers: "

@@ -11,7 +11,7 @@ import pytest
 
 from apiserver.fanout.controller import FanoutManager
 from apiserver.kube.events import NORMAL, WARNING
-from apiserver.notifier.events import NotificationEvents, RunEvents, duration, run_note
+from apiserver.notifier.events import NotificationEvents, RunEvents, run_note
 from apiserver.notifier.exec_protocol import ExecReason
 from tests.support.events import RecordingSink
 from tests.unit.test_fanout_run import QUIESCE, UNQUIESCE, Server
@@ -84,12 +84,6 @@ def test_the_note_says_the_duration() -> None:
                          "containers": [{"name": "app", "exitCode": 0}]}}
     assert run_note(record) == ("notifier quiesce succeeded in 27ms; containers: "
                                 "app: exit code 0; PodNotifier r")
-
-
-@pytest.mark.parametrize(("seconds", "text"), [(0.027, "27ms"), (1.4, "1.4s"), (2, "2s"),
-                                               (123, "2m3s"), (3720, "1h2m")])
-def test_durations_read_like_kubectl_columns(seconds: float, text: str) -> None:
-    assert duration(seconds) == text
 
 
 @pytest.fixture

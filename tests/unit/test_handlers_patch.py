@@ -16,7 +16,7 @@ from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Decision
 from apiserver.handlers import notifications, podnotifiers
-from apiserver.handlers.patch import MAX_PATCH_BYTES
+from apiserver.handlers.body import MAX_BODY_BYTES
 from apiserver.handlers.watch_response import Watches
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
@@ -250,7 +250,7 @@ async def test_unsupported_media_types_are_415_listing_the_supported(client, sto
 
 
 async def test_a_large_body_is_413(client, stored):
-    body = {"metadata": {"annotations": {"a": "x" * MAX_PATCH_BYTES}}}
+    body = {"metadata": {"annotations": {"a": "x" * MAX_BODY_BYTES}}}
     status_of(await patch(client, body, MERGE), 413, "RequestEntityTooLarge")
 
 

@@ -281,8 +281,10 @@ def test_hostile_notification_bodies(server, body) -> None:
        target=st.sampled_from([f"{PODNOTIFIERS_PATH}/kept", f"{NOTIFICATIONS_PATH}/kept",
                                f"{PODNOTIFIERS_PATH}?labelSelector=none%3Dmatches"]))
 def test_hostile_delete_options(server, body, target) -> None:
+    """A hostile body that still reads as a dry run may succeed; nothing is deleted either way
+    (`check` sees the store unchanged)."""
     answer = check(server, "DELETE", target, body)
-    assert 400 <= answer.status < 500 or target.endswith("matches"), answer
+    assert answer.status < 500, answer
 
 
 @fixtures
@@ -386,7 +388,7 @@ declares nothing (or that does not exist), DeleteOptions whose precondition fail
 def test_hostile_paths(server, template, ns, name, suffix, body) -> None:
     method, path = template
     target = path.format(ns=ns, name=name) + suffix
-    if method == "DELETE" and target.rstrip("/").endswith("/podnotifiers"):
+    if method == "DELETE" and target.partition("?")[0].rstrip("/").endswith("/podnotifiers"):
         target += "&" if "?" in target else "?"
         target += "labelSelector=none%3Dmatches"
     # Names in the path are validated (and escaped in messages) by serving/access.py; here:

@@ -11,12 +11,8 @@ from starlette.requests import Request
 
 from apiserver.api.status import status_body
 from apiserver.errors import APIError
-from apiserver.handlers.notify import (
-    MAX_BODY_BYTES,
-    MAX_WAIT_SECONDS,
-    query_options,
-    read_body,
-)
+from apiserver.handlers.body import MAX_BODY_BYTES, read_object
+from apiserver.handlers.notify import MAX_WAIT_SECONDS, query_options
 
 
 def http_request(query: str = "", content_type: str | None = "application/json",
@@ -74,7 +70,7 @@ def test_wait_seconds_out_of_bounds(value: str) -> None:
                               f"0 to {MAX_WAIT_SECONDS}")
 
 
-# read_body
+# read_object
 
 
 @pytest.mark.parametrize("content_type", [
@@ -82,12 +78,12 @@ def test_wait_seconds_out_of_bounds(value: str) -> None:
 async def test_json_body(content_type: str | None) -> None:
     obj = {"kind": "PodNotifier", "spec": {"notifier": "quiesce"}}
     request, _ = http_request(content_type=content_type, chunks=[json.dumps(obj).encode()])
-    assert (await read_body(request)).members == obj
+    assert (await read_object(request)).members == obj
 
 
 async def test_body_in_several_chunks() -> None:
     request, read = http_request(chunks=[b'{"kind": ', b'"PodNotifier"', b"}"])
-    assert (await read_body(request)).members == {"kind": "PodNotifier"}
+    assert (await read_object(request)).members == {"kind": "PodNotifier"}
     assert read == [9, 13, 1]
 
 
@@ -96,7 +92,7 @@ async def test_body_in_several_chunks() -> None:
 async def test_other_media_type_is_415(content_type: str) -> None:
     request, read = http_request(content_type=content_type)
     with pytest.raises(APIError) as caught:
-        await read_body(request)
+        await read_object(request)
     assert caught.value.code == 415
     assert status_body(caught.value)["reason"] == "UnsupportedMediaType"
     assert status_body(caught.value)["message"].endswith("accepted media types include: "
@@ -109,14 +105,14 @@ async def test_body_of_exactly_the_limit_is_read() -> None:
     raw = b'{"pad": "' + b"x" * padding + b'"}'
     assert len(raw) == MAX_BODY_BYTES
     request, _ = http_request(chunks=[raw[:1000], raw[1000:]])
-    assert len((await read_body(request)).members["pad"]) == padding
+    assert len((await read_object(request)).members["pad"]) == padding
 
 
 async def test_body_over_the_limit_is_413_without_reading_the_rest() -> None:
     chunk = b" " * (256 * 1024)
     request, read = http_request(chunks=[chunk] * 4 + [b" "] + [chunk] * 10)
     with pytest.raises(APIError) as caught:
-        await read_body(request)
+        await read_object(request)
     assert caught.value.code == 413
     assert status_body(caught.value)["reason"] == "RequestEntityTooLarge"
     assert f"larger than {MAX_BODY_BYTES} bytes" in status_body(caught.value)["message"]
@@ -131,7 +127,7 @@ async def test_body_over_the_limit_is_413_without_reading_the_rest() -> None:
 async def test_body_not_a_json_object_is_400(raw: bytes, message: str) -> None:
     request, _ = http_request(content_type=None, chunks=[raw])
     with pytest.raises(APIError) as caught:
-        await read_body(request)
+        await read_object(request)
     assert caught.value.code == 400
     assert message in status_body(caught.value)["message"]
 
@@ -140,6 +136,6 @@ async def test_a_yaml_body_is_read_as_its_json() -> None:
     """kube-apiserver reads YAML wherever it reads JSON; the same guards then apply."""
     raw = b"apiVersion: notifier.x-k8s.io/v1alpha1\nkind: PodNotifier\nspec:\n  notifier: q\n"
     request, _ = http_request(content_type="application/yaml", chunks=(raw,))
-    assert (await read_body(request)).members == {
+    assert (await read_object(request)).members == {
         "apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
         "spec": {"notifier": "q"}}
