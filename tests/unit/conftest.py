@@ -10,6 +10,7 @@ import json
 import os
 import ssl
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,15 +183,57 @@ async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
         await database.close()
 
 
-BACKENDS: dict[str, Callable[[Path], contextlib.AbstractAsyncContextManager[Backend]]] = {
-    "sqlite": sqlite_backend,
+@contextlib.asynccontextmanager
+async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
+                             ) -> AsyncIterator[Backend]:
+    """Stores on the real local control plane (the session ``cluster``), as the server's
+    ServiceAccount. Each test gets a fresh storage instance (``INSTANCE_LABEL``): its stores
+    see only the objects it wrote, in the namespaces the suite names, which are created once."""
+    from apiserver.registry.kube_store import INSTANCE_LABEL, KubeObjectStore
+    from tests.support.kube import Cluster
+
+    cluster: Cluster = request.getfixturevalue("cluster")
+    with cluster.admin() as admin:
+        for namespace in CONFORMANCE_NAMESPACES:
+            created = admin.post("/api/v1/namespaces", json={
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            assert created.status_code in (201, 409), created.text
+    instance = f"conformance-{uuid.uuid4().hex[:10]}"
+    kube = KubeClient.from_kubeconfig(cluster.layout.notifier_kubeconfig)
+    try:
+        yield Backend(lambda resource, max_bytes, max_queued: KubeObjectStore(
+            kube, resource, instance=instance, history=Backend.history,
+            max_object_bytes=max_bytes, max_queued_events=max_queued))
+    finally:
+        await kube.aclose()
+        with cluster.admin() as admin:
+            for namespace in CONFORMANCE_NAMESPACES:
+                for plural in ("storedpodnotifiers", "storednotifications"):
+                    admin.delete(f"/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/"
+                                 f"{namespace}/{plural}",
+                                 params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})
+
+
+CONFORMANCE_NAMESPACES = ("ns", "ns2", "a", "b")
+"""The namespaces the conformance suite writes to."""
+
+BackendFactory = Callable[[pytest.FixtureRequest, Path],
+                          contextlib.AbstractAsyncContextManager[Backend]]
+
+BACKENDS: dict[str, BackendFactory] = {
+    "sqlite": lambda request, tmp_path: sqlite_backend(tmp_path),
+    "kubernetes": kubernetes_backend,
 }
 """Every storage backend, by name: each must pass the store conformance suite."""
 
+CLUSTER_BACKENDS = frozenset({"kubernetes"})
+"""Backends that need the local control plane: their tests are marked ``cluster``."""
 
-@pytest.fixture(params=sorted(BACKENDS))
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.cluster)
+                        if name in CLUSTER_BACKENDS else name for name in sorted(BACKENDS)])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
-    async with BACKENDS[request.param](tmp_path) as opened:
+    async with BACKENDS[request.param](request, tmp_path) as opened:
         try:
             yield opened
         finally:
