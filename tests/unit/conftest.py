@@ -214,6 +214,21 @@ async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
                                  params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})
 
 
+@contextlib.asynccontextmanager
+async def kubernetes_fake_backend(request: pytest.FixtureRequest, tmp_path: Path
+                                  ) -> AsyncIterator[Backend]:
+    from apiserver.registry.kube_store import KubeObjectStore
+    from tests.support.fake_storage_api import FakeStorageAPI
+
+    kube = FakeStorageAPI().client()
+    try:
+        yield Backend(lambda resource, max_bytes, max_queued: KubeObjectStore(
+            kube, resource, history=Backend.history, max_object_bytes=max_bytes,
+            max_queued_events=max_queued))
+    finally:
+        await kube.aclose()
+
+
 CONFORMANCE_NAMESPACES = ("ns", "ns2", "a", "b")
 """The namespaces the conformance suite writes to."""
 
@@ -223,8 +238,11 @@ BackendFactory = Callable[[pytest.FixtureRequest, Path],
 BACKENDS: dict[str, BackendFactory] = {
     "sqlite": lambda request, tmp_path: sqlite_backend(tmp_path),
     "kubernetes": kubernetes_backend,
+    "kubernetes-fake": kubernetes_fake_backend,
 }
-"""Every storage backend, by name: each must pass the store conformance suite."""
+"""Every storage backend, by name: each must pass the store conformance suite.
+``kubernetes-fake`` is the Kubernetes backend on the fake API of
+tests/support/fake_storage_api.py, so that a run without the control plane covers it too."""
 
 CLUSTER_BACKENDS = frozenset({"kubernetes"})
 """Backends that need the local control plane: their tests are marked ``cluster``."""
