@@ -52,7 +52,12 @@ from apiserver.registry.errors import (
 )
 from apiserver.registry.objects import encode, generate_name, metadata
 from apiserver.registry.resources import ResourceType
-from apiserver.registry.selectors import parse_field_selector, parse_label_selector
+from apiserver.registry.selectors import (
+    FieldSelector,
+    field_value,
+    parse_field_selector,
+    parse_label_selector,
+)
 from apiserver.registry.store import (
     DEFAULT_MAX_OBJECT_BYTES,
     Cohort,
@@ -213,6 +218,8 @@ class KubeObjectStore(ObjectStore):
                                              on_delete=self._deleted, on_listed=self._listed))
         self._task: asyncio.Task[None] | None = None
         self._entries: dict[Key, _Entry] = {}
+        self._index: dict[tuple[str, str, str], set[Key]] = {}
+        """(indexed field, namespace, value) -> keys: cohorts select on them without a scan."""
         self._window: deque[_Event] = deque(maxlen=history)
         self._compacted = 0
         """Changes at or before this resourceVersion are not in the window."""
@@ -245,8 +252,8 @@ class KubeObjectStore(ObjectStore):
         namespace = metadata(prepared)["namespace"]
         selector = parse_field_selector(cohort.field_selector, self.resource.selectable_fields)
         async with self._cohort_lock:
-            members = sorted((e for k, e in self._entries.items() if k[0] == namespace
-                              and selector.matches(e.object)),
+            members = sorted((e for e in self._candidates(namespace, selector)
+                              if selector.matches(e.object)),
                              key=lambda e: (e.sequence, _key(e.object)))
             evicted = cohort.decide(copy.deepcopy([e.object for e in members]))
             for member in evicted:
@@ -424,16 +431,44 @@ class KubeObjectStore(ObjectStore):
         event's before calling handlers), not a difference it found by listing."""
         return self._listed_once and str(_rv(obj)) == self._informer.resource_version
 
+    def _index_keys(self, obj: Object) -> builtins.list[tuple[str, str, str]]:
+        namespace = metadata(obj).get("namespace", "")
+        return [(field, namespace, field_value(obj, field))
+                for field in self.resource.indexed_fields]
+
+    def _put(self, key: Key, entry: _Entry | None) -> _Entry | None:
+        """Set (or with None remove) the entry of ``key``, indexes included; the old entry."""
+        old = self._entries.pop(key, None)
+        if old is not None:
+            for index_key in self._index_keys(old.object):
+                keys = self._index.get(index_key)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._index[index_key]
+        if entry is not None:
+            self._entries[key] = entry
+            for index_key in self._index_keys(entry.object):
+                self._index.setdefault(index_key, set()).add(key)
+        return old
+
+    def _candidates(self, namespace: str, selector: FieldSelector) -> Iterable[_Entry]:
+        """The entries of ``namespace`` that may match ``selector``: through an index when it
+        requires an indexed field to equal a value."""
+        for requirement in selector.requirements:
+            if requirement.field in self.resource.indexed_fields and not requirement.negated:
+                keys = self._index.get((requirement.field, namespace, requirement.value), set())
+                return [self._entries[key] for key in keys]
+        return [e for k, e in self._entries.items() if k[0] == namespace]
+
     def _added(self, stored: Object) -> None:
         entry = self._entry(stored)
-        self._entries[_key(entry.object)] = entry
+        self._put(_key(entry.object), entry)
         self._record(Change(EventType.ADDED, entry.object), None, entry, stored)
 
     def _updated(self, old: Object, stored: Object) -> None:
         entry = self._entry(stored)
-        key = _key(entry.object)
-        before = self._entries.get(key)
-        self._entries[key] = entry
+        before = self._put(_key(entry.object), entry)
         previous = before.object if before is not None else None
         self._record(Change(EventType.MODIFIED, entry.object, previous), before, entry, stored)
 
@@ -442,7 +477,7 @@ class KubeObjectStore(ObjectStore):
         key = _key(gone)
         before = self._entries.get(key)
         if before is not None and metadata(before.object).get("uid") == metadata(gone).get("uid"):
-            del self._entries[key]
+            self._put(key, None)
         self._record(Change(EventType.DELETED, gone), before, None, stored)
 
     def _record(self, change: Change, before: _Entry | None, after: _Entry | None,
