@@ -9,7 +9,16 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.kube import Cluster
-from tests.support.notify import API, declare, exec_notifier, notify, records
+from tests.support.notify import (
+    API,
+    create_notification,
+    declare,
+    exec_notifier,
+    notification,
+    notify,
+    records,
+    wait_finished,
+)
 from tests.support.storage import server_with_flags
 
 pytestmark = pytest.mark.cluster
@@ -69,3 +78,21 @@ def test_watch_from_a_listed_resource_version(cluster: Cluster, kube_storage: No
     assert versions[0] > int(listed["metadata"]["resourceVersion"])
     assert too_old.status_code == 200  # a watch answers 410 as an ERROR event
     assert '"code":410' in too_old.text.replace(" ", ""), too_old.text
+
+
+def test_notification_fans_out_with_kubernetes_storage(cluster: Cluster, kube_storage: None,
+                                                      namespace: str) -> None:
+    cluster.deploy(namespace, "web", replicas=3, containers=("app",), annotations=declare(
+        app=[exec_notifier("flush", "echo flushed")]))
+
+    with cluster.admin() as kube:
+        created = create_notification(kube, namespace, notification("flush-all", "flush",
+                                                                    {"app": "web"}))
+        assert created.status_code == 201, created.text
+        done = wait_finished(cluster, namespace, "flush-all")
+        stored = kube.get(f"{STORAGE_API}/namespaces/{namespace}/storednotifications/flush-all")
+
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["object"]["status"]["phase"] == "Succeeded"
+    assert len(records(cluster, namespace, fieldSelector="spec.notifier=flush")) == 3
