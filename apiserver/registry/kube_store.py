@@ -131,7 +131,8 @@ async def check_installed(kube: KubeClient, resources: Iterable[ResourceType]) -
             crd = await kube.get(path)
         except KubeRejected as error:
             problems.append(f"{name} is not installed" if error.status_code == 404 else
-                            f"{name} cannot be read ({error})")
+                            f"{name} cannot be read ({error.status_code} "
+                            f"{error.answer_reason or 'error'})")
             continue
         except KubeUnavailable as error:
             raise StorageNotInstalled(f"--storage=kubernetes: cannot check the storage CRDs: "
@@ -143,7 +144,8 @@ async def check_installed(kube: KubeClient, resources: Iterable[ResourceType]) -
     if problems:
         raise StorageNotInstalled(
             f"--storage=kubernetes: {'; '.join(problems)}: apply apiservice/storage-crds.yaml "
-            "(kubectl apply -k apiservice/ installs it) and start again")
+            "and the server's RBAC in apiservice/rbac-server.yaml (kubectl apply -k "
+            "apiservice/ installs both) and start again")
 
 
 def _rv(obj: Mapping[str, Any]) -> int:

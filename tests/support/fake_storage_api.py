@@ -41,6 +41,8 @@ class FakeStorageAPI:
     """PUTs still to answer 409 Conflict even with the current resourceVersion."""
     crds: dict[str, bool] = field(default_factory=dict)
     """CRD name -> Established; a missing name is 404."""
+    crd_answer: httpx.Response | None = None
+    """The answer to every CRD read while set."""
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     _watchers: list[asyncio.Queue[dict[str, Any] | None]] = field(default_factory=list)
 
@@ -57,6 +59,8 @@ class FakeStorageAPI:
         body = json.loads(request.content) if request.content else None
         self.requests.append((request.method, request.url.path, body))
         if request.url.path.startswith(_CRD):
+            if self.crd_answer is not None:
+                return self.crd_answer
             return self._crd(request.url.path.removeprefix(_CRD))
         match = _PATH.fullmatch(request.url.path)
         if match is None:

@@ -153,7 +153,12 @@ async def test_check_installed(api: FakeStorageAPI) -> None:
     assert "\n" not in message
     assert "storedpodnotifiers.storage.notifier.x-k8s.io is not Established" in message
     assert "storednotifications.storage.notifier.x-k8s.io is not installed" in message
-    assert "apiservice/storage-crds.yaml" in message
+    assert "apiservice/storage-crds.yaml" in message and "rbac-server.yaml" in message
+    api.crd_answer = status(403, "Forbidden", "no")
+    with pytest.raises(StorageNotInstalled, match=r"notifier.x-k8s.io cannot be read \(403 "
+                                                  r"Forbidden\)"):
+        await check_installed(kube, (PODNOTIFIERS,))
+    api.crd_answer = None
     api.crds = {storage_kind(r).crd_name: True for r in (PODNOTIFIERS, NOTIFICATIONS)}
     await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
     await kube.aclose()
