@@ -173,7 +173,6 @@ class _Event:
     change: Change
     before: _Entry | None
     """The entry the change replaced (None for a creation), to rebuild older snapshots."""
-    after: _Entry | None
 
 
 @dataclass(frozen=True)
@@ -301,8 +300,6 @@ class KubeObjectStore(ObjectStore):
                       ) -> Object:
         await self._ready()
         entry = self._entries.get((namespace, name))
-        if entry is not None:
-            check_preconditions(self.resource, entry.object, resource_version, uid)
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version))
                          if v}
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
@@ -311,7 +308,7 @@ class KubeObjectStore(ObjectStore):
         try:
             answer = await self._call(name, self._kube.delete(self._path(namespace, name),
                                                               options))
-        except Conflict:
+        except Conflict:  # worded by the object's current state, as the SQLite backend words it
             fresh = self._public(await self._call(
                 name, self._kube.get(self._path(namespace, name))))
             check_preconditions(self.resource, fresh, resource_version, uid)
@@ -466,13 +463,13 @@ class KubeObjectStore(ObjectStore):
     def _added(self, stored: Object) -> None:
         entry = self._entry(stored)
         self._put(_key(entry.object), entry)
-        self._record(Change(EventType.ADDED, entry.object), None, entry, stored)
+        self._record(Change(EventType.ADDED, entry.object), None, stored)
 
     def _updated(self, old: Object, stored: Object) -> None:
         entry = self._entry(stored)
         before = self._put(_key(entry.object), entry)
         previous = before.object if before is not None else None
-        self._record(Change(EventType.MODIFIED, entry.object, previous), before, entry, stored)
+        self._record(Change(EventType.MODIFIED, entry.object, previous), before, stored)
 
     def _deleted(self, stored: Object) -> None:
         gone = self._public(stored)
@@ -480,14 +477,13 @@ class KubeObjectStore(ObjectStore):
         before = self._entries.get(key)
         if before is not None and metadata(before.object).get("uid") == metadata(gone).get("uid"):
             self._put(key, None)
-        self._record(Change(EventType.DELETED, gone), before, None, stored)
+        self._record(Change(EventType.DELETED, gone), before, stored)
 
-    def _record(self, change: Change, before: _Entry | None, after: _Entry | None,
-                stored: Object) -> None:
+    def _record(self, change: Change, before: _Entry | None, stored: Object) -> None:
         if self._is_watch_event(stored):
             if len(self._window) == self._window.maxlen:
                 self._compacted = self._window[0].rv
-            self._window.append(_Event(_rv(stored), _key(change.object), change, before, after))
+            self._window.append(_Event(_rv(stored), _key(change.object), change, before))
             self._hub.publish(change)
         self._notify()
 
