@@ -190,10 +190,17 @@ async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
     ServiceAccount. Each test gets a fresh storage instance (``INSTANCE_LABEL``): its stores
     see only the objects it wrote, in the namespaces the suite names, which are created once."""
     from apiserver.registry.kube_store import INSTANCE_LABEL, KubeObjectStore
+    from localcluster.layout import REPO_ROOT
     from tests.support.kube import Cluster
 
     cluster: Cluster = request.getfixturevalue("cluster")
     with cluster.admin() as admin:
+        crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + \
+            "storedpodnotifiers.storage.notifier.x-k8s.io"
+        if admin.get(crd).status_code == 404:  # a reused control plane from before the CRDs
+            cluster.kubectl("apply", "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
+            cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                            "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
         for namespace in CONFORMANCE_NAMESPACES:
             created = admin.post("/api/v1/namespaces", json={
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
