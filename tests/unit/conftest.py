@@ -156,8 +156,9 @@ class Backend:
     """A storage backend under the store conformance suite (tests/unit/test_store_conformance).
 
     `store` opens the store of one resource; every store of one Backend shares its
-    resourceVersion counter and keeps `history` resourceVersions of history. A new backend
-    adds a parameter to the `backend` fixture that builds one of these.
+    resourceVersion counter and keeps `history` changes of history. A new backend adds an
+    entry to `BACKENDS` that builds one of these (and to `CLUSTER_BACKENDS` if it needs the
+    local control plane).
     """
 
     history = 20
