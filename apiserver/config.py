@@ -21,6 +21,8 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+SQLITE, KUBERNETES = "sqlite", "kubernetes"
+STORAGE_BACKENDS = (SQLITE, KUBERNETES)
 
 
 def parse_duration(text: str) -> float:
@@ -121,6 +123,14 @@ class ServerOptions:
     data_dir: Path = option(
         Path("/var/lib/container-notifier"), parse=Path,
         help="directory of the embedded SQLite store; one server process per directory")
+    storage: str = option(
+        SQLITE, choices=STORAGE_BACKENDS,
+        help="where PodNotifier and Notification records are kept: 'sqlite' (the database in "
+        "--data-dir; one replica) or 'kubernetes' (custom resources of "
+        "storage.notifier.x-k8s.io, apiservice/storage-crds.yaml, which must be Established; "
+        "served from a cache; docs/storage.md). With 'kubernetes' the Notification scopes "
+        "still live in --data-dir, so the server is still one replica; 'kubernetes' becomes "
+        "the default with the multi-replica topology of a later change")
     max_records_per_pod: int = option(
         10, parse=parse_positive, metavar="K",
         help="PodNotifier records kept per pod; creating one more deletes the oldest finished "

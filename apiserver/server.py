@@ -21,7 +21,7 @@ from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
-from apiserver.config import ServerOptions
+from apiserver.config import KUBERNETES, ServerOptions
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
 from apiserver.fanout.scope import ScopeStore
@@ -37,10 +37,13 @@ from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import KubeExec, Runner
 from apiserver.notifier.trust import TrustRules
+from apiserver.registry.errors import StorageNotInstalled
+from apiserver.registry.kube_store import KubeObjectStore, check_installed
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
+from apiserver.registry.store import ObjectStore
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
 from apiserver.serving.metrics import Metrics
@@ -67,6 +70,13 @@ def connect(options: ServerOptions) -> KubeClient:
 async def serve(options: ServerOptions) -> None:
     """Serve until SIGINT or SIGTERM."""
     kube = connect(options)
+    if options.storage == KUBERNETES:
+        try:
+            await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
+        except StorageNotInstalled as error:
+            await kube.aclose()
+            log.error("storage not installed", extra={"error": str(error)})
+            raise SystemExit(str(error)) from None
     tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
     database = await SqliteDatabase.open(options.data_dir)
     watches = Watches()
@@ -78,7 +88,9 @@ async def serve(options: ServerOptions) -> None:
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
               database: SqliteDatabase, watches: Watches, replica: str) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
-    `kube` and `database` at the end. `replica` names this server in the Events it records."""
+    `kube` and `database` at the end. `replica` names this server in the Events it records.
+    With ``--storage=kubernetes`` records and Notifications are kept as storage custom resources
+    (``registry/kube_store.py``); the Notification scopes stay in `database` either way."""
     trust_store = TrustStore()
 
     def follow_trust(material: TrustMaterial) -> None:
@@ -96,8 +108,17 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     readiness.add("kube-apiserver", lambda: kube.last_success is not None)
     readiness.add("storage", lambda: database.writable)
 
-    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS))
-    notification_store = SqliteObjectStore(database, NOTIFICATIONS)
+    record_store: ObjectStore
+    notification_store: ObjectStore
+    caches: list[KubeObjectStore] = []
+    if options.storage == KUBERNETES:
+        caches = [KubeObjectStore(kube, PODNOTIFIERS), KubeObjectStore(kube, NOTIFICATIONS)]
+        record_store, notification_store = caches
+        readiness.add("storage-cache", lambda: all(cache.synced for cache in caches))
+    else:
+        record_store = SqliteObjectStore(database, PODNOTIFIERS)
+        notification_store = SqliteObjectStore(database, NOTIFICATIONS)
+    records = PodNotifierStore(record_store)
     pod_index = PodDirectory(kube)
     pod_cache = PodCache(kube)
     owners = OwnerTemplates(kube)
@@ -137,6 +158,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for cache in caches:
+            cache.start()
         await housekeeping.recover_interrupted(records)
         await fanout.resume()
         event_writer = asyncio.create_task(events.run(), name="event-recorder")

@@ -127,6 +127,13 @@ class KubeClient:
                    params: Mapping[str, str] | None = None) -> dict[str, Any]:
         return await self._request("POST", path, params=params, json=body)
 
+    async def put(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._request("PUT", path, json=body)
+
+    async def delete(self, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """DELETE `path`; `body` is DeleteOptions (preconditions, propagationPolicy)."""
+        return await self._request("DELETE", path, json=body)
+
     async def patch(self, path: str, body: Mapping[str, Any],
                     content_type: str = "application/merge-patch+json") -> dict[str, Any]:
         return await self._request("PATCH", path, content=json.dumps(body).encode(),

@@ -99,6 +99,11 @@ class DataDirInUse(RuntimeError):
     """Another process holds the registry database."""
 
 
+class StorageNotInstalled(RuntimeError):
+    """--storage=kubernetes without the storage CRDs installed and Established: the server
+    does not start; the message names each missing CRD and what to apply."""
+
+
 def required(resource: ResourceType, *fields: str, detail: str = "") -> Invalid:
     """422 for missing fields; ``detail`` words the requirement if not "<fields> are"."""
     what = detail or " and ".join(fields)

@@ -7,8 +7,6 @@ stored JSON (created by the store's first write), which cohort queries use.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import builtins
 import copy
 import json
@@ -19,8 +17,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from apiserver import errors
-from apiserver.api import json_input
 from apiserver.api.time import timestamp
 from apiserver.registry import sqlite_database as db
 from apiserver.registry.errors import (
@@ -48,6 +44,7 @@ from apiserver.registry.store import (
     Object,
     ObjectStore,
 )
+from apiserver.registry.tokens import decode_continue, encode_continue, parse_resource_version
 from apiserver.registry.watch import (
     DEFAULT_MAX_QUEUED_EVENTS,
     Change,
@@ -61,10 +58,6 @@ _GENERATE_NAME_ATTEMPTS = 8
 _LIST_BATCH = 500
 _CURRENT = "resource = ? AND superseded IS NULL"
 _FIELD_PATH = re.compile(r"[A-Za-z][A-Za-z0-9]*(\.[A-Za-z][A-Za-z0-9]*)*")
-_MAX_RESOURCE_VERSION = 2**63 - 1
-"""resourceVersions are SQLite INTEGERs: 64 bits."""
-_MAX_CONTINUE_CHARS = 4096
-"""Longer than any token this store writes (a resourceVersion, a namespace and a name)."""
 
 T = TypeVar("T")
 
@@ -167,7 +160,7 @@ class SqliteObjectStore(ObjectStore):
         if limit < 0:
             raise BadRequest(f"limit must not be negative, got {limit}")
         selection = self._filter(namespace, label_selector, field_selector)
-        snapshot, after = _decode_continue(continue_token) if continue_token else (None, None)
+        snapshot, after = decode_continue(continue_token) if continue_token else (None, None)
         return await self._database.run(
             lambda c: self._list_page(c, selection, limit, snapshot, after)
         )
@@ -181,7 +174,7 @@ class SqliteObjectStore(ObjectStore):
         field_selector: str = "",
     ) -> Watch:
         selection = self._filter(namespace, label_selector, field_selector)
-        start = _parse_resource_version(resource_version)
+        start = parse_resource_version(resource_version)
         async with self._database.write_lock:
             initial = await self._database.run(lambda c: self._watch_start(c, namespace, start))
             watch = Watch(
@@ -282,7 +275,7 @@ class SqliteObjectStore(ObjectStore):
         if limit and len(items) > limit:
             items = items[:limit]
             last = metadata(items[-1])
-            token = _encode_continue(at, (last["namespace"], last["name"]))
+            token = encode_continue(at, (last["namespace"], last["name"]))
         return ListResult(items, str(at), token)
 
     def _snapshot_rows(
@@ -544,38 +537,3 @@ def _stamped(obj: Object, rv: int) -> Object:
     stamped = copy.deepcopy(obj)
     stamped["metadata"]["resourceVersion"] = str(rv)
     return stamped
-
-
-def _parse_resource_version(text: str) -> int | None:
-    """None for "start from the current state" ("" or "0"); else a decimal of at most 64
-    bits (checked before conversion, so that no length of digits can make it raise)."""
-    if text in ("", "0"):
-        return None
-    if not (text.isascii() and text.isdigit() and len(text) <= 19
-            and int(text) <= _MAX_RESOURCE_VERSION):
-        raise BadRequest(f"invalid resource version {json_input.quoted(text[:64])}: must be a "
-                         f"decimal integer of at most {_MAX_RESOURCE_VERSION}")
-    return int(text)
-
-
-def _encode_continue(rv: int, after: tuple[str, str]) -> str:
-    raw = json.dumps({"rv": rv, "start": list(after)}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
-    """The snapshot and the last key of a token from ``_encode_continue``. Tokens come from
-    clients: read through json_input (bounded, UTF-8, no lone surrogates) and checked member
-    by member; anything else is 400."""
-    try:
-        if len(token) > _MAX_CONTINUE_CHARS:
-            raise ValueError("too long")
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        decoded = json_input.read(raw, what="the continue token").value
-        rv, start = decoded["rv"], decoded["start"]
-        if (type(rv) is int and 0 < rv <= _MAX_RESOURCE_VERSION and isinstance(start, list)
-                and len(start) == 2 and all(isinstance(part, str) for part in start)):
-            return rv, (start[0], start[1])
-    except (ValueError, TypeError, KeyError, binascii.Error, errors.BadRequest):
-        pass
-    raise BadRequest("the continue token is malformed; list again without it")

@@ -156,9 +156,10 @@ class Cluster:
             yield self.layout.notifier_data
         finally:
             localcluster.restart(self.layout, "notifier-apiserver")
-            wait_until(self._served, "the restarted server behind the aggregator", 60)
+            wait_until(self.served, "the restarted server behind the aggregator", 60)
 
-    def _served(self) -> bool:
+    def served(self) -> bool:
+        """Whether the aggregator reaches the extension server (its discovery answers)."""
         try:
             with self.admin(timeout=5) as kube:
                 return kube.get("/apis/notifier.x-k8s.io/v1alpha1").status_code == 200

@@ -10,6 +10,7 @@ import json
 import os
 import ssl
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,8 +156,9 @@ class Backend:
     """A storage backend under the store conformance suite (tests/unit/test_store_conformance).
 
     `store` opens the store of one resource; every store of one Backend shares its
-    resourceVersion counter and keeps `history` resourceVersions of history. A new backend
-    adds a parameter to the `backend` fixture that builds one of these.
+    resourceVersion counter and keeps `history` changes of history. A new backend adds an
+    entry to `BACKENDS` that builds one of these (and to `CLUSTER_BACKENDS` if it needs the
+    local control plane).
     """
 
     history = 20
@@ -182,15 +184,82 @@ async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
         await database.close()
 
 
-BACKENDS: dict[str, Callable[[Path], contextlib.AbstractAsyncContextManager[Backend]]] = {
-    "sqlite": sqlite_backend,
+@contextlib.asynccontextmanager
+async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
+                             ) -> AsyncIterator[Backend]:
+    """Stores on the real local control plane (the session ``cluster``), as the server's
+    ServiceAccount. Each test gets a fresh storage instance (``INSTANCE_LABEL``): its stores
+    see only the objects it wrote, in the namespaces the suite names, which are created once."""
+    from apiserver.registry.kube_store import INSTANCE_LABEL, KubeObjectStore
+    from localcluster.layout import REPO_ROOT
+    from tests.support.kube import Cluster
+
+    cluster: Cluster = request.getfixturevalue("cluster")
+    with cluster.admin() as admin:
+        crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + \
+            "storedpodnotifiers.storage.notifier.x-k8s.io"
+        if admin.get(crd).status_code == 404:  # a reused control plane from before the CRDs
+            cluster.kubectl("apply", "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
+            cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                            "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
+        for namespace in CONFORMANCE_NAMESPACES:
+            created = admin.post("/api/v1/namespaces", json={
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            assert created.status_code in (201, 409), created.text
+    instance = f"conformance-{uuid.uuid4().hex[:10]}"
+    kube = KubeClient.from_kubeconfig(cluster.layout.notifier_kubeconfig)
+    try:
+        yield Backend(lambda resource, max_bytes, max_queued: KubeObjectStore(
+            kube, resource, instance=instance, history=Backend.history,
+            max_object_bytes=max_bytes, max_queued_events=max_queued))
+    finally:
+        await kube.aclose()
+        with cluster.admin() as admin:
+            for namespace in CONFORMANCE_NAMESPACES:
+                for plural in ("storedpodnotifiers", "storednotifications"):
+                    admin.delete(f"/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/"
+                                 f"{namespace}/{plural}",
+                                 params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})
+
+
+@contextlib.asynccontextmanager
+async def kubernetes_fake_backend(request: pytest.FixtureRequest, tmp_path: Path
+                                  ) -> AsyncIterator[Backend]:
+    from apiserver.registry.kube_store import KubeObjectStore
+    from tests.support.fake_storage_api import FakeStorageAPI
+
+    kube = FakeStorageAPI().client()
+    try:
+        yield Backend(lambda resource, max_bytes, max_queued: KubeObjectStore(
+            kube, resource, history=Backend.history, max_object_bytes=max_bytes,
+            max_queued_events=max_queued))
+    finally:
+        await kube.aclose()
+
+
+CONFORMANCE_NAMESPACES = ("ns", "ns2", "a", "b")
+"""The namespaces the conformance suite writes to."""
+
+BackendFactory = Callable[[pytest.FixtureRequest, Path],
+                          contextlib.AbstractAsyncContextManager[Backend]]
+
+BACKENDS: dict[str, BackendFactory] = {
+    "sqlite": lambda request, tmp_path: sqlite_backend(tmp_path),
+    "kubernetes": kubernetes_backend,
+    "kubernetes-fake": kubernetes_fake_backend,
 }
-"""Every storage backend, by name: each must pass the store conformance suite."""
+"""Every storage backend, by name: each must pass the store conformance suite.
+``kubernetes-fake`` is the Kubernetes backend on the fake API of
+tests/support/fake_storage_api.py, so that a run without the control plane covers it too."""
+
+CLUSTER_BACKENDS = frozenset({"kubernetes"})
+"""Backends that need the local control plane: their tests are marked ``cluster``."""
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.cluster)
+                        if name in CLUSTER_BACKENDS else name for name in sorted(BACKENDS)])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
-    async with BACKENDS[request.param](tmp_path) as opened:
+    async with BACKENDS[request.param](request, tmp_path) as opened:
         try:
             yield opened
         finally:

@@ -1,0 +1,754 @@
+"""``ObjectStore`` on the Kubernetes API: each object is a custom resource of a storage-only group.
+
+A record ``podnotifiers/<ns>/<name>`` is stored as ``storedpodnotifiers/<ns>/<name>`` of
+``storage.notifier.x-k8s.io/v1alpha1`` (CRDs in ``apiservice/storage-crds.yaml``); the public
+object is the storage object's ``object`` field with the storage object's name, namespace, uid,
+resourceVersion and creationTimestamp. Every storage object carries the ``INSTANCE_LABEL`` of the
+installation that wrote it, and a store sees only its own instance's objects.
+
+Reads (get, list, watch) are served from an informer cache of the storage collection
+(``kube.informer``) with the storage objects' resourceVersions, so a list on one replica and a
+watch on another agree. The store keeps a bounded window of the cache's recent changes: it
+replays watches from a resourceVersion and rebuilds the snapshot a continue token names;
+anything older than the window (or than the cache's last list) is ``Expired`` (410). Writes go
+to kube-apiserver (optimistic concurrency on resourceVersion, DeleteOptions preconditions) and
+return once the cache holds them, so a write is visible to the next read on this replica.
+
+resourceVersions are compared as integers: kube-apiserver's are etcd revisions (the
+"comparable resourceVersion" of KEP-5504). See docs/storage.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import copy
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from apiserver.api.json_input import as_printable
+from apiserver.kube.client import KubeClient, KubeRejected, KubeUnavailable
+from apiserver.kube.informer import Handlers, Informer
+from apiserver.kube.paths import namespaced, segment
+from apiserver.registry.errors import (
+    AlreadyExists,
+    BadRequest,
+    Conflict,
+    Expired,
+    NotFound,
+    ResourceVersionTooLarge,
+    StorageNotInstalled,
+    StorageUnavailable,
+    StoreError,
+    TooLarge,
+    check_preconditions,
+    not_found,
+    required,
+)
+from apiserver.registry.objects import encode, generate_name, metadata
+from apiserver.registry.resources import ResourceType
+from apiserver.registry.selectors import (
+    FieldSelector,
+    field_value,
+    parse_field_selector,
+    parse_label_selector,
+)
+from apiserver.registry.store import (
+    DEFAULT_MAX_OBJECT_BYTES,
+    Cohort,
+    ListResult,
+    Object,
+    ObjectStore,
+)
+from apiserver.registry.tokens import decode_continue, encode_continue, parse_resource_version
+from apiserver.registry.watch import (
+    DEFAULT_MAX_QUEUED_EVENTS,
+    Change,
+    EventType,
+    Watch,
+    WatchEvent,
+    WatchFilter,
+    WatchHub,
+)
+
+log = logging.getLogger(__name__)
+
+STORAGE_GROUP = "storage.notifier.x-k8s.io"
+STORAGE_VERSION = "v1alpha1"
+STORAGE_API = f"/apis/{STORAGE_GROUP}/{STORAGE_VERSION}"
+INSTANCE_LABEL = f"{STORAGE_GROUP}/instance"
+DEFAULT_INSTANCE = "container-notifier"
+DEFAULT_HISTORY = 10_000
+"""Changes kept per store for watches from a resourceVersion and continue tokens (the SQLite
+backend's event retention)."""
+SYNC_TIMEOUT_SECONDS = 10.0
+"""How long a request waits for the cache: its first list, or a write of this replica."""
+CATCH_UP_SECONDS = 3.0
+"""How long a watch from a resourceVersion the cache has not reached waits for it (kube-apiserver's
+watch cache waits 3 s too) before it is ``ResourceVersionTooLarge``."""
+_GENERATE_NAME_ATTEMPTS = 8
+_SERVER_OWNED = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+_KEPT_ON_UPDATE = ("name", "namespace", "uid", "creationTimestamp", "generateName")
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class StorageKind:
+    """The CRD that stores one public resource."""
+
+    plural: str
+    kind: str
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{STORAGE_GROUP}"
+
+    @property
+    def collection(self) -> str:
+        return f"{STORAGE_API}/{self.plural}"
+
+
+def storage_kind(resource: ResourceType) -> StorageKind:
+    """``podnotifiers`` (``PodNotifier``) is stored as ``storedpodnotifiers``
+    (``StoredPodNotifier``)."""
+    return StorageKind(f"stored{resource.plural}", f"Stored{resource.kind}")
+
+
+async def check_installed(kube: KubeClient, resources: Iterable[ResourceType]) -> None:
+    """Raise ``StorageNotInstalled`` (one line, naming each CRD and what is wrong) unless the
+    storage CRD of every resource exists and is Established."""
+    problems = []
+    for resource in resources:
+        name = storage_kind(resource).crd_name
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{segment(name)}"
+        try:
+            crd = await kube.get(path)
+        except KubeRejected as error:
+            problems.append(f"{name} is not installed" if error.status_code == 404 else
+                            f"{name} cannot be read ({error.status_code} "
+                            f"{error.answer_reason or 'error'})")
+            continue
+        except KubeUnavailable as error:
+            raise StorageNotInstalled(f"--storage=kubernetes: cannot check the storage CRDs: "
+                                      f"{error}") from error
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in conditions):
+            problems.append(f"{name} is not Established")
+    if problems:
+        raise StorageNotInstalled(
+            f"--storage=kubernetes: {'; '.join(problems)}: apply apiservice/storage-crds.yaml "
+            "and the server's RBAC in apiservice/rbac-server.yaml (kubectl apply -k "
+            "apiservice/ installs both) and start again")
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    text = str(metadata(obj).get("resourceVersion") or "0")
+    return int(text) if text.isdigit() else 0
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    meta = metadata(obj)
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    object: Object
+    """The public object."""
+    sequence: int
+    """Creation order (the writing replica's clock in ns, then the name)."""
+
+
+@dataclass(frozen=True)
+class _Event:
+    rv: int
+    key: Key
+    change: Change
+    before: _Entry | None
+    """The entry the change replaced (None for a creation), to rebuild older snapshots."""
+
+
+@dataclass(frozen=True)
+class _After(WatchFilter):
+    """A filter that also drops changes at or before ``after`` (a watch that starts from a
+    resourceVersion this replica's cache had not reached)."""
+
+    after: int = 0
+
+    def event_for(self, change: Change) -> WatchEvent | None:
+        if _rv(change.object) <= self.after:
+            return None
+        return super().event_for(change)
+
+
+class KubeObjectStore(ObjectStore):
+    """One resource's objects as storage custom resources (see the module's docstring).
+
+    The cache starts with the first call; ``close`` stops it and ends every watch. `history`
+    bounds the changes kept for watches and continue tokens.
+    """
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        resource: ResourceType,
+        *,
+        instance: str = DEFAULT_INSTANCE,
+        history: int = DEFAULT_HISTORY,
+        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+        max_queued_events: int = DEFAULT_MAX_QUEUED_EVENTS,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.resource = resource
+        self._kube = kube
+        self._kind = storage_kind(resource)
+        self._instance = instance
+        self._max_object_bytes = max_object_bytes
+        self._max_queued_events = max_queued_events
+        self._clock_ns = clock_ns
+        self._informer = Informer(kube, self._kind.collection, name=self._kind.crd_name,
+                                  params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})
+        self._informer.add_handlers(Handlers(on_add=self._added, on_update=self._updated,
+                                             on_delete=self._deleted, on_listed=self._listed))
+        self._task: asyncio.Task[None] | None = None
+        self._entries: dict[Key, _Entry] = {}
+        self._index: dict[tuple[str, str, str], set[Key]] = {}
+        """(indexed field, namespace, value) -> keys: cohorts select on them without a scan."""
+        self._window: deque[_Event] = deque(maxlen=history)
+        self._compacted = 0
+        """Changes at or before this resourceVersion are not in the window."""
+        self._listed_once = False
+        self._changed = asyncio.Event()
+        self._hub = WatchHub()
+        self._cohort_lock = asyncio.Lock()
+        self._key_locks: dict[Key, _Held] = {}
+
+    @property
+    def synced(self) -> bool:
+        """Whether the cache holds a list (readiness)."""
+        return self._informer.has_synced()
+
+    def start(self) -> None:
+        """Start the cache (the first call of any operation does too)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._informer.run(), name=self._kind.crd_name)
+
+    # Writes
+
+    async def create(self, obj: Mapping[str, Any], *, cohort: Cohort | None = None) -> Object:
+        return await _to_the_end(self._create_in(copy.deepcopy(dict(obj)), cohort))
+
+    async def _create_in(self, obj: Object, cohort: Cohort | None) -> Object:
+        await self._ready()
+        prepared = self._new_object(obj)
+        if cohort is None:
+            return await self._create(prepared)
+        namespace = metadata(prepared)["namespace"]
+        selector = parse_field_selector(cohort.field_selector, self.resource.selectable_fields)
+        async with self._cohort_lock:
+            members = sorted((e for e in self._candidates(namespace, selector)
+                              if selector.matches(e.object)),
+                             key=lambda e: (e.sequence, _key(e.object)))
+            evicted = cohort.decide(copy.deepcopy([e.object for e in members]))
+            for member in evicted:
+                meta = metadata(member)
+                with contextlib.suppress(NotFound):
+                    await self._delete(namespace, meta["name"], "", meta.get("uid", ""))
+            return await self._create(prepared)
+
+    async def guaranteed_update(
+        self, namespace: str, name: str, mutate: Callable[[Object], Object]
+    ) -> Object:
+        return await _to_the_end(self._update(namespace, name, mutate))
+
+    async def _update(self, namespace: str, name: str, mutate: Callable[[Object], Object]
+                      ) -> Object:
+        await self._ready()
+        async with self._lock(namespace, name):
+            entry = self._entries.get((namespace, name))
+            if entry is None:
+                raise not_found(self.resource, name)
+            current = entry.object
+            while True:
+                desired = self._identity_kept(current, mutate(copy.deepcopy(current)))
+                if desired == current:
+                    return copy.deepcopy(current)
+                self._check_size(desired)
+                body = self._storage_object(desired, self._sequence_of(namespace, name))
+                try:
+                    stored = await self._call(
+                        name, self._kube.put(self._path(namespace, name), body))
+                except Conflict:
+                    current = self._public(await self._call(
+                        name, self._kube.get(self._path(namespace, name))))
+                    continue
+                return await self._settled(stored)
+
+    async def delete(
+        self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""
+    ) -> Object:
+        return await _to_the_end(self._delete(namespace, name, resource_version, uid))
+
+    async def _delete(self, namespace: str, name: str, resource_version: str, uid: str
+                      ) -> Object:
+        await self._ready()
+        entry = self._entries.get((namespace, name))
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version))
+                         if v}
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if preconditions:
+            options["preconditions"] = preconditions
+        try:
+            answer = await self._call(name, self._kube.delete(self._path(namespace, name),
+                                                              options))
+        except Conflict:  # worded by the object's current state, as the SQLite backend words it
+            fresh = self._public(await self._call(
+                name, self._kube.get(self._path(namespace, name))))
+            check_preconditions(self.resource, fresh, resource_version, uid)
+            raise
+        # kube-apiserver answers a Status for a custom resource deleted at once
+        deleted_uid = ((answer.get("details") or {}).get("uid") if answer.get("kind") == "Status"
+                       else metadata(answer).get("uid"))
+        last = self._public(answer) if answer.get("kind") != "Status" else (
+            entry.object if entry is not None else {"metadata": {"namespace": namespace,
+                                                                 "name": name}})
+        return await self._gone(str(deleted_uid or ""), last)
+
+    async def delete_collection(
+        self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
+    ) -> list[Object]:
+        selection = self._filter(namespace, label_selector, field_selector)
+        return await _to_the_end(self._delete_matching(selection))
+
+    async def _delete_matching(self, selection: WatchFilter) -> builtins.list[Object]:
+        await self._ready()
+        matching = sorted((e.object for e in self._entries.values()
+                           if selection.matches(e.object)), key=_key)
+        deleted = []
+        for obj in matching:
+            meta = metadata(obj)
+            with contextlib.suppress(NotFound, Conflict):
+                deleted.append(await self._delete(meta["namespace"], meta["name"], "",
+                                                  meta.get("uid", "")))
+        return deleted
+
+    # Reads
+
+    async def get(self, namespace: str, name: str) -> Object:
+        await self._ready()
+        entry = self._entries.get((namespace, name))
+        if entry is None:
+            raise not_found(self.resource, name)
+        return copy.deepcopy(entry.object)
+
+    async def list(
+        self,
+        namespace: str | None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+    ) -> ListResult:
+        if limit < 0:
+            raise BadRequest(f"limit must not be negative, got {limit}")
+        selection = self._filter(namespace, label_selector, field_selector)
+        snapshot, after = decode_continue(continue_token) if continue_token else (None, None)
+        await self._ready()
+        current = self._current_rv()
+        at = current if snapshot is None else snapshot
+        if at < self._compacted:
+            raise Expired(
+                "The provided continue parameter is too old to display a consistent list "
+                "result. You can start a new list without the continue parameter.")
+        if at > current:
+            raise BadRequest("the continue token names a resourceVersion this server has not had")
+        objects = self._snapshot(at)
+        keys = sorted(k for k in objects if after is None or k > after)
+        items: builtins.list[Object] = []
+        token = ""
+        for key in keys:
+            obj = objects[key]
+            if not selection.matches(obj):
+                continue
+            if limit and len(items) == limit:
+                last = metadata(items[-1])
+                token = encode_continue(at, (last["namespace"], last["name"]))
+                break
+            items.append(copy.deepcopy(obj))
+        return ListResult(items, str(at), token)
+
+    async def watch(
+        self,
+        namespace: str | None,
+        *,
+        resource_version: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> Watch:
+        selection = self._filter(namespace, label_selector, field_selector)
+        start = parse_resource_version(resource_version)
+        await self._ready()
+        after = 0
+        if start is None:
+            initial = [Change(EventType.ADDED, e.object) for _, e in sorted(self._entries.items())]
+        else:
+            if start > self._current_rv():
+                latest = await self._latest_rv()
+                if start > latest:
+                    raise ResourceVersionTooLarge(
+                        f"resourceVersion {start} is newer than kube-apiserver's {latest}; "
+                        "list again")
+                if not await self._reached(start, CATCH_UP_SECONDS):
+                    after = start  # kube-apiserver has it, this cache not yet: skip up to it
+            if start < self._compacted:
+                raise Expired(f"too old resource version: {start} ({self._compacted})")
+            initial = [event.change for event in self._window if event.rv > start]
+        watch = Watch(initial, _After(selection.namespace, selection.labels, selection.fields,
+                                      after=after),
+                      max_queued=self._max_queued_events, on_close=self._hub.remove)
+        self._hub.add(watch)
+        return watch
+
+    def close(self) -> None:
+        self._hub.close_all()
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    # The cache (informer handlers: they run in the informer's task, in event order)
+
+    def _is_watch_event(self, obj: Object) -> bool:
+        """A change the informer got from its watch (it sets its resourceVersion to the
+        event's before calling handlers), not a difference it found by listing."""
+        return self._listed_once and str(_rv(obj)) == self._informer.resource_version
+
+    def _index_keys(self, obj: Object) -> builtins.list[tuple[str, str, str]]:
+        namespace = metadata(obj).get("namespace", "")
+        return [(field, namespace, field_value(obj, field))
+                for field in self.resource.indexed_fields]
+
+    def _put(self, key: Key, entry: _Entry | None) -> _Entry | None:
+        """Set (or with None remove) the entry of ``key``, indexes included; the old entry."""
+        old = self._entries.pop(key, None)
+        if old is not None:
+            for index_key in self._index_keys(old.object):
+                keys = self._index.get(index_key)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._index[index_key]
+        if entry is not None:
+            self._entries[key] = entry
+            for index_key in self._index_keys(entry.object):
+                self._index.setdefault(index_key, set()).add(key)
+        return old
+
+    def _candidates(self, namespace: str, selector: FieldSelector) -> Iterable[_Entry]:
+        """The entries of ``namespace`` that may match ``selector``: through an index when it
+        requires an indexed field to equal a value."""
+        for requirement in selector.requirements:
+            if requirement.field in self.resource.indexed_fields and not requirement.negated:
+                keys = self._index.get((requirement.field, namespace, requirement.value), set())
+                return [self._entries[key] for key in keys]
+        return [e for k, e in self._entries.items() if k[0] == namespace]
+
+    def _added(self, stored: Object) -> None:
+        entry = self._entry(stored)
+        self._put(_key(entry.object), entry)
+        self._record(Change(EventType.ADDED, entry.object), None, stored)
+
+    def _updated(self, old: Object, stored: Object) -> None:
+        entry = self._entry(stored)
+        before = self._put(_key(entry.object), entry)
+        previous = before.object if before is not None else None
+        self._record(Change(EventType.MODIFIED, entry.object, previous), before, stored)
+
+    def _deleted(self, stored: Object) -> None:
+        gone = self._public(stored)
+        key = _key(gone)
+        before = self._entries.get(key)
+        if before is not None and metadata(before.object).get("uid") == metadata(gone).get("uid"):
+            self._put(key, None)
+        self._record(Change(EventType.DELETED, gone), before, stored)
+
+    def _record(self, change: Change, before: _Entry | None, stored: Object) -> None:
+        if self._is_watch_event(stored):
+            if len(self._window) == self._window.maxlen:
+                self._compacted = self._window[0].rv
+            self._window.append(_Event(_rv(stored), _key(change.object), change, before))
+            self._hub.publish(change)
+        self._notify()
+
+    def _listed(self) -> None:
+        """After a list: the window no longer describes how the cache got here (a relist
+        after a 410 or a failure skipped changes), so it restarts at the list's version and
+        open watches end (their clients watch again, get 410 and list)."""
+        if self._listed_once:
+            log.warning("storage cache relisted; open watches end", extra={
+                "resource": self._kind.crd_name, "resource_version":
+                    self._informer.resource_version})
+            self._hub.close_all()
+        self._listed_once = True
+        self._window.clear()
+        self._compacted = self._current_rv()
+        self._notify()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _current_rv(self) -> int:
+        text = self._informer.resource_version
+        return int(text) if text.isdigit() else 0
+
+    def _snapshot(self, at: int) -> dict[Key, Object]:
+        """The objects as of resourceVersion ``at`` (at least the window's oldest)."""
+        objects = {key: entry.object for key, entry in self._entries.items()}
+        for event in reversed(self._window):
+            if event.rv <= at:
+                break
+            if event.before is None:
+                objects.pop(event.key, None)
+            else:
+                objects[event.key] = event.before.object
+        return objects
+
+    async def _ready(self) -> None:
+        self.start()
+        if not self.synced:
+            try:
+                async with asyncio.timeout(SYNC_TIMEOUT_SECONDS):
+                    await self._informer.synced.wait()
+            except TimeoutError:
+                raise StorageUnavailable(
+                    f"{self.resource.qualified}: the storage cache of {self._kind.crd_name} has "
+                    f"not listed within {SYNC_TIMEOUT_SECONDS:.0f} s; is kube-apiserver "
+                    "reachable?") from None
+        if not self._listed_once:  # synced, but the handler of the first list runs after
+            await self._reached(0, SYNC_TIMEOUT_SECONDS, lambda: self._listed_once)
+
+    async def _reached(self, rv: int, timeout: float,
+                       condition: Callable[[], bool] | None = None) -> bool:
+        """Wait until the cache is at ``rv`` (or ``condition`` holds); False at the timeout.
+        Polls too: bookmarks move the cache's version without a handler call."""
+        check = condition or (lambda: self._current_rv() >= rv)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not check():
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.2))
+        return True
+
+    async def _latest_rv(self) -> int:
+        """kube-apiserver's current resourceVersion (a consistent list of one item)."""
+        page = await self._call("", self._kube.get(self._kind.collection, {"limit": "1"}))
+        text = str((page.get("metadata") or {}).get("resourceVersion", "0"))
+        return int(text) if text.isdigit() else 0
+
+    async def _settled(self, stored: Object) -> Object:
+        """The object a write returned, once the cache has it (so this replica's next read
+        sees it)."""
+        if not await self._reached(_rv(stored), SYNC_TIMEOUT_SECONDS):
+            log.warning("storage cache lags a write", extra={
+                "resource": self._kind.crd_name, "resource_version": _rv(stored)})
+        return self._public(stored)
+
+    async def _gone(self, uid: str, last: Object) -> Object:
+        """The deleted object stamped with its deletion's resourceVersion, from the cache's
+        DELETED event (the DELETE answer holds the version before it, or only a Status);
+        ``last`` if the cache does not get the event in time."""
+
+        def deletion() -> Object | None:
+            for event in reversed(self._window):
+                if (event.change.type is EventType.DELETED
+                        and metadata(event.change.object).get("uid") == uid):
+                    return event.change.object
+            return None
+
+        await self._reached(0, SYNC_TIMEOUT_SECONDS, lambda: deletion() is not None)
+        return copy.deepcopy(deletion() or last)
+
+    # Storage objects
+
+    def _path(self, namespace: str, name: str = "") -> str:
+        return namespaced(STORAGE_API, namespace, self._kind.plural, name)
+
+    def _entry(self, stored: Object) -> _Entry:
+        sequence = stored.get("sequence")
+        return _Entry(self._public(stored), sequence if isinstance(sequence, int) else 0)
+
+    def _sequence_of(self, namespace: str, name: str) -> int:
+        entry = self._entries.get((namespace, name))
+        return entry.sequence if entry is not None else self._clock_ns()
+
+    def _public(self, stored: Mapping[str, Any]) -> Object:
+        """The public object a storage object holds."""
+        inner = stored.get("object")
+        obj: Object = dict(inner) if isinstance(inner, dict) else {}
+        meta = dict(metadata(obj))
+        stored_meta = metadata(stored)
+        for key in _SERVER_OWNED:
+            if key in stored_meta:
+                meta[key] = stored_meta[key]
+        obj["metadata"] = meta
+        return obj
+
+    def _storage_object(self, obj: Object, sequence: int) -> Object:
+        meta = metadata(obj)
+        inner = copy.deepcopy(obj)
+        inner["metadata"] = {k: v for k, v in meta.items() if k not in _SERVER_OWNED}
+        stored_meta: dict[str, Any] = {"name": meta["name"], "namespace": meta["namespace"],
+                                       "labels": {INSTANCE_LABEL: self._instance}}
+        if meta.get("resourceVersion"):
+            stored_meta["resourceVersion"] = meta["resourceVersion"]
+        return {"apiVersion": f"{STORAGE_GROUP}/{STORAGE_VERSION}", "kind": self._kind.kind,
+                "metadata": stored_meta, "sequence": sequence, "object": inner}
+
+    def _new_object(self, obj: Mapping[str, Any]) -> Object:
+        prepared = copy.deepcopy(dict(obj))
+        meta = prepared.setdefault("metadata", {})
+        if not meta.get("namespace"):
+            raise required(self.resource, "metadata.namespace")
+        if not meta.get("name") and not meta.get("generateName"):
+            raise required(self.resource, "metadata.name", detail="name or generateName")
+        if meta.get("resourceVersion"):
+            raise BadRequest("resourceVersion should not be set on objects to be created")
+        for key in ("uid", "creationTimestamp"):
+            meta.pop(key, None)
+        return prepared
+
+    async def _create(self, prepared: Object) -> Object:
+        meta = metadata(prepared)
+        namespace, fixed = meta["namespace"], meta.get("name")
+        for _ in range(1 if fixed else _GENERATE_NAME_ATTEMPTS):
+            obj = copy.deepcopy(prepared)
+            name = fixed or generate_name(meta["generateName"])
+            obj["metadata"]["name"] = name
+            self._check_size(obj)
+            body = self._storage_object(obj, self._clock_ns())
+            try:
+                stored = await self._call(name, self._kube.post(self._path(namespace), body))
+            except AlreadyExists:
+                if fixed:
+                    raise
+                continue
+            return await self._settled(stored)
+        raise AlreadyExists(
+            f'{self.resource.qualified}: no free name from generateName "{meta["generateName"]}" '
+            f"after {_GENERATE_NAME_ATTEMPTS} attempts; use a longer prefix",
+            resource=self.resource)
+
+    def _check_size(self, obj: Object) -> None:
+        """The public object with its server-owned metadata at their longest."""
+        meta = metadata(obj)
+        sized = {**obj, "metadata": {**meta, "uid": "0" * 36, "resourceVersion": "9" * 19,
+                                     "creationTimestamp": "2000-01-01T00:00:00Z"}}
+        size = len(encode(sized).encode())
+        if size > self._max_object_bytes:
+            raise TooLarge(
+                f'{self.resource.qualified} "{meta.get("name", "")}" is too large: {size} bytes, '
+                f"the limit is {self._max_object_bytes}; keep less output in status",
+                resource=self.resource, name=meta.get("name", ""))
+
+    @staticmethod
+    def _identity_kept(stored: Object, desired: Object) -> Object:
+        old_meta = metadata(stored)
+        obj = copy.deepcopy(desired)
+        meta = obj.setdefault("metadata", {})
+        for key in _KEPT_ON_UPDATE:
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        return obj
+
+    def _filter(self, namespace: str | None, labels: str, fields: str) -> WatchFilter:
+        return WatchFilter(namespace, parse_label_selector(labels),
+                           parse_field_selector(fields, self.resource.selectable_fields))
+
+    def _lock(self, namespace: str, name: str) -> _KeyLock:
+        return _KeyLock(self._key_locks, (namespace, name))
+
+    async def _call(self, name: str, request: Any) -> Object:
+        """Await a kube-apiserver request; its errors as the registry's kinds."""
+        try:
+            answer: Object = await request
+        except KubeUnavailable as error:
+            raise StorageUnavailable(
+                f"{self.resource.qualified}: kube-apiserver, where records are stored, is "
+                f"unavailable ({error}); nothing was stored, retry later") from error
+        except KubeRejected as error:
+            raise self._rejected(error, name) from error
+        return answer
+
+    def _rejected(self, error: KubeRejected, name: str) -> StoreError:
+        code, reason = error.status_code, error.answer_reason
+        message = as_printable(str(error.answer.get("message", "")))
+        if code == 404:
+            return not_found(self.resource, name) if name else NotFound(message)
+        if code == 409 and reason == "AlreadyExists":
+            return AlreadyExists(f'{self.resource.qualified} "{name}" already exists',
+                                 resource=self.resource, name=name)
+        if code == 409:
+            return Conflict(
+                f'Operation cannot be fulfilled on {self.resource.qualified} "{name}": the '
+                "object has been modified; please apply your changes to the latest version and "
+                "try again", resource=self.resource, name=name)
+        if code == 410:
+            return Expired(message)
+        if code == 413 or reason == "RequestEntityTooLarge":
+            return TooLarge(f'{self.resource.qualified} "{name}" is too large for '
+                            f"kube-apiserver: {message}", resource=self.resource, name=name)
+        return StorageUnavailable(
+            f"{self.resource.qualified}: kube-apiserver refused a write of {self._kind.crd_name}"
+            f" {as_printable(name)!r} ({code} {reason}: {message}); check the server's RBAC "
+            "(apiservice/rbac-server.yaml) and the storage CRDs")
+
+
+T = TypeVar("T")
+
+
+async def _to_the_end(write: Coroutine[Any, Any, T]) -> T:
+    """Run a write as its own task, so that it completes even if the caller is cancelled (as
+    the SQLite backend's commit does): what kube-apiserver stored reaches the cache, and a
+    write is never left half done (a cohort's evictions without its create)."""
+    task = asyncio.ensure_future(write)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return await asyncio.shield(task)
+
+
+class _KeyLock:
+    """One asyncio.Lock per key while anyone holds or waits for it: updates of one object on
+    this replica take turns instead of conflicting in kube-apiserver."""
+
+    def __init__(self, locks: dict[Key, _Held], key: Key) -> None:
+        self._locks, self._key = locks, key
+
+    async def __aenter__(self) -> None:
+        held = self._locks.setdefault(self._key, _Held())
+        held.users += 1
+        await held.lock.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        held = self._locks[self._key]
+        held.lock.release()
+        held.users -= 1
+        if not held.users:
+            del self._locks[self._key]
+
+
+@dataclass
+class _Held:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0

@@ -1,0 +1,164 @@
+"""The Kubernetes-API backend against a fake kube-apiserver: what it writes, how kube-apiserver's
+errors map to the registry's kinds, retries on 409, and the start-up CRD check. (The store
+conformance suite runs it against the real local control plane.)"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from apiserver.registry.errors import (
+    AlreadyExists,
+    Conflict,
+    StorageNotInstalled,
+    StorageUnavailable,
+    TooLarge,
+)
+from apiserver.registry.kube_store import (
+    INSTANCE_LABEL,
+    KubeObjectStore,
+    check_installed,
+    storage_kind,
+)
+from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
+from tests.support.fake_storage_api import FakeStorageAPI, status
+
+POD_NOTIFIERS = "/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/ns/storedpodnotifiers"
+
+
+def record(name: str = "a", phase: str = "Pending") -> dict[str, Any]:
+    return {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
+            "metadata": {"namespace": "ns", "name": name, "labels": {"app": "db"}},
+            "spec": {"podName": "web-0", "notifier": "quiesce"}, "status": {"phase": phase}}
+
+
+@pytest.fixture
+def api() -> FakeStorageAPI:
+    return FakeStorageAPI()
+
+
+@pytest.fixture
+async def store(api: FakeStorageAPI) -> AsyncIterator[KubeObjectStore]:
+    kube = api.client()
+    opened = KubeObjectStore(kube, PODNOTIFIERS, instance="test")
+    yield opened
+    opened.close()
+    await kube.aclose()
+
+
+async def test_records_are_stored_as_custom_resources(store: KubeObjectStore,
+                                                      api: FakeStorageAPI) -> None:
+    created = await store.create(record())
+
+    [(method, path, body)] = api.writes()
+    assert (method, path) == ("POST", POD_NOTIFIERS)
+    assert body["apiVersion"] == "storage.notifier.x-k8s.io/v1alpha1"
+    assert body["kind"] == "StoredPodNotifier"
+    assert body["metadata"] == {"name": "a", "namespace": "ns",
+                                "labels": {INSTANCE_LABEL: "test"}}
+    assert body["object"]["metadata"] == {"labels": {"app": "db"}}  # server-owned fields not
+    assert body["object"]["spec"] == record()["spec"]
+    assert isinstance(body["sequence"], int)
+    stored = api.objects[("storedpodnotifiers", "ns", "a")]["metadata"]
+    assert created["metadata"]["uid"] == stored["uid"]
+    assert created["metadata"]["resourceVersion"] == stored["resourceVersion"]
+    assert await store.get("ns", "a") == created
+
+
+def test_storage_kinds() -> None:
+    assert storage_kind(PODNOTIFIERS).crd_name == "storedpodnotifiers.storage.notifier.x-k8s.io"
+    assert storage_kind(NOTIFICATIONS).kind == "StoredNotification"
+
+
+async def test_unreachable_kube_apiserver_is_storage_unavailable(
+        store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    await store.list("ns")
+    api.down = True
+
+    with pytest.raises(StorageUnavailable) as raised:
+        await store.create(record())
+
+    assert raised.value.code == 503
+    assert "kube-apiserver, where records are stored, is unavailable" in raised.value.message
+
+
+@pytest.mark.parametrize(("answer", "error", "words"), [
+    (status(409, "AlreadyExists", "exists"), AlreadyExists,
+     'podnotifiers.notifier.x-k8s.io "a" already exists'),
+    (status(413, "RequestEntityTooLarge", "too big"), TooLarge, "too large for kube-apiserver"),
+    (status(403, "Forbidden", "no RBAC"), StorageUnavailable, "check the server's RBAC"),
+    (status(500, "InternalError", "etcd"), StorageUnavailable, "500 InternalError: etcd"),
+    (httpx.Response(503, text="restarting"), StorageUnavailable, "unavailable"),
+])
+async def test_kube_apiserver_errors_map_to_registry_errors(
+        store: KubeObjectStore, api: FakeStorageAPI, answer: httpx.Response,
+        error: type[Exception], words: str) -> None:
+    await store.list("ns")
+    api.fail_writes = answer
+
+    with pytest.raises(error) as raised:
+        await store.create(record())
+
+    assert words in str(raised.value)
+
+
+async def test_update_retries_on_conflict(store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    await store.create(record())
+    api.conflicts = 2
+
+    updated = await store.guaranteed_update("ns", "a", lambda o: {**o, "status": {
+        "phase": "Running"}})
+
+    puts = [r for r in api.writes() if r[0] == "PUT"]
+    assert len(puts) == 3
+    assert all(body["metadata"]["resourceVersion"] for _, _, body in puts)
+    assert updated["status"]["phase"] == "Running"
+    assert (await store.get("ns", "a"))["status"]["phase"] == "Running"
+
+
+async def test_delete_sends_preconditions(store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    created = await store.create(record())
+    meta = created["metadata"]
+
+    deleted = await store.delete("ns", "a", uid=meta["uid"],
+                                 resource_version=meta["resourceVersion"])
+
+    [(_, path, options)] = [r for r in api.writes() if r[0] == "DELETE"]
+    assert path == f"{POD_NOTIFIERS}/a"
+    assert options["preconditions"] == {"uid": meta["uid"],
+                                        "resourceVersion": meta["resourceVersion"]}
+    assert int(deleted["metadata"]["resourceVersion"]) > int(meta["resourceVersion"])
+
+
+async def test_failed_precondition_in_kube_apiserver_is_conflict(
+        store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    created = await store.create(record())
+    api.objects[("storedpodnotifiers", "ns", "a")]["metadata"]["uid"] = "replaced-elsewhere"
+
+    with pytest.raises(Conflict, match="Precondition failed: UID in precondition"):
+        await store.delete("ns", "a", uid=created["metadata"]["uid"])
+
+
+async def test_check_installed(api: FakeStorageAPI) -> None:
+    kube = api.client()
+    api.crds = {"storedpodnotifiers.storage.notifier.x-k8s.io": False}
+
+    with pytest.raises(StorageNotInstalled) as raised:
+        await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
+
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "storedpodnotifiers.storage.notifier.x-k8s.io is not Established" in message
+    assert "storednotifications.storage.notifier.x-k8s.io is not installed" in message
+    assert "apiservice/storage-crds.yaml" in message and "rbac-server.yaml" in message
+    api.crd_answer = status(403, "Forbidden", "no")
+    with pytest.raises(StorageNotInstalled, match=r"notifier.x-k8s.io cannot be read \(403 "
+                                                  r"Forbidden\)"):
+        await check_installed(kube, (PODNOTIFIERS,))
+    api.crd_answer = None
+    api.crds = {storage_kind(r).crd_name: True for r in (PODNOTIFIERS, NOTIFICATIONS)}
+    await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
+    await kube.aclose()
