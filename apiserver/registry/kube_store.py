@@ -48,15 +48,20 @@ from apiserver.registry.errors import (
     TooLarge,
     check_preconditions,
     not_found,
-    required,
 )
-from apiserver.registry.objects import encode, generate_name, metadata
+from apiserver.registry.objects import (
+    GENERATE_NAME_ATTEMPTS,
+    checked_new,
+    encode,
+    generate_name,
+    metadata,
+    no_free_name,
+)
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.selectors import (
     FieldSelector,
     field_value,
     parse_field_selector,
-    parse_label_selector,
 )
 from apiserver.registry.store import (
     DEFAULT_MAX_OBJECT_BYTES,
@@ -74,6 +79,7 @@ from apiserver.registry.watch import (
     WatchEvent,
     WatchFilter,
     WatchHub,
+    selection,
 )
 
 log = logging.getLogger(__name__)
@@ -91,7 +97,6 @@ SYNC_TIMEOUT_SECONDS = 10.0
 CATCH_UP_SECONDS = 3.0
 """How long a watch from a resourceVersion the cache has not reached waits for it (kube-apiserver's
 watch cache waits 3 s too) before it is ``ResourceVersionTooLarge``."""
-_GENERATE_NAME_ATTEMPTS = 8
 _SERVER_OWNED = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
 _KEPT_ON_UPDATE = ("name", "namespace", "uid", "creationTimestamp", "generateName")
 
@@ -615,22 +620,15 @@ class KubeObjectStore(ObjectStore):
                 "metadata": stored_meta, "sequence": sequence, "object": inner}
 
     def _new_object(self, obj: Mapping[str, Any]) -> Object:
-        prepared = copy.deepcopy(dict(obj))
-        meta = prepared.setdefault("metadata", {})
-        if not meta.get("namespace"):
-            raise required(self.resource, "metadata.namespace")
-        if not meta.get("name") and not meta.get("generateName"):
-            raise required(self.resource, "metadata.name", detail="name or generateName")
-        if meta.get("resourceVersion"):
-            raise BadRequest("resourceVersion should not be set on objects to be created")
-        for key in ("uid", "creationTimestamp"):
-            meta.pop(key, None)
+        prepared = checked_new(self.resource, obj)
+        for key in ("uid", "creationTimestamp"):  # kube-apiserver sets the storage object's
+            prepared["metadata"].pop(key, None)
         return prepared
 
     async def _create(self, prepared: Object) -> Object:
         meta = metadata(prepared)
         namespace, fixed = meta["namespace"], meta.get("name")
-        for _ in range(1 if fixed else _GENERATE_NAME_ATTEMPTS):
+        for _ in range(1 if fixed else GENERATE_NAME_ATTEMPTS):
             obj = copy.deepcopy(prepared)
             name = fixed or generate_name(meta["generateName"])
             obj["metadata"]["name"] = name
@@ -643,10 +641,7 @@ class KubeObjectStore(ObjectStore):
                     raise
                 continue
             return await self._settled(stored)
-        raise AlreadyExists(
-            f'{self.resource.qualified}: no free name from generateName "{meta["generateName"]}" '
-            f"after {_GENERATE_NAME_ATTEMPTS} attempts; use a longer prefix",
-            resource=self.resource)
+        raise no_free_name(self.resource, meta["generateName"])
 
     def _check_size(self, obj: Object) -> None:
         """The public object with its server-owned metadata at their longest."""
@@ -674,8 +669,7 @@ class KubeObjectStore(ObjectStore):
         return obj
 
     def _filter(self, namespace: str | None, labels: str, fields: str) -> WatchFilter:
-        return WatchFilter(namespace, parse_label_selector(labels),
-                           parse_field_selector(fields, self.resource.selectable_fields))
+        return selection(self.resource, namespace, labels, fields)
 
     def _lock(self, namespace: str, name: str) -> _KeyLock:
         return _KeyLock(self._key_locks, (namespace, name))

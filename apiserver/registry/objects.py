@@ -1,17 +1,26 @@
-"""Object helpers the registry needs: names it generates, encoding, metadata."""
+"""What every storage backend does alike: checking a new object, generating names, encoding,
+metadata."""
 
 from __future__ import annotations
 
+import copy
 import json
 import secrets
 from collections.abc import Mapping
 from typing import Any
+
+from apiserver.registry.errors import AlreadyExists, BadRequest, required
+from apiserver.registry.resources import ResourceType
 
 # Kubernetes' generateName: at most 58 characters of the prefix, then 5 characters from an
 # alphabet without vowels and look-alike characters (k8s.io/apimachinery/pkg/util/rand).
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SUFFIX_LENGTH = 5
 _MAX_GENERATED_PREFIX = 63 - _SUFFIX_LENGTH
+
+
+GENERATE_NAME_ATTEMPTS = 8
+"""Names tried for a generateName before giving up (each is a fresh random suffix)."""
 
 
 def generate_name(prefix: str) -> str:
@@ -26,3 +35,24 @@ def encode(obj: Mapping[str, Any]) -> str:
 def metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def checked_new(resource: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `obj` to create: 422 without a namespace or a name/generateName, 400 with a
+    resourceVersion; the backend sets the identity metadata (uid, creationTimestamp)."""
+    prepared = copy.deepcopy(dict(obj))
+    meta = prepared.setdefault("metadata", {})
+    if not meta.get("namespace"):
+        raise required(resource, "metadata.namespace")
+    if not meta.get("name") and not meta.get("generateName"):
+        raise required(resource, "metadata.name", detail="name or generateName")
+    if meta.get("resourceVersion"):
+        raise BadRequest("resourceVersion should not be set on objects to be created")
+    return prepared
+
+
+def no_free_name(resource: ResourceType, prefix: str) -> AlreadyExists:
+    return AlreadyExists(
+        f'{resource.qualified}: no free name from generateName "{prefix}" after '
+        f"{GENERATE_NAME_ATTEMPTS} attempts; use a longer prefix", resource=resource)
+

@@ -27,14 +27,19 @@ from apiserver.registry.errors import (
     TooLarge,
     check_preconditions,
     not_found,
-    required,
 )
-from apiserver.registry.objects import encode, generate_name, metadata
+from apiserver.registry.objects import (
+    GENERATE_NAME_ATTEMPTS,
+    checked_new,
+    encode,
+    generate_name,
+    metadata,
+    no_free_name,
+)
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.selectors import (
     FieldSelector,
     parse_field_selector,
-    parse_label_selector,
 )
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.store import (
@@ -52,9 +57,9 @@ from apiserver.registry.watch import (
     Watch,
     WatchFilter,
     WatchHub,
+    selection,
 )
 
-_GENERATE_NAME_ATTEMPTS = 8
 _LIST_BATCH = 500
 _CURRENT = "resource = ? AND superseded IS NULL"
 _FIELD_PATH = re.compile(r"[A-Za-z][A-Za-z0-9]*(\.[A-Za-z][A-Za-z0-9]*)*")
@@ -225,24 +230,14 @@ class SqliteObjectStore(ObjectStore):
             task.exception()  # retrieved here when the caller was cancelled meanwhile
 
     def _new_object(self, obj: Mapping[str, Any]) -> Object:
-        prepared = copy.deepcopy(dict(obj))
-        meta = prepared.setdefault("metadata", {})
-        if not meta.get("namespace"):
-            raise required(self.resource, "metadata.namespace")
-        if not meta.get("name") and not meta.get("generateName"):
-            raise required(self.resource, "metadata.name", detail="name or generateName")
-        if meta.get("resourceVersion"):
-            raise BadRequest("resourceVersion should not be set on objects to be created")
+        prepared = checked_new(self.resource, obj)
+        meta = prepared["metadata"]
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = timestamp()
         return prepared
 
     def _filter(self, namespace: str | None, labels: str, fields: str) -> WatchFilter:
-        return WatchFilter(
-            namespace,
-            parse_label_selector(labels),
-            parse_field_selector(fields, self.resource.selectable_fields),
-        )
+        return selection(self.resource, namespace, labels, fields)
 
     def _list_page(
         self,
@@ -410,15 +405,11 @@ class _Transaction:
         return gone
 
     def _free_name(self, namespace: str, prefix: str) -> str:
-        for _ in range(_GENERATE_NAME_ATTEMPTS):
+        for _ in range(GENERATE_NAME_ATTEMPTS):
             name = generate_name(prefix)
             if _current(self.connection, self._resource, namespace, name) is None:
                 return name
-        raise AlreadyExists(
-            f'{self._resource.qualified}: no free name from generateName "{prefix}" after '
-            f"{_GENERATE_NAME_ATTEMPTS} attempts; use a longer prefix",
-            resource=self._resource,
-        )
+        raise no_free_name(self._resource, prefix)
 
     def _insert(self, obj: Object, rv: int, created_rv: int) -> None:
         meta = metadata(obj)

@@ -12,7 +12,13 @@ from typing import Any
 
 from apiserver.registry.errors import Expired, StoreError
 from apiserver.registry.objects import metadata
-from apiserver.registry.selectors import FieldSelector, LabelSelector
+from apiserver.registry.resources import ResourceType
+from apiserver.registry.selectors import (
+    FieldSelector,
+    LabelSelector,
+    parse_field_selector,
+    parse_label_selector,
+)
 
 DEFAULT_MAX_QUEUED_EVENTS = 1000
 
@@ -168,3 +174,10 @@ class WatchHub:
     def close_all(self) -> None:
         for watch in list(self._watches):
             watch.close()
+
+
+def selection(resource: ResourceType, namespace: str | None, labels: str, fields: str
+              ) -> WatchFilter:
+    """Which objects a list, watch or deletecollection means; 400 for a bad selector."""
+    return WatchFilter(namespace, parse_label_selector(labels),
+                       parse_field_selector(fields, resource.selectable_fields))
