@@ -28,7 +28,7 @@ from apiserver.api.field_errors import FieldError, show
 from apiserver.api.media import JSON_MEDIA_TYPE, YAML_MEDIA_TYPE
 from apiserver.api.model import FIELD_ERRORS, UNKNOWN_FIELD, APIModel, Limits
 from apiserver.api.resources import GROUP_VERSION
-from apiserver.errors import Cause
+from apiserver.errors import Cause, quoted
 
 API_VERSION = GROUP_VERSION
 _OBJECTS = ("metadata", "spec")
@@ -143,7 +143,7 @@ def _check_namespace(document: Mapping[str, Any], namespace: str) -> None:
     given = document["metadata"].get("namespace")
     if isinstance(given, str) and given not in ("", namespace):
         raise errors.bad_request(
-            f"metadata.namespace {json_input.quoted(given)} does not match the namespace "
+            f"metadata.namespace {quoted(given)} does not match the namespace "
             f'"{namespace}" in the URL; leave it empty or make them equal')
 
 

@@ -102,12 +102,6 @@ def nesting_depth(text: str) -> int:
     return max(accumulate(map(operator.sub, opened_or_closed, repeat(1))), default=0)
 
 
-def quoted(text: str) -> str:
-    """``text`` in double quotes for a message: as is when printable, else JSON-escaped ASCII
-    (control characters, surrogates and other unprintable characters as ``\\uXXXX``)."""
-    return f'"{text}"' if text.isprintable() else json.dumps(text)
-
-
 def field_path(parts: Sequence[str | int]) -> str:
     """A field path as strict decoding names it (``spec.selector.matchLabels.app``, a list
     index as ``[1]``); a key that is not printable text is shown JSON-escaped."""

@@ -1,7 +1,8 @@
 """``Warning`` response headers, as kube-apiserver sends them (RFC 7234 warn-code 299).
 
 kubectl prints each as ``Warning: <text>``. A header must be printable ASCII, and the text may
-hold a client's field names, so anything else in it is written as a ``\\uXXXX`` escape.
+hold a client's field names, so anything else in it is written as a JSON ``\\u`` escape
+(four hex digits).
 """
 
 from __future__ import annotations

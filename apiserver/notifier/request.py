@@ -13,9 +13,9 @@ from typing import Any
 from apiserver import errors
 from apiserver.api.decoding import Body, FieldValidation, decode
 from apiserver.api.decoding import parse_body as parse_body  # handlers/notify.py reads bodies
-from apiserver.api.json_input import quoted
 from apiserver.api.resources import GROUP
 from apiserver.api.types import PodNotifier
+from apiserver.errors import quoted
 
 
 @dataclass(frozen=True)

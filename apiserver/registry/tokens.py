@@ -10,6 +10,7 @@ import json
 
 from apiserver import errors
 from apiserver.api import json_input
+from apiserver.errors import quoted
 from apiserver.registry.errors import BadRequest
 
 MAX_RESOURCE_VERSION = 2**63 - 1
@@ -25,7 +26,7 @@ def parse_resource_version(text: str) -> int | None:
         return None
     if not (text.isascii() and text.isdigit() and len(text) <= 19
             and int(text) <= MAX_RESOURCE_VERSION):
-        raise BadRequest(f"invalid resource version {json_input.quoted(text[:64])}: must be a "
+        raise BadRequest(f"invalid resource version {quoted(text[:64])}: must be a "
                          f"decimal integer of at most {MAX_RESOURCE_VERSION}")
     return int(text)
 

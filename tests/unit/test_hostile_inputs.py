@@ -17,7 +17,7 @@ from apiserver.api import json_input
 from apiserver.api.decoding import Body, FieldValidation, decode
 from apiserver.api.types import PodNotifier
 from apiserver.api.warning_headers import warning_header
-from apiserver.errors import BadRequest
+from apiserver.errors import BadRequest, quoted
 from apiserver.notifier.declarations import InvalidNotifiers, parse_notifiers
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from tests.unit.conftest import Answer, InProcessServer, strings
@@ -360,8 +360,8 @@ def test_warning_headers_are_printable_ascii() -> None:
 
 
 def test_quoted_keeps_ordinary_text_and_escapes_the_rest() -> None:
-    assert json_input.quoted("db-0") == '"db-0"'
-    assert json_input.quoted("a\x1bb\ud800") == '"a\\u001bb\\ud800"'
+    assert quoted("db-0") == '"db-0"'
+    assert quoted("a\x1bb\ud800") == '"a\\x1bb\\ud800"'
 
 
 def test_integers_past_64_bits_read_as_floats() -> None:
