@@ -14,7 +14,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from apiserver.api.resources import GROUP
-from apiserver.authz.attributes import RequestAttributes
+from apiserver.authz.attributes import RequestAttributes, denial_message
 from apiserver.errors import (
     AlreadyExists,
     APIError,
@@ -25,7 +25,6 @@ from apiserver.errors import (
     NotFound,
     Unauthorized,
     forbidden,
-    quoted,
 )
 
 
@@ -72,22 +71,7 @@ def unauthorized() -> Unauthorized:
 def forbidden_request(user_name: str, attributes: RequestAttributes, reason: str = ""
                       ) -> Forbidden:
     """The 403 kube-apiserver answers when the authorizer denies a request."""
-    user = quoted(user_name)
-    if not attributes.resource_request:
-        message = f"User {user} cannot {attributes.verb} path {quoted(attributes.path)}"
-    else:
-        resource = attributes.resource
-        if attributes.subresource:
-            resource = f"{resource}/{attributes.subresource}"
-        message = (f"User {user} cannot {attributes.verb} resource {quoted(resource)} "
-                   f"in API group {quoted(attributes.api_group)}")
-        if attributes.namespace:
-            message += f" in the namespace {quoted(attributes.namespace)}"
-        else:
-            message += " at the cluster scope"
-    message = message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    if reason:
-        message = f"{message}: {reason}"
+    message = denial_message(user_name, attributes, reason)
     if _is_namespace_notify(attributes):
         message += NOTIFY_ACCESS_HINT
     resource = attributes.resource if attributes.resource_request else ""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
+from apiserver.errors import quoted
+
 _VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch",
           "DELETE": "delete"}
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
@@ -83,3 +85,24 @@ def _name_from_field_selector(selector: str) -> str:
                 value = value.strip()
                 return value if value and "/" not in value and value not in (".", "..") else ""
     return ""
+
+
+def denial_message(user_name: str, attributes: RequestAttributes, reason: str = "") -> str:
+    """Why the authorizer refused, worded as kube-apiserver words it (``User "u" cannot create
+    resource "pods/notify" in API group "g" in the namespace "ns"``), every value quoted as
+    Go's %q does and HTML-escaped."""
+    user = quoted(user_name)
+    if not attributes.resource_request:
+        message = f"User {user} cannot {attributes.verb} path {quoted(attributes.path)}"
+    else:
+        resource = attributes.resource
+        if attributes.subresource:
+            resource = f"{resource}/{attributes.subresource}"
+        message = (f"User {user} cannot {attributes.verb} resource {quoted(resource)} "
+                   f"in API group {quoted(attributes.api_group)}")
+        if attributes.namespace:
+            message += f" in the namespace {quoted(attributes.namespace)}"
+        else:
+            message += " at the cluster scope"
+    message = message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return f"{message}: {reason}" if reason else message

@@ -34,9 +34,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+from apiserver import errors
 from apiserver.api.time import parse_timestamp
 from apiserver.authn.user import UserInfo
-from apiserver.authz.attributes import RequestAttributes
+from apiserver.authz.attributes import RequestAttributes, denial_message
 from apiserver.authz.sar import Authorizer
 from apiserver.errors import APIError
 from apiserver.fanout import scope
@@ -452,10 +453,10 @@ class NotificationRun:
             namespace=self.namespace, name=pod.pod)
         decision = await self.parts.authorizer.authorize(self.requester, notify)
         if not decision.allowed:
-            raise NotAuthorized(
-                f'pods "{pod.pod}" is forbidden: User "{self.requester.name}" cannot create '
-                f'resource "pods/notify" in API group "{GROUP}" in the namespace '
-                f'"{self.namespace}": {decision.reason}', resource="pods", name=pod.pod)
+            raise NotAuthorized(errors.forbidden_message(
+                "pods", GROUP, pod.pod, denial_message(self.requester.name, notify,
+                                                       decision.reason)),
+                group=GROUP, resource="pods", name=pod.pod)
         ask = NotifyRequest(name=name, generate_name="", labels=labels, notifier=notifier,
                             containers=self.spec.get("containers"),
                             timeout_seconds=self.spec.get("timeoutSeconds"),
