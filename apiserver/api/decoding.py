@@ -27,7 +27,7 @@ from apiserver.api import json_input, yaml_input
 from apiserver.api.field_errors import FieldError, show
 from apiserver.api.media import JSON_MEDIA_TYPE, YAML_MEDIA_TYPE
 from apiserver.api.model import FIELD_ERRORS, UNKNOWN_FIELD, APIModel, Limits
-from apiserver.api.resources import GROUP_VERSION
+from apiserver.api.resources import GROUP, GROUP_VERSION
 from apiserver.errors import Cause, quoted
 
 API_VERSION = GROUP_VERSION
@@ -74,6 +74,17 @@ def parse_body(raw: bytes, media_type: str = JSON_MEDIA_TYPE) -> Body:
     if not isinstance(document.value, dict):
         raise errors.bad_request("the request body must be a JSON object")
     return Body(document.value, document.duplicates)
+
+
+def invalid(model: type[APIModel], body: Body, field_errors: Sequence[FieldError]
+            ) -> errors.Invalid:
+    """The 422 of a body whose values do not validate, naming the kind and the object as
+    kube-apiserver does: ``metadata.name``, else ``generateName``, if it is printable text."""
+    meta = body.members.get("metadata") or {}  # decode checked: an object or null
+    names = (meta.get(key) for key in ("name", "generateName"))
+    name = next((found for found in names
+                 if isinstance(found, str) and found and found.isprintable()), "")
+    return errors.invalid(model.KIND, GROUP, name, [error.as_cause() for error in field_errors])
 
 
 def decode(model: type[Kind], body: Body, *, namespace: str, limits: Limits,

@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 from apiserver import errors
+from apiserver.api.resources import GROUP
 from apiserver.api.time import parse_timestamp
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes, denial_message
@@ -49,7 +50,7 @@ from apiserver.notifier import errors as notifier_errors
 from apiserver.notifier import records
 from apiserver.notifier.errors import NotAuthorized, NotDeclared, PodNotFound
 from apiserver.notifier.events import NotificationEvents, notification_ref
-from apiserver.notifier.request import GROUP, NotifyRequest
+from apiserver.notifier.request import NotifyRequest
 from apiserver.notifier.runner import retry_until_stored
 from apiserver.registry.errors import NotFound
 from apiserver.registry.store import ObjectStore

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver import errors
-from apiserver.api.decoding import Body, FieldValidation, decode
-from apiserver.api.resources import GROUP, NOTIFICATIONS
+from apiserver.api.decoding import Body, FieldValidation, decode, invalid
+from apiserver.api.resources import NOTIFICATIONS
 from apiserver.api.types import ABORT, ALL_PODS, Notification
 
 KIND = Notification.KIND
@@ -51,12 +50,7 @@ def validate(body: Body, namespace: str, *, max_parallelism: int, max_timeout_se
                              "max_timeout_seconds": max_timeout_seconds},
                      field_validation=field_validation)
     if decoded.obj is None:
-        meta = body.members.get("metadata") or {}  # decode checked: an object or null
-        names = (meta.get(key) for key in ("name", "generateName"))
-        name = next((found for found in names
-                     if isinstance(found, str) and found and found.isprintable()), "")
-        raise errors.invalid(Notification.KIND, GROUP, name,
-                             [error.as_cause() for error in decoded.errors])
+        raise invalid(Notification, body, decoded.errors)
     meta, spec = decoded.obj.metadata, decoded.obj.spec
     metadata: dict[str, Any] = {"namespace": namespace, "labels": dict(meta.labels or {})}
     if meta.annotations:

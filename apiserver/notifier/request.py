@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from apiserver import errors
-from apiserver.api.decoding import Body, FieldValidation, decode
+from apiserver.api.decoding import Body, FieldValidation, decode, invalid
 from apiserver.api.decoding import parse_body as parse_body  # handlers/notify.py reads bodies
-from apiserver.api.resources import GROUP
 from apiserver.api.types import PodNotifier
 from apiserver.errors import quoted
 
@@ -43,12 +42,7 @@ def validate(body: Body, namespace: str, pod: str, max_timeout_seconds: int,
             f'spec.podName {quoted(pod_name)} does not match the pod "{pod}" in the URL; '
             f"leave it empty or make them equal")
     if decoded.obj is None:
-        meta = body.members.get("metadata") or {}  # decode checked: an object or null
-        names = (meta.get(key) for key in ("name", "generateName"))
-        name = next((found for found in names
-                     if isinstance(found, str) and found and found.isprintable()), "")
-        raise errors.invalid(PodNotifier.KIND, GROUP, name,
-                             [error.as_cause() for error in decoded.errors])
+        raise invalid(PodNotifier, body, decoded.errors)
     meta, ask = decoded.obj.metadata, decoded.obj.spec
     return NotifyRequest(name=meta.name or "", generate_name=meta.generate_name or "",
                          labels=dict(meta.labels or {}), notifier=str(ask.notifier),
