@@ -184,7 +184,8 @@ async def test_micro_time_has_microseconds_and_reads_back() -> None:
 
 
 def test_replica_lease_names_are_valid_and_distinct() -> None:
-    assert replica_lease_name("container-notifier-0") == "container-notifier-replica-container-notifier-0"
+    assert replica_lease_name("container-notifier-0") == (
+        "container-notifier-replica-container-notifier-0")
     odd = replica_lease_name("Host_Name")
     assert odd.startswith("container-notifier-replica-host-name-") and odd == odd.lower()
     assert odd != replica_lease_name("host-name")
