@@ -148,9 +148,47 @@ class ServerOptions:
         help="bytes of stdout and of stderr kept per container, from the end")
     max_notification_parallelism: int = option(
         100, parse=parse_positive, help="upper bound of a Notification's spec.parallelism")
+    leader_elect_lease_duration: float = option(
+        15.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        help="how long a candidate waits after the fan-out leader's last renewal before it takes "
+        "the leader Lease over; also the duration of every replica's heartbeat Lease, after "
+        "which a replica that stopped renewing counts as dead (docs/high-availability.md)")
+    leader_elect_renew_deadline: float = option(
+        10.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        help="how long the fan-out leader keeps trying to renew its Lease before it stops "
+        "leading; shorter than --leader-elect-lease-duration")
+    leader_elect_retry_period: float = option(
+        2.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        help="how often candidates try to acquire, and the leader to renew, the leader Lease; "
+        "also how often each replica renews its heartbeat Lease; shorter than "
+        "--leader-elect-renew-deadline")
+    leader_elect_resource_name: str = option(
+        "container-notifier-fanout", help="name of the Lease that elects the replica running "
+        "the Notification fan-outs")
+    leader_elect_resource_namespace: str = option(
+        "container-notifier", help="namespace of the leader Lease and of every replica's "
+        "heartbeat Lease (container-notifier-replica-<replica>)")
     log_level: str = option(
         "info", choices=LOG_LEVELS,
         help="least severe level written to stderr as JSON lines")
+
+
+class InvalidOptions(ValueError):
+    """Options that are each valid but do not fit together; the message names the flags."""
+
+
+def check(options: ServerOptions) -> None:
+    """Raise InvalidOptions (one line) unless the options fit together: leader election needs
+    lease duration > renew deadline > retry period > 0."""
+    lease = options.leader_elect_lease_duration
+    deadline = options.leader_elect_renew_deadline
+    retry = options.leader_elect_retry_period
+    if not lease > deadline > retry > 0:
+        raise InvalidOptions(
+            f"--leader-elect-lease-duration ({format_duration(lease)}) must be longer than "
+            f"--leader-elect-renew-deadline ({format_duration(deadline)}), which must be longer "
+            f"than --leader-elect-retry-period ({format_duration(retry)}), which must be more "
+            "than 0: a leader must stop leading before another can take over")
 
 
 def flag_name(field: dataclasses.Field[Any]) -> str:

@@ -10,7 +10,9 @@ import pytest
 from apiserver import jsonlog
 from apiserver.__main__ import build_parser
 from apiserver.config import (
+    InvalidOptions,
     ServerOptions,
+    check,
     flag_name,
     flag_of,
     format_duration,
@@ -102,7 +104,9 @@ def test_every_flag_sets_its_option():
         "--max-timeout-seconds", "60",
         "--default-ttl-seconds-after-finished", "120", "--max-concurrent-executions", "8",
         "--output-tail-bytes", "100", "--max-notification-parallelism", "7",
-        "--log-level", "debug",
+        "--leader-elect-lease-duration", "30s", "--leader-elect-renew-deadline", "20s",
+        "--leader-elect-retry-period", "4s", "--leader-elect-resource-name", "elect",
+        "--leader-elect-resource-namespace", "ns", "--log-level", "debug",
     ])
     expected = ServerOptions(
         tls_cert_file=Path("c"), tls_private_key_file=Path("k"), bind_address="127.0.0.1",
@@ -110,7 +114,10 @@ def test_every_flag_sets_its_option():
         authorization_allowed_cache_ttl=5.0, authorization_denied_cache_ttl=0.0,
         data_dir=Path("/d"), storage="kubernetes", max_records_per_pod=3, max_timeout_seconds=60,
         default_ttl_seconds_after_finished=120, max_concurrent_executions=8,
-        output_tail_bytes=100, max_notification_parallelism=7, log_level="debug")
+        output_tail_bytes=100, max_notification_parallelism=7,
+        leader_elect_lease_duration=30.0, leader_elect_renew_deadline=20.0,
+        leader_elect_retry_period=4.0, leader_elect_resource_name="elect",
+        leader_elect_resource_namespace="ns", log_level="debug")
     assert options_from_args(args) == expected
     defaults = ServerOptions(tls_cert_file=Path("c"), tls_private_key_file=Path("k"))
     assert all(getattr(expected, field.name) != getattr(defaults, field.name)
@@ -178,3 +185,26 @@ def test_configure_writes_json_lines_to_stderr(capsys):
     jsonlog.configure("debug")
     logging.getLogger("httpx").info("HTTP Request: GET https://kube/api")
     assert "HTTP Request" in capsys.readouterr().err
+
+
+def test_the_default_leader_election_timings_are_client_gos_and_fit():
+    options = options_from_args(build_parser().parse_args(REQUIRED))
+    assert (options.leader_elect_lease_duration, options.leader_elect_renew_deadline,
+            options.leader_elect_retry_period) == (15.0, 10.0, 2.0)
+    check(options)
+
+
+@pytest.mark.parametrize(("lease", "deadline", "retry"), [
+    ("10s", "10s", "2s"), ("15s", "10s", "10s"), ("5s", "10s", "2s"), ("15s", "10s", "0")])
+def test_leader_election_timings_that_do_not_fit_are_one_line_naming_the_flags(
+        lease, deadline, retry):
+    options = options_from_args(build_parser().parse_args([
+        *REQUIRED, "--leader-elect-lease-duration", lease,
+        "--leader-elect-renew-deadline", deadline, "--leader-elect-retry-period", retry]))
+    with pytest.raises(InvalidOptions) as refused:
+        check(options)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"--leader-elect-lease-duration ({lease})" in message
+    assert f"--leader-elect-renew-deadline ({deadline})" in message
+    assert f"--leader-elect-retry-period ({retry})" in message
