@@ -16,6 +16,14 @@ Crash safety (what the scope tables in apiserver/fanout/scope.py make possible):
 - a Notification deleted while its server was down is still rolled back, from the spec kept
   in its run row, and its rows are deleted once nothing remains to do.
 
+With several replicas (docs/high-availability.md) only the elected fan-out leader runs
+Notifications (`FanoutManager.lead` / `step_down`): any replica stores a new Notification's
+scope, and the leader's reconciler starts it within about a second; a deletion through another
+replica stores the run's stop flag (Deleted), which the leader's run and reconciler read. A
+leader that steps down cancels its runs without writing anything final (as a crash would), and
+the next leader resumes them; a pod whose record another replica is still running takes that
+record's result once it finishes.
+
 No exception leaves a pod counted running: every error of a pod's run becomes that pod's
 reason (see `pod_outcome`), and a failure of the run itself ends the Notification Failed.
 """
@@ -64,6 +72,18 @@ RUN_WAIT_SECONDS = 24 * 3600
 """How long a pod's turn waits for its run; runs end by their own timeouts long before."""
 SWEEP_DELAY_SECONDS = 1.0
 """After a deletion, how long to wait before sweeping (deletions in a burst share a sweep)."""
+RECONCILE_INTERVAL_SECONDS = 1.0
+"""How often the leader compares the scopes with the stored Notifications: a Notification
+created or deleted through another replica is started or stopped within about this long."""
+SCOPE_GRACE_SECONDS = 30.0
+"""A Notification without a scope fails ScopeNotRecorded only once it is older than this:
+until then another replica may still be writing its scope."""
+ABSENT_GRACE_SECONDS = 5.0
+"""A scope whose Notification is not in the store (and whose run was not stopped as deleted)
+counts as the scope of a deleted Notification once it has been missing this long, so that a
+cache that lags behind the scopes' cache cannot make a new Notification look deleted."""
+RECORD_POLL_SECONDS = 1.0
+"""How often a run re-reads a record that another replica's runner is running."""
 ROLLBACK_ATTEMPT_LABEL = "notifier.x-k8s.io/rollback-attempt"
 """On rollback records: 1 for the first run, 2 and more for a run again after the server
 stopped during (or before storing) the previous one."""
@@ -164,17 +184,25 @@ class NotificationRun:
         self.spec = run.spec
         self.namespace, self.name, self.uid = run.namespace, run.name, run.notification_uid
         self.ref = notification_ref(self.namespace, self.name, self.uid)
-        self.stopped = run.stopped
+        self.stopped = ""
         self.status: dict[str, Any] = dict(status or {})
         self.pods: dict[str, ScopedPod] = {}
         self.deleted = asyncio.Event()
         """Set when the Notification is deleted: start no more pods, then roll back."""
+        self._note_stopped(run.stopped)
         if status is None:
             self.deleted.set()
         self.abort = self.spec.get("failurePolicy", ABORT) == ABORT
         self.queue: asyncio.Queue[ScopedPod] = asyncio.Queue()
         self.requester = requester(self.spec)
         self._pending_flush: asyncio.Task[None] | None = None
+
+    def _note_stopped(self, reason: str) -> None:
+        """Keep the stored stop reason; Deleted (written by whichever replica the deletion
+        went through) means the Notification is gone."""
+        self.stopped = reason
+        if reason == DELETED:
+            self.deleted.set()
 
     # status
 
@@ -295,17 +323,22 @@ class NotificationRun:
                     self.pods[pod.pod_uid] = replace(self.pods[pod.pod_uid], rollback=outcome)
         if self.abort and not self.stopped and any(
                 p.state == scope.FAILED for p in self.pods.values()):
-            self.stopped = await self._stored("stop the run", lambda: self.parts.scopes.stop(
-                self.uid, FAIL_FAST))
+            self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes.stop(
+                self.uid, FAIL_FAST)))
 
     async def _record(self, name: str) -> dict[str, Any] | None:
-        """The record, once finished (waiting for a run of this process); None if absent."""
+        """The record, once finished (waiting for a run of this process, or re-reading one that
+        another replica runs: a replica that dies has its records ended by a survivor); None
+        if absent."""
         if not name:
             return None
         try:
             record = await self.parts.podnotifiers.get(self.namespace, name)
             if not records.is_finished(record):
                 await self.parts.runner.wait(self.namespace, name, RUN_WAIT_SECONDS)
+                record = await self.parts.podnotifiers.get(self.namespace, name)
+            while not records.is_finished(record):
+                await asyncio.sleep(RECORD_POLL_SECONDS)
                 record = await self.parts.podnotifiers.get(self.namespace, name)
         except NotFound:
             return None
@@ -336,7 +369,7 @@ class NotificationRun:
         if state == scope.FAILED:
             self.parts.events.pod_failed(self.ref, pod.pod, reason)
         if stop and not self.stopped:
-            self.stopped = stop
+            self._note_stopped(stop)
         self._changed(replace(self.pods.get(pod.pod_uid, pod), state=state, reason=reason))
 
     def _deadline(self, started: str) -> float | None:
@@ -360,8 +393,8 @@ class NotificationRun:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 deadline_passed = True
-                self.stopped = await self._stored("stop the run", lambda: self.parts.scopes.stop(
-                    self.uid, DEADLINE_EXCEEDED))
+                self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes
+                                                      .stop(self.uid, DEADLINE_EXCEEDED)))
                 break
             if self.queue.empty() and not all_pods and not running:
                 break
@@ -381,7 +414,7 @@ class NotificationRun:
                     break
                 stored = await self.parts.scopes.run(self.uid)
                 if stored is not None and stored.stopped:
-                    self.stopped = stored.stopped  # stopped by a deletion meanwhile
+                    self._note_stopped(stored.stopped)  # stopped by a deletion meanwhile
                     break
                 continue  # the pod is no longer pending: nothing to do
             self._changed(replace(pod, state=scope.STARTED, record=name))
@@ -389,8 +422,8 @@ class NotificationRun:
             running.add(task)
             task.add_done_callback(functools.partial(_turn_done, running, slots))
         if self.deleted.is_set() and not self.stopped:
-            self.stopped = await self._stored("stop the run", lambda: self.parts.scopes.stop(
-                self.uid, DELETED))
+            self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes.stop(
+                self.uid, DELETED)))
         if running:
             await asyncio.gather(*running, return_exceptions=True)
         return deadline_passed
@@ -499,6 +532,10 @@ class NotificationRun:
                       ) -> None:
         """Decide the outcome (stored first: the first decision stands), roll back if it is
         Failed, then store the final status; forget the scope if the object is gone."""
+        if not self.deleted.is_set():  # deleted through another replica meanwhile?
+            stored = await self._stored("read the run", lambda: self.parts.scopes.run(self.uid))
+            if stored is not None and stored.stopped == DELETED:
+                self._note_stopped(DELETED)
         counts = scope.counts(list(self.pods.values()))
         unfinished = counts["pending"] > 0
         if failure is not None:
@@ -596,16 +633,85 @@ class NotificationRun:
 
 class FanoutManager:
     """Starts, stops and resumes Notification runs, and deletes the scope of Notifications
-    that are gone."""
+    that are gone. Runs happen only while this replica leads (`lead` to `step_down`); on any
+    replica `begin` stores a new Notification's scope and `deleted` its stop flag.
 
-    def __init__(self, parts: FanoutParts, sweep_delay: float = SWEEP_DELAY_SECONDS) -> None:
+    `scope_grace` and `absent_grace` (seconds) are the waits of SCOPE_GRACE_SECONDS and
+    ABSENT_GRACE_SECONDS; a single replica over SQLite, where no other replica writes and no
+    cache lags, may set them to 0."""
+
+    def __init__(self, parts: FanoutParts, sweep_delay: float = SWEEP_DELAY_SECONDS, *,
+                 reconcile_interval: float = RECONCILE_INTERVAL_SECONDS,
+                 scope_grace: float = SCOPE_GRACE_SECONDS,
+                 absent_grace: float = ABSENT_GRACE_SECONDS) -> None:
         self.parts = parts
         self._sweep_delay = sweep_delay
+        self._interval = reconcile_interval
+        self._scope_grace = scope_grace
+        self._absent_grace = absent_grace
         self._runs: dict[str, tuple[NotificationRun, asyncio.Task[None]]] = {}
-        self._sweep: asyncio.Task[None] | None = None
+        self._leading = False
+        self._reconciler: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        """Set by a deletion: reconcile soon (after sweep_delay), not at the next interval."""
+        self._ended: set[str] = set()
+        """UIDs whose run ended in this leadership (not cancelled): never started again in it,
+        however stale the listing a reconcile pass works from."""
+        self._absent_since: dict[str, float] = {}
+        """UID of a scope: time.monotonic() when its Notification was first missing."""
+
+    @property
+    def leading(self) -> bool:
+        return self._leading
+
+    async def lead(self) -> None:
+        """This replica became the leader: resume every unfinished Notification (one reconcile
+        pass, awaited; a failure is logged and retried), then keep reconciling every
+        `reconcile_interval` until `step_down`."""
+        if self._leading:
+            return
+        self._leading = True
+        self._ended.clear()
+        self._absent_since.clear()
+        log.info("leading the notification fan-out: resuming unfinished notifications")
+        await self._reconcile_logged()
+        if self._leading and self._reconciler is None:
+            self._reconciler = asyncio.create_task(self._keep_reconciling(),
+                                                   name="notification reconciler")
+
+    async def step_down(self) -> None:
+        """Stop leading: cancel every run without writing anything final (the next leader
+        resumes them; records this replica is running go on and end by themselves)."""
+        self._leading = False
+        tasks = [task for _, task in self._runs.values()]
+        if self._reconciler is not None:
+            tasks.append(self._reconciler)
+            self._reconciler = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            log.info("stopped leading the notification fan-out", extra={"runs": len(tasks)})
+
+    async def _keep_reconciling(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
+            if self._wake.is_set():
+                await asyncio.sleep(self._sweep_delay)  # deletions in a burst share a pass
+                self._wake.clear()
+            await self._reconcile_logged()
+
+    async def _reconcile_logged(self) -> None:
+        try:
+            await self.reconcile()
+        except Exception:
+            log.exception("reconciling the notifications failed; retrying in a moment")
 
     async def begin(self, notification: dict[str, Any], pods: list[tuple[str, str]]) -> None:
-        """Record a just-created Notification's scope and start it. If the scope cannot be
+        """Record a just-created Notification's scope and, if this replica leads, start it
+        (otherwise the leader starts it within about a second). If the scope cannot be
         stored, the Notification is deleted again (it never ran) and the error raised."""
         try:
             await self.parts.scopes.create(notification, pods)
@@ -619,7 +725,7 @@ class FanoutManager:
                                                       uid=meta["uid"])
             except Exception as undo:
                 log.error("deleting the notification failed too; it fails with reason "
-                          f"{SCOPE_NOT_RECORDED} when the server starts again",
+                          f"{SCOPE_NOT_RECORDED} when the fan-out leader finds it",
                           extra={"namespace": meta["namespace"], "notification": meta["name"],
                                  "error": f"{type(undo).__name__}: {undo}"})
             raise
@@ -628,16 +734,30 @@ class FanoutManager:
                              notification["metadata"]["name"], notification["spec"]),
                     notification.get("status") or {})
 
-    def _start(self, run: ScopeRun, status: dict[str, Any] | None) -> None:
+    def _start(self, run: ScopeRun, status: dict[str, Any] | None) -> bool:
+        """Start the run unless this replica does not lead, or it runs or ran in this
+        leadership already; True if it started."""
+        uid = run.notification_uid
+        if not self._leading or uid in self._runs or uid in self._ended:
+            return False
         runner = NotificationRun(self.parts, run, status)
         task = asyncio.create_task(runner.run(), name=f"notification {run.name}")
-        self._runs[run.notification_uid] = (runner, task)
-        task.add_done_callback(lambda _t: self._runs.pop(run.notification_uid, None))
+        self._runs[uid] = (runner, task)
+        task.add_done_callback(functools.partial(self._run_ended, uid))
+        return True
+
+    def _run_ended(self, uid: str, task: asyncio.Task[None]) -> None:
+        entry = self._runs.get(uid)
+        if entry is not None and entry[1] is task:
+            del self._runs[uid]
+        if not task.cancelled():
+            self._ended.add(uid)
 
     async def deleted(self, uid: str) -> None:
         """The Notification was deleted: a running one starts no more pods (stored first, so a
-        restart does not start any either), rolls back and then deletes its scope; a finished
-        one's scope is deleted at once. A sweep follows either way, for whatever else is gone."""
+        restart, or the leader when it is run elsewhere, does not start any either), rolls back
+        and then deletes its scope; a finished one's scope is deleted at once. The leader
+        reconciles soon after, for whatever else is gone."""
         entry = self._runs.get(uid)
         if entry is not None:
             try:
@@ -648,30 +768,29 @@ class FanoutManager:
             entry[0].deleted.set()
         else:
             run = await self.parts.scopes.run(uid)
-            if run is not None and (run.finished or run.outcome == scope.OUTCOME_SUCCEEDED):
+            if run is None:
+                pass
+            elif run.finished or (self._leading and run.outcome == scope.OUTCOME_SUCCEEDED):
                 await self.parts.scopes.forget(uid)
-        if self._sweep is None or self._sweep.done():
-            self._sweep = asyncio.create_task(self._sweep_later(), name="notification sweep")
-
-    async def _sweep_later(self) -> None:
-        await asyncio.sleep(self._sweep_delay)
-        try:
-            await self.reconcile(resume=False)
-        except Exception:
-            log.exception("sweeping the scopes of deleted notifications failed; the next "
-                          "deletion or start sweeps again")
+            else:  # the leader (this replica's reconciler, or another's) rolls back if due
+                await self.parts.scopes.stop(uid, DELETED)
+        if self._leading:
+            self._wake.set()
 
     async def resume(self) -> int:
-        """Continue every Notification that was not finished when the server stopped, finish
-        what is due for those deleted meanwhile, and delete the rest's scope; returns how many
-        runs started."""
-        return await self.reconcile(resume=True)
+        """One reconcile pass (see `reconcile`); returns how many runs started."""
+        return await self.reconcile()
 
-    async def reconcile(self, resume: bool) -> int:
-        """Compare the scope tables with the stored Notifications (by UID). Rows of a
-        Notification that is gone are deleted, after its rollback if one is due (or it was
-        deleted before its outcome was decided). With `resume`, unfinished Notifications are
-        started again, and one whose scope was never recorded fails with ScopeNotRecorded."""
+    async def reconcile(self) -> int:
+        """Compare the scopes with the stored Notifications (by UID), while leading (otherwise
+        do nothing). Unfinished Notifications not running here are started (resumed, or
+        created through another replica); one deleted (its run stopped as Deleted, or its
+        object missing for `absent_grace`) stops starting pods, rolls back if due and has its
+        scope deleted; one without a scope fails ScopeNotRecorded once older than
+        `scope_grace`. Returns how many runs started."""
+        if not self._leading:
+            return 0
+        running_before = set(self._runs)
         objects = await self._all_notifications()
         scopes = self.parts.scopes
         runs = {run.notification_uid: run for run in await scopes.runs()}
@@ -683,29 +802,55 @@ class FanoutManager:
                     runs[uid] = adopted
             else:
                 await scopes.forget(uid)
+        self._ended &= set(runs)
+        now = time.monotonic()
+        self._absent_since = {uid: since for uid, since in self._absent_since.items()
+                              if uid in runs and uid not in objects}
         started = 0
         for uid, run in runs.items():
-            if uid in self._runs:
-                continue
             obj = objects.get(uid)
+            gone = run.stopped == DELETED or (obj is None and now - self._absent_since.setdefault(
+                uid, now) >= self._absent_grace)
+            entry = self._runs.get(uid)
+            if entry is not None:
+                if gone and uid in running_before and not entry[0].deleted.is_set():
+                    await self._stop_deleted(uid, entry[0])
+                continue
             if obj is None:
-                if run.finished or run.outcome == scope.OUTCOME_SUCCEEDED:
+                if run.finished:
                     await scopes.forget(uid)
-                else:
-                    self._start(run, None)
-                    started += 1
+                elif gone:
+                    if run.outcome == scope.OUTCOME_SUCCEEDED:
+                        await scopes.forget(uid)
+                    elif self._start(run, None):
+                        started += 1
             elif obj.get("status", {}).get("phase") in records.FINISHED_PHASES:
                 if not run.finished:
                     await scopes.mark_finished(uid)
-            elif resume:
-                self._start(run, obj.get("status") or {})
+            elif self._start(run, obj.get("status") or {}):
                 started += 1
-        if resume:
-            for uid, obj in objects.items():
-                if uid not in runs and obj.get("status", {}).get(
-                        "phase") not in records.FINISHED_PHASES:
-                    await self._fail_unrecorded(obj)
+        for uid, obj in objects.items():
+            if uid not in runs and obj.get("status", {}).get(
+                    "phase") not in records.FINISHED_PHASES and self._scope_overdue(obj):
+                await self._fail_unrecorded(obj)
         return started
+
+    async def _stop_deleted(self, uid: str, run: NotificationRun) -> None:
+        """What `deleted` does to a run this replica runs, for a deletion seen by reconciling."""
+        log.info("notification deleted through another replica; stopping its run", extra={
+            "namespace": run.namespace, "notification": run.name})
+        try:
+            await self.parts.scopes.stop(uid, DELETED)
+        except Exception as error:
+            log.warning("storing that a deleted notification stops failed", extra={
+                "notification_uid": uid, "error": f"{type(error).__name__}: {error}"})
+        run.deleted.set()
+
+    def _scope_overdue(self, notification: dict[str, Any]) -> bool:
+        """Older than `scope_grace` (or of unknown age): its scope is not being written."""
+        created = parse_timestamp(notification["metadata"].get("creationTimestamp"))
+        return created is None or (
+            datetime.now(UTC).timestamp() - created >= self._scope_grace)
 
     async def _all_notifications(self) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
@@ -728,6 +873,9 @@ class FanoutManager:
                                 "create it again", "lastTransitionTime": now}
 
         def fail(obj: dict[str, Any]) -> dict[str, Any]:
+            if obj["metadata"].get("uid") != meta["uid"] or (obj.get("status") or {}).get(
+                    "phase") in records.FINISHED_PHASES:
+                raise _Gone  # another one by that name, or failed already
             status = {**(obj.get("status") or {}), "phase": records.FAILED,
                       "completionTime": now, "conditions": [condition]}
             status.setdefault("startTime", now)
@@ -736,16 +884,12 @@ class FanoutManager:
         try:
             await self.parts.notifications.guaranteed_update(meta["namespace"], meta["name"],
                                                              fail)
-        except NotFound:
+        except (NotFound, _Gone):
             return
         self.parts.metrics.notification_finished(records.FAILED)
         self.parts.events.finished(notification_ref(meta["namespace"], meta["name"], meta["uid"]),
                                    records.FAILED, SCOPE_NOT_RECORDED, condition["message"])
 
     async def shutdown(self) -> None:
-        tasks = [task for _, task in self._runs.values()]
-        if self._sweep is not None:
-            tasks.append(self._sweep)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Stop as `step_down` does (nothing final is written; the next leader resumes)."""
+        await self.step_down()

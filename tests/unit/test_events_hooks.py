@@ -90,8 +90,10 @@ def test_the_note_says_the_duration() -> None:
 async def fanout(tmp_path: Path) -> AsyncIterator[tuple[Server, RecordingSink]]:
     server = await Server.open(tmp_path / "data")
     sink = RecordingSink()
-    server.manager = FanoutManager(replace(server.manager.parts,
-                                           events=NotificationEvents(sink)), sweep_delay=0.01)
+    await server.manager.step_down()
+    server.manager = FanoutManager(replace(server.manager.parts, events=NotificationEvents(sink)),
+                                   sweep_delay=0.01, scope_grace=0)
+    await server.manager.lead()
     yield server, sink
     await server.close()
 

@@ -186,7 +186,9 @@ class Server:
     manager: FanoutManager
 
     @classmethod
-    async def open(cls, data: Path) -> Server:
+    async def open(cls, data: Path, lead: bool = True) -> Server:
+        """The server, leading the fan-out unless `lead` is False (one replica over SQLite:
+        no other replica writes scopes, so no grace before failing or rolling back)."""
         database = await SqliteDatabase.open(data)
         notifications = SqliteObjectStore(database, NOTIFICATIONS)
         podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS))
@@ -196,7 +198,10 @@ class Server:
         manager = FanoutManager(FanoutParts(
             notifications=notifications, podnotifiers=podnotifiers, scopes=scopes,
             admission=fake, runner=fake, authorizer=authorizer, metrics=metrics,
-            new_pods=new_pods, events=NotificationEvents(RecordingSink())), sweep_delay=0.01)
+            new_pods=new_pods, events=NotificationEvents(RecordingSink())), sweep_delay=0.01,
+            scope_grace=0, absent_grace=0)
+        if lead:
+            await manager.lead()
         return cls(database, notifications, podnotifiers, scopes, fake, authorizer, metrics,
                    new_pods, manager)
 
@@ -241,10 +246,7 @@ class Server:
 
     async def crash(self) -> None:
         """SIGKILL: every task stops at the await point it is at; nothing else is written."""
-        tasks = [task for _, task in self.manager._runs.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.manager.step_down()
         await self.fake.stop()
         self.notifications.close()
         self.podnotifiers.close()
@@ -260,12 +262,12 @@ class Server:
 
 async def restart(data: Path, before: Server, pods: list[str]) -> Server:
     """A new server process on the same data directory, as serve() starts it: unfinished
-    records end Interrupted, then the fan-out resumes."""
-    server = await Server.open(data)
+    records end Interrupted, then it leads the fan-out (resuming it)."""
+    server = await Server.open(data, lead=False)
     server.fake.add(*pods)
     server.fake.outcomes.update(before.fake.outcomes)
     await housekeeping.recover_interrupted(server.podnotifiers)
-    await server.manager.resume()
+    await server.manager.lead()
     return server
 
 
