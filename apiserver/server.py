@@ -3,7 +3,8 @@
 Nothing below this module imports it. ``serve`` connects to kube-apiserver, opens the store,
 assembles authentication, authorization, the notifier runner, admission, the fan-out and the
 HTTP routes, and runs them under uvicorn; the app's lifespan starts and stops the background
-work (trust material watch, pod index, record collection, resumed fan-outs).
+work (trust material watch, pod index, record collection, this replica's Lease, the fan-out
+leader election).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
-from apiserver.config import KUBERNETES, ServerOptions
+from apiserver.config import KUBERNETES, InvalidOptions, ServerOptions, check
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
 from apiserver.fanout.scope import ScopeStore
@@ -29,6 +30,7 @@ from apiserver.handlers import notifications, notify, podnotifiers
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.kube.events import EventRecorder
+from apiserver.kube.leases import LeaderElector, ReplicaLease
 from apiserver.notifier import housekeeping
 from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.events import REPORTING_CONTROLLER, NotificationEvents, RunEvents
@@ -69,6 +71,11 @@ def connect(options: ServerOptions) -> KubeClient:
 
 async def serve(options: ServerOptions) -> None:
     """Serve until SIGINT or SIGTERM."""
+    try:
+        check(options)
+    except InvalidOptions as error:
+        log.error("invalid options", extra={"error": str(error)})
+        raise SystemExit(str(error)) from None
     kube = connect(options)
     if options.storage == KUBERNETES:
         try:
@@ -88,7 +95,8 @@ async def serve(options: ServerOptions) -> None:
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
               database: SqliteDatabase, watches: Watches, replica: str) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
-    `kube` and `database` at the end. `replica` names this server in the Events it records.
+    `kube` and `database` at the end. `replica` names this server in the Events it records
+    and its heartbeat Lease, and is its identity in the fan-out leader election.
     With ``--storage=kubernetes`` records and Notifications are kept as storage custom resources
     (``registry/kube_store.py``); the Notification scopes stay in `database` either way."""
     trust_store = TrustStore()
@@ -119,6 +127,17 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         record_store = SqliteObjectStore(database, PODNOTIFIERS)
         notification_store = SqliteObjectStore(database, NOTIFICATIONS)
     records = PodNotifierStore(record_store)
+    replica_lease = ReplicaLease(
+        kube, options.leader_elect_resource_namespace, replica,
+        lease_duration=options.leader_elect_lease_duration,
+        renew_interval=options.leader_elect_retry_period)
+    readiness.add("replica-lease", lambda: replica_lease.synced)
+    elector = LeaderElector(
+        kube, options.leader_elect_resource_namespace, options.leader_elect_resource_name,
+        replica, lease_duration=options.leader_elect_lease_duration,
+        renew_deadline=options.leader_elect_renew_deadline,
+        retry_period=options.leader_elect_retry_period)
+    metrics.watch_leader(lambda: elector.is_leader)
     pod_index = PodDirectory(kube)
     pod_cache = PodCache(kube)
     owners = OwnerTemplates(kube)
@@ -161,8 +180,10 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         for cache in caches:
             cache.start()
         await housekeeping.recover_interrupted(records)
-        await fanout.resume()
         event_writer = asyncio.create_task(events.run(), name="event-recorder")
+        heartbeat = asyncio.create_task(replica_lease.run(), name="replica-lease")
+        election = asyncio.create_task(elector.run(fanout.lead, fanout.step_down),
+                                       name="leader-election")
         background = [
             asyncio.create_task(trust_watcher.run(), name="trust-watcher"),
             asyncio.create_task(pod_index.run(), name="pod-index"),
@@ -178,8 +199,16 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         try:
             yield
         finally:
+            # Stop leading (the fan-out steps down) and release the leader Lease, so another
+            # replica resumes the Notifications at once; end this replica's runs; then release
+            # its heartbeat Lease, last, so survivors see it gone once nothing is left running.
+            election.cancel()
+            await asyncio.gather(election, return_exceptions=True)
             await fanout.shutdown()
             await runner.shutdown()
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await replica_lease.release()
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)

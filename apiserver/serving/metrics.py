@@ -11,7 +11,7 @@ authorizer as plain integers; a custom collector reads them at scrape time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -48,6 +48,10 @@ class Metrics:
             f"{PREFIX}_notifications_finished",
             "Notifications that finished, by final phase.",
             ["phase"], registry=self.registry)
+        self._leader = Gauge(
+            f"{PREFIX}_leader",
+            "1 while this replica leads the Notification fan-out (holds the leader Lease), "
+            "else 0.", registry=self.registry)
         self._unexpected_errors = Counter(
             f"{PREFIX}_unexpected_errors",
             "Requests that failed with an error the server did not expect (a bug): each is "
@@ -91,6 +95,10 @@ class Metrics:
 
     def notification_finished(self, phase: str) -> None:
         self._notifications_finished.labels(phase=phase).inc()
+
+    def watch_leader(self, is_leader: Callable[[], bool]) -> None:
+        """Read `is_leader()` at scrape time for the leader gauge."""
+        self._leader.set_function(lambda: 1.0 if is_leader() else 0.0)
 
     def watch_reviews(self, authorization: ReviewCounters,
                       authentication: ReviewCounters) -> None:

@@ -105,10 +105,15 @@ class FakeKube:
     error_code: int | None = None
     reviews: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
+    leases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """coordination.k8s.io Leases by name (the replica and leader Leases of build_app)."""
+
     def handle(self, request: httpx.Request) -> httpx.Response:
         if self.down:
             raise httpx.ConnectError("connection refused", request=request)
         body = json.loads(request.content) if request.content else {}
+        if "/apis/coordination.k8s.io/" in request.url.path:
+            return self._lease(request, body)
         self.reviews.append((request.url.path, body))
         if self.error_code is not None:
             return httpx.Response(self.error_code, json={
@@ -122,6 +127,24 @@ class FakeKube:
         if request.url.path.endswith("/subjectaccessreviews"):
             allowed = self.allow(spec)
             return httpx.Response(201, json={**body, "status": {"allowed": allowed}})
+        return httpx.Response(404, json={"kind": "Status", "code": 404})
+
+    def _lease(self, request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        """Leases without resourceVersion checks; watches are refused (informers relist)."""
+        _, _, name = request.url.path.partition("/leases/")
+        if request.method == "POST":
+            name = body["metadata"]["name"]
+            if name in self.leases:
+                return httpx.Response(409, json={"kind": "Status", "code": 409})
+        if request.method in ("POST", "PUT"):
+            body["metadata"] = {**body["metadata"], "uid": f"uid-{name}",
+                                "resourceVersion": str(len(self.reviews) + 1)}
+            self.leases[name] = body
+            return httpx.Response(201 if request.method == "POST" else 200, json=body)
+        if request.method == "DELETE" and self.leases.pop(name, None) is not None:
+            return httpx.Response(200, json={"kind": "Status", "status": "Success"})
+        if request.method == "GET" and name in self.leases:
+            return httpx.Response(200, json=self.leases[name])
         return httpx.Response(404, json={"kind": "Status", "code": 404})
 
     def paths(self) -> list[str]:
