@@ -682,16 +682,16 @@ class FanoutManager:
     async def step_down(self) -> None:
         """Stop leading: cancel every run without writing anything final (the next leader
         resumes them; records this replica is running go on and end by themselves)."""
-        self._leading = False
-        tasks = [task for _, task in self._runs.values()]
-        if self._reconciler is not None:
-            tasks.append(self._reconciler)
-            self._reconciler = None
+        was_leading, self._leading = self._leading, False
+        runs = [task for _, task in self._runs.values()]
+        tasks = [*runs, *([self._reconciler] if self._reconciler is not None else [])]
+        self._reconciler = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if tasks:
-            log.info("stopped leading the notification fan-out", extra={"runs": len(tasks)})
+        if was_leading:
+            log.info("stopped leading the notification fan-out; the next leader resumes its "
+                     "runs", extra={"runs_cancelled": len(runs)})
 
     async def _keep_reconciling(self) -> None:
         while True:
