@@ -706,6 +706,9 @@ class FanoutManager:
     async def _reconcile_logged(self) -> None:
         try:
             await self.reconcile()
+        except errors.ServiceUnavailable as error:  # kube-apiserver away: no traceback each time
+            log.warning("reconciling the notifications failed; retrying in a moment",
+                        extra={"error": f"{type(error).__name__}: {error}"})
         except Exception:
             log.exception("reconciling the notifications failed; retrying in a moment")
 
