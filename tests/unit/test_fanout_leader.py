@@ -204,7 +204,7 @@ async def test_a_deletion_seen_only_by_reconciling_stops_a_run_waiting_on_its_po
 async def test_a_notification_without_a_scope_fails_only_after_the_grace(
         tmp_path: Path) -> None:
     server = await Server.open(tmp_path / "data", lead=False)
-    leader = replica(server, scope_grace=1.5)
+    leader = replica(server, scope_grace=2.5)  # creationTimestamp has whole seconds
     try:
         await leader.manager.lead()
         await server.notifications.create({
@@ -214,7 +214,7 @@ async def test_a_notification_without_a_scope_fails_only_after_the_grace(
             "status": {"phase": records.PENDING}})  # its scope is still being written
         await asyncio.sleep(0.5)
         assert (await server.get("young"))["status"]["phase"] == records.PENDING
-        async with asyncio.timeout(3):
+        async with asyncio.timeout(5):
             while (await server.get("young"))["status"]["phase"] == records.PENDING:
                 await asyncio.sleep(0.05)
         status = (await server.get("young"))["status"]
@@ -229,7 +229,7 @@ async def test_a_scope_whose_notification_is_missing_is_rolled_back_only_after_t
         tmp_path: Path) -> None:
     """A lagging cache of Notifications must not make a new one look deleted."""
     server = await Server.open(tmp_path / "data", lead=False)
-    leader = replica(server, absent_grace=0.5)
+    leader = replica(server, absent_grace=1.0)
     try:
         pods = server.fake.add("db-0")
         missing = {"metadata": {"namespace": NS, "name": "unseen", "uid": "uid-unseen"},
@@ -237,9 +237,9 @@ async def test_a_scope_whose_notification_is_missing_is_rolled_back_only_after_t
                             "requestedBy": {"username": "db-operator"}}}
         await server.scopes.create(missing, pods)
         await leader.manager.lead()
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.3)
         assert await server.scopes.run("uid-unseen") is not None
-        async with asyncio.timeout(2):
+        async with asyncio.timeout(3):
             while await server.scopes.run("uid-unseen") is not None:
                 await asyncio.sleep(0.02)
         assert leader.fake.started == []  # a deleted one starts no pod
