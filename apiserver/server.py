@@ -40,7 +40,7 @@ from apiserver.notifier.trust import TrustRules
 from apiserver.registry.errors import StorageNotInstalled
 from apiserver.registry.kube_store import KubeObjectStore, check_installed
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
+from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import ObjectStore
@@ -72,7 +72,7 @@ async def serve(options: ServerOptions) -> None:
     kube = connect(options)
     if options.storage == KUBERNETES:
         try:
-            await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
+            await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS, PODLEDGERS))
         except StorageNotInstalled as error:
             await kube.aclose()
             log.error("storage not installed", extra={"error": str(error)})
@@ -88,7 +88,8 @@ async def serve(options: ServerOptions) -> None:
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
               database: SqliteDatabase, watches: Watches, replica: str) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
-    `kube` and `database` at the end. `replica` names this server in the Events it records.
+    `kube` and `database` at the end. `replica` names this server in the Events it records
+    and in the pods' ledgers (the runs it holds).
     With ``--storage=kubernetes`` records and Notifications are kept as storage custom resources
     (``registry/kube_store.py``); the Notification scopes stay in `database` either way."""
     trust_store = TrustStore()
@@ -110,15 +111,21 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
 
     record_store: ObjectStore
     notification_store: ObjectStore
+    ledger_store: ObjectStore
     caches: list[KubeObjectStore] = []
     if options.storage == KUBERNETES:
-        caches = [KubeObjectStore(kube, PODNOTIFIERS), KubeObjectStore(kube, NOTIFICATIONS)]
-        record_store, notification_store = caches
+        caches = [KubeObjectStore(kube, PODNOTIFIERS), KubeObjectStore(kube, NOTIFICATIONS),
+                  KubeObjectStore(kube, PODLEDGERS)]
+        record_store, notification_store, ledger_store = caches
         readiness.add("storage-cache", lambda: all(cache.synced for cache in caches))
     else:
         record_store = SqliteObjectStore(database, PODNOTIFIERS)
         notification_store = SqliteObjectStore(database, NOTIFICATIONS)
-    records = PodNotifierStore(record_store)
+        ledger_store = SqliteObjectStore(database, PODLEDGERS)
+    records = PodNotifierStore(record_store, ledger_store, replica)
+    # No replica holds a Lease yet: the takeover counts every replica but this one as stopped,
+    # which is true of one replica only.
+    takeover = housekeeping.Takeover(records, housekeeping.SingleReplica(replica))
     pod_index = PodDirectory(kube)
     pod_cache = PodCache(kube)
     owners = OwnerTemplates(kube)
@@ -169,8 +176,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             asyncio.create_task(pod_cache.run(), name="pod-cache"),
             asyncio.create_task(owners.run(), name="owner-templates"),
             asyncio.create_task(housekeeping.collect_forever(
-                records, pod_index, options.default_ttl_seconds_after_finished),
-                name="record-collector"),
+                records, pod_index, options.default_ttl_seconds_after_finished,
+                options.max_records_per_pod), name="record-collector"),
+            asyncio.create_task(takeover.run(), name="takeover"),
         ]
         log.info("started", extra={"address": options.bind_address,
                                    "port": options.secure_port,
