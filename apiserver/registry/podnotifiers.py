@@ -97,7 +97,9 @@ class PodNotifierStore(ObjectStore):
         self.ledgers = PodLedgers(ledgers, grace_seconds=grace_seconds, clock=clock)
         self._backend = backend
         self._trim_delay = trim_delay_seconds
-        self._trims: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._trims: set[asyncio.Task[None]] = set()
+        self._pending_trims: set[tuple[str, str]] = set()
+        """Pods with a trim not started yet."""
 
     # The strategy
 
@@ -229,24 +231,28 @@ class PodNotifierStore(ObjectStore):
         """Trim the pod in ``TRIM_DELAY_SECONDS`` (once for creates meanwhile): by then the
         creates of other replicas that evicted against the same records are in the cache."""
         key = (namespace, pod)
-        if key in self._trims:
+        if key in self._pending_trims:
             return
+        self._pending_trims.add(key)
 
         async def trim_soon() -> None:
             try:
                 await asyncio.sleep(self._trim_delay)
-                del self._trims[key]
+            finally:  # creates from now on schedule a trim of their own
+                self._pending_trims.discard(key)
+            try:
                 trimmed = await self.trim(namespace, pod, max_per_pod)
-                if trimmed:
-                    log.info("trimmed records beyond the bound", extra={
-                        "namespace": namespace, "pod": pod, "deleted": trimmed})
             except StoreError as error:
                 log.warning("trimming records failed; the collector trims them", extra={
                     "namespace": namespace, "pod": pod, "error": str(error)})
-            finally:
-                self._trims.pop(key, None)
+                return
+            if trimmed:
+                log.info("trimmed records beyond the bound", extra={
+                    "namespace": namespace, "pod": pod, "deleted": trimmed})
 
-        self._trims[key] = asyncio.create_task(trim_soon(), name=f"trim {namespace}/{pod}")
+        task = asyncio.create_task(trim_soon(), name=f"trim {namespace}/{pod}")
+        self._trims.add(task)
+        task.add_done_callback(self._trims.discard)
 
     async def release(self, namespace: str, pod: str, record: str) -> None:
         """Take the run of ``record`` off the pod's ledger (its record ended or is gone)."""
@@ -382,9 +388,8 @@ class PodNotifierStore(ObjectStore):
                                          field_selector=field_selector)
 
     def close(self) -> None:
-        for task in self._trims.values():
+        for task in self._trims:
             task.cancel()
-        self._trims.clear()
         self._backend.close()
         self.ledgers.close()
 
