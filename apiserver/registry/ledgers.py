@@ -8,9 +8,11 @@ serialized by the store: kube-apiserver on the Kubernetes backend, the transacti
 The decisions themselves (what refuses a new run) are the caller's (``podnotifiers``).
 
 A run is added before its record is created and removed once the record finished or was
-deleted. A run whose record is finished or absent (a replica stopped between the two writes,
-or a removal failed) is dropped by the next change of the ledger once it is older than the
-grace (``grace_seconds``): the record may be being created, or not yet in this replica's cache.
+deleted. A run whose record is finished or absent (a replica stopped between the two writes, a
+removal failed, the record went another way: namespace deletion) is stale once older than the
+grace (``grace_seconds``; before, the record may be being created, or not yet in this replica's
+cache): the next decision it would refuse drops it (``add`` with ``unfinished``), and so does
+the collector for the ledgers of pods that are gone (``prune``).
 """
 
 from __future__ import annotations
@@ -160,6 +162,11 @@ class PodLedgers:
                                                                  pruned))
         except NotFound:
             return None
+
+    def past_grace(self, run: Run) -> bool:
+        """Whether the run was added longer than the grace ago (stale if its record is not
+        known unfinished)."""
+        return run.age(self._clock()) > self._grace
 
     def _current(self, runs: list[Run], now: float, unfinished: Callable[[str], bool]
                  ) -> list[Run]:

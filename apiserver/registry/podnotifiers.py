@@ -175,12 +175,21 @@ class PodNotifierStore(ObjectStore):
 
     async def _add_run(self, namespace: str, pod: str, pod_uid: str, run: Run,
                        admit: Callable[[list[Run]], None]) -> None:
-        """Add ``run`` to the ledger; if refused, once more without the stale runs (the pod's
-        records are read only then: a run that is admitted needs no look at them)."""
+        """Add ``run`` to the ledger; if refused while runs past the grace are listed, once more
+        without the stale ones (the pod's records are read only then)."""
+        past_grace = False
+
+        def admit_noting(runs: list[Run]) -> None:
+            nonlocal past_grace
+            past_grace = any(self.ledgers.past_grace(listed) for listed in runs)
+            admit(runs)
+
         try:
-            await self.ledgers.add(namespace, pod, pod_uid, run, admit=admit,
+            await self.ledgers.add(namespace, pod, pod_uid, run, admit=admit_noting,
                                    unfinished=lambda record: True)
         except (Conflict, TooManyRequests):
+            if not past_grace:
+                raise
             await self.ledgers.add(namespace, pod, pod_uid, run, admit=admit,
                                    unfinished=await self._unfinished_of(namespace, pod))
 
