@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from apiserver.api.time import parse_timestamp
 from apiserver.notifier import records
@@ -48,7 +48,7 @@ async def _interrupt(store: PodNotifierStore, namespace: str, name: str, message
     nothing is written: two replicas ending it at once end it once); whether this ended it."""
     ended = False
 
-    def end(record: dict[str, object]) -> dict[str, object]:
+    def end(record: dict[str, Any]) -> dict[str, Any]:
         nonlocal ended
         ended = not records.is_finished(record)
         if not ended:
