@@ -52,6 +52,9 @@ from apiserver.serving.tls import ServingTLS
 
 log = logging.getLogger(__name__)
 
+STORED_RESOURCES = (PODNOTIFIERS, NOTIFICATIONS, PODLEDGERS)
+"""What ``--storage=kubernetes`` keeps as storage custom resources (their CRDs must be installed:
+apiservice/storage-crds.yaml)."""
 EVENTS_DRAIN_SECONDS = 2.0
 """At shutdown, how long writing the Events still queued may take."""
 
@@ -72,7 +75,7 @@ async def serve(options: ServerOptions) -> None:
     kube = connect(options)
     if options.storage == KUBERNETES:
         try:
-            await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS, PODLEDGERS))
+            await check_installed(kube, STORED_RESOURCES)
         except StorageNotInstalled as error:
             await kube.aclose()
             log.error("storage not installed", extra={"error": str(error)})

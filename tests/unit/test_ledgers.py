@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 
 from apiserver.api.time import timestamp
 from apiserver.kube import KubeClient
@@ -27,11 +28,18 @@ from apiserver.notifier.housekeeping import (
     recover_interrupted,
 )
 from apiserver.registry.errors import AlreadyExists, Conflict, TooManyRequests
-from apiserver.registry.kube_store import KubeObjectStore
+from apiserver.registry.kube_store import (
+    STORAGE_GROUP,
+    STORAGE_VERSION,
+    KubeObjectStore,
+    storage_kind,
+)
 from apiserver.registry.ledgers import GRACE_SECONDS, Ledger
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.store import Object
+from apiserver.server import STORED_RESOURCES
+from localcluster.layout import REPO_ROOT
 from tests.support.fake_storage_api import FakeStorageAPI
 from tests.unit.conftest import Backend
 from tests.unit.test_housekeeping import FakePods
@@ -473,3 +481,30 @@ async def test_a_lagging_replica_has_no_ledger_in_its_cache(
 
 async def _has_ledger(store: PodNotifierStore) -> bool:
     return await ledger(store) is not None
+
+
+# The manifests
+
+
+def test_every_stored_resource_has_its_crd_and_rbac() -> None:
+    """The CRDs the server checks at start (``STORED_RESOURCES``, the ledgers among them) are in
+    apiservice/storage-crds.yaml with the storage conventions, and the server may use them."""
+    crds = {crd["metadata"]["name"]: crd for crd in yaml.safe_load_all(
+        (REPO_ROOT / "apiservice" / "storage-crds.yaml").read_text())}
+    [storage_rule, crd_rule] = next(
+        role for role in yaml.safe_load_all((REPO_ROOT / "apiservice" / "rbac-server.yaml")
+                                            .read_text())
+        if role["kind"] == "ClusterRole" and role["metadata"]["name"] ==
+        "container-notifier:storage")["rules"]
+    assert PODLEDGERS in STORED_RESOURCES
+    for resource in STORED_RESOURCES:
+        kind = storage_kind(resource)
+        spec = crds[kind.crd_name]["spec"]
+        assert (spec["group"], spec["scope"], spec["names"]["plural"], spec["names"]["kind"]) == \
+            (STORAGE_GROUP, "Namespaced", kind.plural, kind.kind)
+        [version] = spec["versions"]
+        assert version["name"] == STORAGE_VERSION and version["storage"]
+        assert version["schema"]["openAPIV3Schema"]["required"] == ["object"]
+        assert kind.plural in storage_rule["resources"]
+        assert kind.crd_name in crd_rule["resourceNames"]
+    assert {"get", "list", "watch", "create", "update", "delete"} <= set(storage_rule["verbs"])
