@@ -4,7 +4,8 @@ the ``backend`` fixture: one unfinished run per (pod, notifier), at most K unfin
 pod, a finished or deleted record leaving the ledger, a crash between the ledger and the record
 cleared after the grace, the takeover of a stopped replica's runs, restart recovery, and the K
 bound on stored records restored by trimming. On the fake Kubernetes API one replica's caches
-are held back to show that no decision is taken on a stale ledger."""
+are held back to show that no decision is taken on a stale ledger. Last, the manifests: every
+stored resource has its CRD and the server's RBAC."""
 
 from __future__ import annotations
 
