@@ -42,7 +42,7 @@ from apiserver.notifier.trust import TrustRules
 from apiserver.registry.errors import StorageNotInstalled
 from apiserver.registry.kube_store import KubeObjectStore, check_installed
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
+from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import ObjectStore
@@ -54,6 +54,9 @@ from apiserver.serving.tls import ServingTLS
 
 log = logging.getLogger(__name__)
 
+STORED_RESOURCES = (PODNOTIFIERS, NOTIFICATIONS, PODLEDGERS)
+"""What ``--storage=kubernetes`` keeps as storage custom resources (their CRDs must be installed:
+apiservice/storage-crds.yaml)."""
 EVENTS_DRAIN_SECONDS = 2.0
 """At shutdown, how long writing the Events still queued may take."""
 
@@ -79,7 +82,7 @@ async def serve(options: ServerOptions) -> None:
     kube = connect(options)
     if options.storage == KUBERNETES:
         try:
-            await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
+            await check_installed(kube, STORED_RESOURCES)
         except StorageNotInstalled as error:
             await kube.aclose()
             log.error("storage not installed", extra={"error": str(error)})
@@ -96,7 +99,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
               database: SqliteDatabase, watches: Watches, replica: str) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
     `kube` and `database` at the end. `replica` names this server in the Events it records
-    and its heartbeat Lease, and is its identity in the fan-out leader election.
+    and its heartbeat Lease, in the pods' ledgers (the runs it holds), and is its identity in
+    the fan-out leader election.
     With ``--storage=kubernetes`` records and Notifications are kept as storage custom resources
     (``registry/kube_store.py``); the Notification scopes stay in `database` either way."""
     trust_store = TrustStore()
@@ -118,15 +122,18 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
 
     record_store: ObjectStore
     notification_store: ObjectStore
+    ledger_store: ObjectStore
     caches: list[KubeObjectStore] = []
     if options.storage == KUBERNETES:
-        caches = [KubeObjectStore(kube, PODNOTIFIERS), KubeObjectStore(kube, NOTIFICATIONS)]
-        record_store, notification_store = caches
+        caches = [KubeObjectStore(kube, PODNOTIFIERS), KubeObjectStore(kube, NOTIFICATIONS),
+                  KubeObjectStore(kube, PODLEDGERS)]
+        record_store, notification_store, ledger_store = caches
         readiness.add("storage-cache", lambda: all(cache.synced for cache in caches))
     else:
         record_store = SqliteObjectStore(database, PODNOTIFIERS)
         notification_store = SqliteObjectStore(database, NOTIFICATIONS)
-    records = PodNotifierStore(record_store)
+        ledger_store = SqliteObjectStore(database, PODLEDGERS)
+    records = PodNotifierStore(record_store, ledger_store, replica)
     replica_lease = ReplicaLease(
         kube, options.leader_elect_resource_namespace, replica,
         lease_duration=options.leader_elect_lease_duration,
@@ -138,6 +145,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         renew_deadline=options.leader_elect_renew_deadline,
         retry_period=options.leader_elect_retry_period)
     metrics.watch_leader(lambda: elector.is_leader)
+    takeover = housekeeping.Takeover(
+        records, replica_lease, lease_duration_seconds=options.leader_elect_lease_duration)
     pod_index = PodDirectory(kube)
     pod_cache = PodCache(kube)
     owners = OwnerTemplates(kube)
@@ -190,8 +199,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             asyncio.create_task(pod_cache.run(), name="pod-cache"),
             asyncio.create_task(owners.run(), name="owner-templates"),
             asyncio.create_task(housekeeping.collect_forever(
-                records, pod_index, options.default_ttl_seconds_after_finished),
-                name="record-collector"),
+                records, pod_index, options.default_ttl_seconds_after_finished,
+                options.max_records_per_pod), name="record-collector"),
+            asyncio.create_task(takeover.run(), name="takeover"),
         ]
         log.info("started", extra={"address": options.bind_address,
                                    "port": options.secure_port,

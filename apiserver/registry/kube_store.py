@@ -275,26 +275,47 @@ class KubeObjectStore(ObjectStore):
 
     async def _update(self, namespace: str, name: str, mutate: Callable[[Object], Object]
                       ) -> Object:
+        """As kube-apiserver's GuaranteedUpdate with a cached object: the cache may lag other
+        replicas' writes, so a decision taken on it is only final once confirmed on the live
+        object: a miss, a refusal (``mutate`` raises) and a no-op on the cached object each
+        read the live one (``GET``) and decide again; a ``PUT`` on a stale read gets 409 and
+        does the same."""
         await self._ready()
         async with self._lock(namespace, name):
             entry = self._entries.get((namespace, name))
+            live = entry is None
             if entry is None:
-                raise not_found(self.resource, name)
+                entry = await self._live(namespace, name)
             current = entry.object
             while True:
-                desired = self._identity_kept(current, mutate(copy.deepcopy(current)))
+                try:
+                    desired = self._identity_kept(current, mutate(copy.deepcopy(current)))
+                except Exception:
+                    if live:
+                        raise
+                    entry, live = await self._live(namespace, name), True
+                    current = entry.object
+                    continue
                 if desired == current:
-                    return copy.deepcopy(current)
+                    if live:
+                        return copy.deepcopy(current)
+                    entry, live = await self._live(namespace, name), True
+                    current = entry.object
+                    continue
                 self._check_size(desired)
-                body = self._storage_object(desired, self._sequence_of(namespace, name))
+                body = self._storage_object(desired, entry.sequence)
                 try:
                     stored = await self._call(
                         name, self._kube.put(self._path(namespace, name), body))
                 except Conflict:
-                    current = self._public(await self._call(
-                        name, self._kube.get(self._path(namespace, name))))
+                    entry, live = await self._live(namespace, name), True
+                    current = entry.object
                     continue
                 return await self._settled(stored)
+
+    async def _live(self, namespace: str, name: str) -> _Entry:
+        """The object as kube-apiserver has it now (``NotFound`` if it has none)."""
+        return self._entry(await self._call(name, self._kube.get(self._path(namespace, name))))
 
     async def delete(
         self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""
@@ -591,10 +612,6 @@ class KubeObjectStore(ObjectStore):
     def _entry(self, stored: Object) -> _Entry:
         sequence = stored.get("sequence")
         return _Entry(self._public(stored), sequence if isinstance(sequence, int) else 0)
-
-    def _sequence_of(self, namespace: str, name: str) -> int:
-        entry = self._entries.get((namespace, name))
-        return entry.sequence if entry is not None else self._clock_ns()
 
     def _public(self, stored: Mapping[str, Any]) -> Object:
         """The public object a storage object holds."""

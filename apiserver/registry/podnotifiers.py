@@ -4,32 +4,54 @@
 (every generic operation passes through), adding the rules of this resource in terms of the
 generic interface only:
 
-- ``create_bounded``: at most one unfinished record per (pod, notifier) (409) and at most K
-  records per pod, made room for by deleting the pod's oldest finished records, or 429 with
-  Retry-After when too many are unfinished; decided atomically with the create through a
-  ``Cohort`` of the pod's records (``spec.podName``, an indexed field);
+- ``create_bounded``: at most one unfinished run per (pod, notifier) (409) and at most K
+  unfinished runs per pod (429 with Retry-After), decided on the pod's ledger
+  (``registry/ledgers.py``, a guaranteed update, so the rules hold across replicas); then the
+  record is created, making room for it by deleting the pod's oldest finished records through
+  a ``Cohort`` of the pod's records (``spec.podName``, an indexed field), and the pod's records
+  are trimmed to K again shortly after (replicas evicting at once may leave more);
+- a record that becomes finished (``guaranteed_update``) or is deleted leaves its ledger;
 - ``delete_expired``: finished records whose TTL after ``completionTime`` has passed;
+- ``trim``/``trim_all``: the oldest finished records beyond K of a pod;
 - ``unfinished``: every Pending or Running record, for restart recovery.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from apiserver.api.time import parse_timestamp
 from apiserver.api.types import FINISHED_PHASES
-from apiserver.registry.errors import Conflict, NotFound, TooManyRequests, required
-from apiserver.registry.objects import metadata
+from apiserver.registry.errors import (
+    AlreadyExists,
+    Conflict,
+    NotFound,
+    StoreError,
+    TooManyRequests,
+    required,
+)
+from apiserver.registry.ledgers import GRACE_SECONDS, Ledger, PodLedgers, Run
+from apiserver.registry.objects import GENERATE_NAME_ATTEMPTS, generate_name, metadata, no_free_name
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import Cohort, ListResult, Object, ObjectStore
 from apiserver.registry.watch import Watch
 
+log = logging.getLogger(__name__)
+
 DEFAULT_RETRY_AFTER_SECONDS = 5
+TRIM_DELAY_SECONDS = 1.0
+"""After a bounded create, when the pod's records are trimmed to K again."""
 _PAGE = 500
 _UNFINISHED = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
 _NEITHER_PENDING_NOR_RUNNING = "status.phase!=Pending,status.phase!=Running"
+
+T = TypeVar("T")
 
 
 def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -58,12 +80,26 @@ def expires_at(record: Mapping[str, Any], default_ttl_seconds: int) -> float | N
 
 
 class PodNotifierStore(ObjectStore):
-    def __init__(self, backend: ObjectStore) -> None:
+    """PodNotifier records on ``backend``, with the pods' ledgers on ``ledgers`` (a store of
+    ``PODLEDGERS`` of the same backend); ``replica`` names this server in the ledgers.
+    ``grace_seconds`` is the ledgers' (``registry/ledgers.py``)."""
+
+    def __init__(self, backend: ObjectStore, ledgers: ObjectStore, replica: str, *,
+                 grace_seconds: float = GRACE_SECONDS,
+                 trim_delay_seconds: float = TRIM_DELAY_SECONDS,
+                 clock: Callable[[], float] = time.time) -> None:
         if backend.resource != PODNOTIFIERS:
             raise ValueError(f"a PodNotifierStore needs a podnotifiers backend, not "
                              f"{backend.resource.plural}")
         self.resource = backend.resource
+        self.replica = replica
+        self.grace_seconds = grace_seconds
+        self.ledgers = PodLedgers(ledgers, grace_seconds=grace_seconds, clock=clock)
         self._backend = backend
+        self._trim_delay = trim_delay_seconds
+        self._trims: set[asyncio.Task[None]] = set()
+        self._pending_trims: set[tuple[str, str]] = set()
+        """Pods with a trim not started yet."""
 
     # The strategy
 
@@ -73,37 +109,181 @@ class PodNotifierStore(ObjectStore):
     ) -> Object:
         """Create a per-pod record (``spec.podName``, ``spec.notifier``), bounding the pod's.
 
-        Atomically: ``Conflict`` if an unfinished record of the same notifier exists for the
-        pod; else delete the pod's oldest finished records to keep at most ``max_per_pod``,
-        or raise ``TooManyRequests`` if too many are unfinished; then create.
+        ``Conflict`` if an unfinished run of the same notifier is on the pod's ledger;
+        ``TooManyRequests`` if ``max_per_pod`` runs are; else the run is added to the ledger,
+        the pod's oldest finished records are deleted to keep at most ``max_per_pod`` and the
+        record is created (if that fails, the run leaves the ledger again). The whole runs to
+        its end even if the caller is cancelled.
         """
         if max_per_pod < 1:
             raise ValueError("max_per_pod must be at least 1")
-        spec = _part(obj, "spec")
+        spec, meta = _part(obj, "spec"), _part(obj, "metadata")
         pod, notifier = spec.get("podName"), spec.get("notifier")
         if not isinstance(pod, str) or not pod or not isinstance(notifier, str) or not notifier:
             raise required(self.resource, "spec.podName", "spec.notifier")
+        namespace = meta.get("namespace")
+        if not isinstance(namespace, str) or not namespace:
+            raise required(self.resource, "metadata.namespace")
+        if not meta.get("name") and not meta.get("generateName"):
+            raise required(self.resource, "metadata.name", detail="name or generateName")
 
-        def decide(records: list[Object]) -> list[Object]:
-            for record in records:
-                if record["spec"].get("notifier") == notifier and not is_finished(record):
-                    name = metadata(record)["name"]
+        def admit(runs: list[Run]) -> None:
+            for run in runs:
+                if run.notifier == notifier:
                     raise Conflict(
                         f'notifier "{notifier}" is already running on pod "{pod}" '
-                        f'({self.resource.qualified} "{name}"); wait for it to finish',
-                        resource=self.resource, name=name)
-            excess = len(records) + 1 - max_per_pod
-            if excess <= 0:
-                return []
-            oldest_finished = [record for record in records if is_finished(record)][:excess]
-            if len(oldest_finished) < excess:
+                        f'({self.resource.qualified} "{run.record}"); wait for it to finish',
+                        resource=self.resource, name=run.record)
+            if len(runs) >= max_per_pod:
                 raise TooManyRequests(
                     f'pod "{pod}" has {max_per_pod} or more unfinished notifier records, '
                     "the most it may keep; retry when one of them finishes",
                     resource=self.resource, retry_after_seconds=retry_after_seconds)
-            return oldest_finished
 
-        return await self._backend.create(obj, cohort=Cohort(f"spec.podName={pod}", decide))
+        created = await _whole(self._create_bounded(
+            copy.deepcopy(dict(obj)), namespace, pod, notifier, admit, max_per_pod))
+        self._trim_later(namespace, pod, max_per_pod)
+        return created
+
+    async def _create_bounded(self, obj: Object, namespace: str, pod: str, notifier: str,
+                              admit: Callable[[list[Run]], None], max_per_pod: int) -> Object:
+        meta = obj["metadata"]
+        fixed, prefix = meta.get("name"), str(meta.get("generateName", ""))
+        pod_uid = str(_part(obj, "spec").get("podUID", ""))
+
+        def evict(records: list[Object]) -> list[Object]:
+            """The oldest finished beyond K, as many as there are: the ledger decided."""
+            excess = len(records) + 1 - max_per_pod
+            return [record for record in records if is_finished(record)][:max(excess, 0)]
+
+        for _ in range(1 if fixed else GENERATE_NAME_ATTEMPTS):
+            name = fixed or generate_name(prefix)
+            await self._add_run(namespace, pod, pod_uid,
+                                self.ledgers.new_run(name, notifier, self.replica), admit)
+            try:
+                return await self._backend.create(
+                    {**obj, "metadata": {**meta, "name": name}},
+                    cohort=Cohort(f"spec.podName={pod}", evict))
+            except AlreadyExists:
+                await self._release(namespace, pod, name)
+                if fixed:
+                    raise
+            except BaseException:
+                await self._release(namespace, pod, name)
+                raise
+        raise no_free_name(self.resource, prefix)
+
+    async def _add_run(self, namespace: str, pod: str, pod_uid: str, run: Run,
+                       admit: Callable[[list[Run]], None]) -> None:
+        """Add ``run`` to the ledger; if refused while runs past the grace are listed, once more
+        without the stale ones (the pod's records are read only then)."""
+        past_grace = False
+
+        def admit_noting(runs: list[Run]) -> None:
+            nonlocal past_grace
+            past_grace = any(self.ledgers.past_grace(listed) for listed in runs)
+            admit(runs)
+
+        try:
+            await self.ledgers.add(namespace, pod, pod_uid, run, admit=admit_noting,
+                                   unfinished=lambda record: True)
+        except (Conflict, TooManyRequests):
+            if not past_grace:
+                raise
+            await self.ledgers.add(namespace, pod, pod_uid, run, admit=admit,
+                                   unfinished=await self._unfinished_of(namespace, pod))
+
+    async def _unfinished_of(self, namespace: str, pod: str) -> Callable[[str], bool]:
+        """Whether a record of the pod is known (to this replica) to exist unfinished."""
+        known = {metadata(record).get("name"): record
+                 for record in await self._pod_records(namespace, pod)}
+        return lambda name: name in known and not is_finished(known[name])
+
+    async def prune(self, ledger: Ledger) -> Ledger | None:
+        """Drop the ledger's stale runs (``registry/ledgers.py``); the ledger after, None if
+        it is gone."""
+        return await self.ledgers.prune(
+            ledger, await self._unfinished_of(ledger.namespace, ledger.pod))
+
+    async def trim(self, namespace: str, pod: str, max_per_pod: int) -> int:
+        """Delete the pod's oldest finished records beyond ``max_per_pod``; how many."""
+        return await self._trim(await self._pod_records(namespace, pod), max_per_pod)
+
+    async def trim_all(self, max_per_pod: int) -> int:
+        """``trim`` every pod with more than ``max_per_pod`` records; how many were deleted."""
+        pods: dict[tuple[str, str], list[Object]] = {}
+        for record in await self._all(""):
+            key = (str(metadata(record).get("namespace", "")),
+                   str(_part(record, "spec").get("podName", "")))
+            pods.setdefault(key, []).append(record)
+        deleted = 0
+        for records in pods.values():
+            if len(records) > max_per_pod:
+                deleted += await self._trim(records, max_per_pod)
+        return deleted
+
+    async def _trim(self, records: Sequence[Object], max_per_pod: int) -> int:
+        excess = len(records) - max_per_pod
+        if excess <= 0:
+            return 0
+        deleted = 0
+        for record in sorted(filter(is_finished, records), key=_creation_order)[:excess]:
+            meta = metadata(record)
+            try:
+                await self._backend.delete(meta["namespace"], meta["name"], uid=meta["uid"])
+            except (NotFound, Conflict):
+                continue
+            deleted += 1
+        return deleted
+
+    def _trim_later(self, namespace: str, pod: str, max_per_pod: int) -> None:
+        """Trim the pod in ``TRIM_DELAY_SECONDS`` (once for creates meanwhile): by then the
+        creates of other replicas that evicted against the same records are in the cache."""
+        key = (namespace, pod)
+        if key in self._pending_trims:
+            return
+        self._pending_trims.add(key)
+
+        async def trim_soon() -> None:
+            try:
+                await asyncio.sleep(self._trim_delay)
+            finally:  # creates from now on schedule a trim of their own
+                self._pending_trims.discard(key)
+            try:
+                trimmed = await self.trim(namespace, pod, max_per_pod)
+            except StoreError as error:
+                log.warning("trimming records failed; the collector trims them", extra={
+                    "namespace": namespace, "pod": pod, "error": str(error)})
+                return
+            if trimmed:
+                log.info("trimmed records beyond the bound", extra={
+                    "namespace": namespace, "pod": pod, "deleted": trimmed})
+
+        task = asyncio.create_task(trim_soon(), name=f"trim {namespace}/{pod}")
+        self._trims.add(task)
+        task.add_done_callback(self._trims.discard)
+
+    async def release(self, namespace: str, pod: str, record: str) -> None:
+        """Take the run of ``record`` off the pod's ledger (its record ended or is gone)."""
+        await self.ledgers.remove(namespace, pod, record)
+
+    async def _release(self, namespace: str, pod: str, record: str) -> None:
+        """``release``, logging a failure: the ledger's grace drops the run later."""
+        try:
+            await self.release(namespace, pod, record)
+        except StoreError as error:
+            log.warning("removing a run from its pod's ledger failed; it is dropped after the "
+                        "grace", extra={"namespace": namespace, "pod": pod, "record": record,
+                                        "error": str(error)})
+
+    async def _released_if_unfinished(self, record: Object) -> None:
+        if not is_finished(record):
+            meta = metadata(record)
+            await self._release(meta.get("namespace", ""),
+                                str(_part(record, "spec").get("podName", "")), meta.get("name", ""))
+
+    async def _pod_records(self, namespace: str, pod: str) -> list[Object]:
+        return (await self._backend.list(namespace, field_selector=f"spec.podName={pod}")).items
 
     async def delete_expired(self, now: datetime, default_ttl_seconds: int) -> list[Object]:
         """Delete finished records whose completionTime plus TTL is not after ``now``.
@@ -156,19 +336,49 @@ class PodNotifierStore(ObjectStore):
     async def guaranteed_update(
         self, namespace: str, name: str, mutate: Callable[[Object], Object]
     ) -> Object:
-        return await self._backend.guaranteed_update(namespace, name, mutate)
+        """The backend's; a record this update finishes leaves its pod's ledger."""
+        return await _whole(self._update(namespace, name, mutate))
+
+    async def _update(self, namespace: str, name: str, mutate: Callable[[Object], Object]
+                      ) -> Object:
+        was_unfinished = False
+
+        def tracked(obj: Object) -> Object:
+            nonlocal was_unfinished
+            was_unfinished = not is_finished(obj)  # the last call's object is what was stored
+            return mutate(obj)
+
+        updated = await self._backend.guaranteed_update(namespace, name, tracked)
+        if was_unfinished and is_finished(updated):
+            await self._release(namespace, str(_part(updated, "spec").get("podName", "")), name)
+        return updated
 
     async def delete(
         self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""
     ) -> Object:
-        return await self._backend.delete(namespace, name, resource_version=resource_version,
-                                          uid=uid)
+        """The backend's; an unfinished record deleted leaves its pod's ledger."""
+
+        async def delete() -> Object:
+            deleted = await self._backend.delete(namespace, name,
+                                                 resource_version=resource_version, uid=uid)
+            await self._released_if_unfinished(deleted)
+            return deleted
+
+        return await _whole(delete())
 
     async def delete_collection(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
     ) -> list[Object]:
-        return await self._backend.delete_collection(
-            namespace, label_selector=label_selector, field_selector=field_selector)
+        """The backend's; the unfinished records deleted leave their pods' ledgers."""
+
+        async def delete() -> list[Object]:
+            deleted = await self._backend.delete_collection(
+                namespace, label_selector=label_selector, field_selector=field_selector)
+            for record in deleted:
+                await self._released_if_unfinished(record)
+            return deleted
+
+        return await _whole(delete())
 
     async def list(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = "",
@@ -187,4 +397,23 @@ class PodNotifierStore(ObjectStore):
                                          field_selector=field_selector)
 
     def close(self) -> None:
+        for task in self._trims:
+            task.cancel()
         self._backend.close()
+        self.ledgers.close()
+
+
+def _creation_order(record: Object) -> tuple[float, float, str]:
+    """Oldest first: creationTimestamp (seconds), then completionTime, then name."""
+    meta = metadata(record)
+    return (parse_timestamp(meta.get("creationTimestamp")) or 0.0,
+            parse_timestamp(_part(record, "status").get("completionTime")) or 0.0,
+            str(meta.get("name", "")))
+
+
+async def _whole(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` as its own task, so that a cancelled caller does not stop it halfway (a run
+    on a ledger without its record, a finished record still on its ledger)."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return await asyncio.shield(task)

@@ -40,3 +40,5 @@ PODNOTIFIERS = ResourceType(
     indexed_fields=("spec.podName",),
 )
 NOTIFICATIONS = ResourceType("notifications", "Notification", ("spec.notifier", "status.phase"))
+PODLEDGERS = ResourceType("podledgers", "PodLedger")
+"""Private (no public API): per pod, the runs not yet finished (``registry/ledgers.py``)."""

@@ -1,6 +1,7 @@
 """A fake kube-apiserver for the storage custom resources (httpx.MockTransport): create, get,
 replace with resourceVersion checks, delete with preconditions, list and watch, one global
-resourceVersion counter, and switches that make requests fail as kube-apiserver can."""
+resourceVersion counter, switches that make requests fail as kube-apiserver can, and clients
+whose watches can be held (a replica whose caches lag)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from apiserver.api.time import timestamp
 from apiserver.kube import Connection, KubeClient
 
 _PATH = re.compile(r"/apis/storage\.notifier\.x-k8s\.io/v1alpha1/"
@@ -46,14 +48,21 @@ class FakeStorageAPI:
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     _watchers: list[asyncio.Queue[dict[str, Any] | None]] = field(default_factory=list)
 
-    def client(self) -> KubeClient:
+    def client(self, *, delivery: asyncio.Event | None = None) -> KubeClient:
+        """A client of this API. With `delivery`, the events of its watches wait while it is
+        clear (then come in order): the caches of stores on this client lag."""
+
+        async def handle(request: httpx.Request) -> httpx.Response:
+            return await self.handle(request, delivery)
+
         return KubeClient(Connection("https://kube.test", ssl.create_default_context()),
-                          transport=httpx.MockTransport(self.handle))
+                          transport=httpx.MockTransport(handle))
 
     def writes(self) -> list[tuple[str, str, Any]]:
         return [r for r in self.requests if r[0] != "GET"]
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
+    async def handle(self, request: httpx.Request, delivery: asyncio.Event | None = None
+                     ) -> httpx.Response:
         if self.down:
             raise httpx.ConnectError("connection refused", request=request)
         body = json.loads(request.content) if request.content else None
@@ -70,7 +79,7 @@ class FakeStorageAPI:
             return self.fail_writes
         if request.method == "GET" and name is None:
             if request.url.params.get("watch") == "true":
-                return self._watch()
+                return self._watch(delivery)
             items = [o for (p, n, _), o in sorted(self.objects.items())
                      if p == plural and (ns is None or n == ns)]
             return httpx.Response(200, json={"items": items,
@@ -83,7 +92,7 @@ class FakeStorageAPI:
                 return status(409, "AlreadyExists", "already exists", name=key[2])
             obj = copy.deepcopy(body)
             obj["metadata"].update(uid=str(uuid.uuid4()),
-                                   creationTimestamp="2030-01-01T00:00:00Z")
+                                   creationTimestamp=timestamp())
             return self._store(key, obj, "ADDED", 201)
         current = self.objects.get(key)
         if current is None:
@@ -133,13 +142,15 @@ class FakeStorageAPI:
         for queue in self._watchers:
             queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
 
-    def _watch(self) -> httpx.Response:
+    def _watch(self, delivery: asyncio.Event | None) -> httpx.Response:
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._watchers.append(queue)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
                 while (event := await queue.get()) is not None:
+                    if delivery is not None:
+                        await delivery.wait()
                     yield json.dumps(event).encode() + b"\n"
             finally:
                 self._watchers.remove(queue)

@@ -239,7 +239,7 @@ async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
         await kube.aclose()
         with cluster.admin() as admin:
             for namespace in CONFORMANCE_NAMESPACES:
-                for plural in ("storedpodnotifiers", "storednotifications"):
+                for plural in ("storedpodnotifiers", "storednotifications", "storedpodledgers"):
                     admin.delete(f"/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/"
                                  f"{namespace}/{plural}",
                                  params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})

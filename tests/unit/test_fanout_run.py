@@ -39,7 +39,7 @@ from apiserver.notifier.errors import (
 from apiserver.notifier.events import NotificationEvents
 from apiserver.notifier.request import NotifyRequest
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
+from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from tests.support.events import RecordingSink
@@ -191,7 +191,8 @@ class Server:
         no other replica writes scopes, so no grace before failing or rolling back)."""
         database = await SqliteDatabase.open(data)
         notifications = SqliteObjectStore(database, NOTIFICATIONS)
-        podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS))
+        podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
+                                        SqliteObjectStore(database, PODLEDGERS), "replica-0")
         scopes = ScopeStore(database)
         fake, authorizer = FakePods(podnotifiers), FakeAuthorizer()
         metrics, new_pods = FakeMetrics(), FakeNewPods()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,8 +12,9 @@ import pytest
 from apiserver.notifier import records
 from apiserver.notifier.housekeeping import collect_once, recover_interrupted
 from apiserver.registry.errors import NotFound
+from apiserver.registry.ledgers import GRACE_SECONDS
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import PODNOTIFIERS
+from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 
@@ -36,7 +38,13 @@ class FakePods:
 
 @pytest.fixture
 def store(database: SqliteDatabase) -> PodNotifierStore:
-    return PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS))
+    return PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
+                            SqliteObjectStore(database, PODLEDGERS), "replica-0")
+
+
+def after_the_grace() -> float:
+    """A clock past the ledgers' grace for records created now (written before ledgers)."""
+    return time.time() + GRACE_SECONDS + 1
 
 
 def record(name: str, phase: str, *, pod: str = "db-0", pod_uid: str = "uid-0",
@@ -73,7 +81,7 @@ async def test_recover_marks_unfinished_records_interrupted(store: PodNotifierSt
          "startTime": "2026-01-01T00:00:00.000Z"},
         {"name": "wal", "phase": "Running", "startTime": "2026-01-01T00:00:00.000Z"}]))
 
-    assert await recover_interrupted(store) == 2
+    assert await recover_interrupted(store, clock=after_the_grace) == 2
 
     pending = await store.get("prod", "pending")
     assert pending["status"]["phase"] == "Failed"
@@ -100,14 +108,14 @@ async def test_recover_leaves_finished_records_alone(store: PodNotifierStore) ->
                                        containers=[{"name": "db", "phase": "Failed",
                                                     "reason": "Timeout"}]))
 
-    assert await recover_interrupted(store) == 0
+    assert await recover_interrupted(store, clock=after_the_grace) == 0
 
     assert await store.get("prod", "done") == done
     assert await store.get("prod", "failed") == failed
 
 
 async def test_recover_with_nothing_to_do(store: PodNotifierStore) -> None:
-    assert await recover_interrupted(store) == 0
+    assert await recover_interrupted(store, clock=after_the_grace) == 0
 
 
 async def test_recover_skips_a_record_deleted_meanwhile(store: PodNotifierStore) -> None:
@@ -123,7 +131,7 @@ async def test_recover_skips_a_record_deleted_meanwhile(store: PodNotifierStore)
 
     store.guaranteed_update = deleting_first  # type: ignore[method-assign]
 
-    assert await recover_interrupted(store) == 1
+    assert await recover_interrupted(store, clock=after_the_grace) == 1
     assert (await store.get("prod", "b"))["status"]["reason"] == "Interrupted"
 
 
@@ -138,7 +146,7 @@ async def test_collect_deletes_expired_records(store: PodNotifierStore) -> None:
     await store.create(finished("long-ttl", ago=timedelta(seconds=DEFAULT_TTL + 5), ttl=7200))
     pods = FakePods({("prod", "db-0"): "uid-0"})
 
-    assert await collect_once(store, pods, DEFAULT_TTL) == (3, 0)
+    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (3, 0, 0, 0)
 
     assert await names(store) == {"fresh", "long-ttl"}
 
@@ -155,7 +163,7 @@ async def test_collect_deletes_finished_records_of_gone_pods(store: PodNotifierS
     await store.create(record("pending-gone", "Pending", pod="db-1", pod_uid="uid-1"))
     pods = FakePods({("prod", "db-0"): "uid-0", ("prod", "db-2"): "new-uid"})
 
-    assert await collect_once(store, pods, DEFAULT_TTL) == (0, 4)
+    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (0, 4, 0, 0)
 
     assert await names(store) == {"alive", "running-gone", "pending-gone"}
     assert {name for _, name, _ in pods.asked} == {"db-0", "db-1", "db-2"}
@@ -166,7 +174,7 @@ async def test_collect_waits_for_the_pod_index(store: PodNotifierStore) -> None:
     await store.create(finished("expired", ago=timedelta(seconds=DEFAULT_TTL + 1)))
     pods = FakePods({}, synced=False)
 
-    assert await collect_once(store, pods, DEFAULT_TTL) == (1, 0)
+    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (1, 0, 0, 0)
 
     assert await names(store) == {"gone"}
     assert pods.asked == []
@@ -178,6 +186,6 @@ async def test_collect_pages_through_many_records(store: PodNotifierStore) -> No
         await store.create(finished(f"r-{index:03}", pod=f"p-{index}", pod_uid=f"u-{index}"))
     alive = {("prod", "p-7"): "u-7", ("prod", "p-502"): "u-502"}
 
-    assert await collect_once(store, FakePods(alive), DEFAULT_TTL) == (0, 501)
+    assert await collect_once(store, FakePods(alive), DEFAULT_TTL, 10) == (0, 501, 0, 0)
 
     assert await names(store) == {"r-007", "r-502"}

@@ -36,7 +36,7 @@ from apiserver.registry.errors import (
     TooManyRequests,
 )
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
+from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.store import Cohort, Object, ObjectStore
 from apiserver.registry.watch import Watch, WatchEvent
 from tests.support.stores import names_by_pages
@@ -92,8 +92,8 @@ def store(backend: Backend) -> ObjectStore:
 
 
 @pytest.fixture
-def records(store: ObjectStore) -> PodNotifierStore:
-    return PodNotifierStore(store)
+def records(backend: Backend, store: ObjectStore) -> PodNotifierStore:
+    return PodNotifierStore(store, backend.store(PODLEDGERS), "replica-0")
 
 
 async def take(watch: Watch, count: int) -> list[WatchEvent]:
@@ -809,8 +809,8 @@ async def test_bounded_create_refuses_when_all_are_unfinished(
     store: ObjectStore, records: PodNotifierStore
 ) -> None:
     await store.create(finished(record("done", notifier="a")))
-    await store.create(record("busy1", notifier="b", phase="Running"))
-    await store.create(record("busy2", notifier="c"))
+    await records.create_bounded(record("busy1", notifier="b", phase="Running"), max_per_pod=9)
+    await records.create_bounded(record("busy2", notifier="c"), max_per_pod=9)
 
     with pytest.raises(TooManyRequests) as raised:
         await records.create_bounded(record(notifier="d"), max_per_pod=2)
@@ -826,8 +826,10 @@ async def test_bounded_create_refuses_when_all_are_unfinished(
 async def test_bounded_create_refuses_the_same_notifier_twice(
     store: ObjectStore, records: PodNotifierStore
 ) -> None:
-    await store.create(record("first", notifier="quiesce", phase="Running"))
-    await store.create(record("elsewhere", pod="web-1", notifier="quiesce", phase="Running"))
+    await records.create_bounded(record("first", notifier="quiesce", phase="Running"),
+                                 max_per_pod=10)
+    await records.create_bounded(record("elsewhere", pod="web-1", notifier="quiesce",
+                                        phase="Running"), max_per_pod=10)
 
     with pytest.raises(Conflict) as raised:
         await records.create_bounded(record(notifier="quiesce"), max_per_pod=10)
@@ -836,7 +838,7 @@ async def test_bounded_create_refuses_the_same_notifier_twice(
         '(podnotifiers.notifier.x-k8s.io "first"); wait for it to finish')
     assert raised.value.name == "first"
 
-    await store.guaranteed_update("ns", "first", finished)
+    await records.guaranteed_update("ns", "first", finished)  # leaves the ledger
     await records.create_bounded(record(notifier="quiesce"), max_per_pod=10)
     assert len(await pod_records(store, "web-0")) == 2
 

@@ -1,0 +1,205 @@
+"""Pod ledgers: per pod, the runs that have not finished, kept where every replica decides.
+
+One private object per pod (``PODLEDGERS``, in the pod's namespace, named after the pod) lists
+the pod's unfinished runs: the record's name, the notifier, the replica that runs it, since when
+and the pod's UID. Every change is a ``guaranteed_update`` (a read-modify-write with the read
+resourceVersion as precondition), so two replicas that decide at once on the same pod are
+serialized by the store: kube-apiserver on the Kubernetes backend, the transaction on SQLite.
+The decisions themselves (what refuses a new run) are the caller's (``podnotifiers``).
+
+A run is added before its record is created and removed once the record finished or was
+deleted. A run whose record is finished or absent (a replica stopped between the two writes, a
+removal failed, the record went another way: namespace deletion) is stale once older than the
+grace (``grace_seconds``; before, the record may be being created, or not yet in this replica's
+cache): the next decision it would refuse drops it (``add`` with ``unfinished``), and so does
+the collector for the ledgers of pods that are gone (``prune``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from apiserver.api.resources import GROUP_VERSION
+from apiserver.api.time import parse_timestamp, timestamp
+from apiserver.registry.errors import AlreadyExists, Conflict, NotFound
+from apiserver.registry.objects import metadata
+from apiserver.registry.resources import PODLEDGERS
+from apiserver.registry.store import Object, ObjectStore
+
+GRACE_SECONDS = 15.0
+"""How long a run may be listed without its record being seen unfinished before the next change
+drops it: longer than a create takes to reach every replica's cache."""
+_PAGE = 500
+
+
+@dataclass(frozen=True)
+class Run:
+    """One unfinished run on a pod, as its ledger lists it."""
+
+    record: str
+    """The PodNotifier record's name (in the ledger's namespace)."""
+    notifier: str
+    replica: str
+    """The server replica that runs it (``server.replica_name``)."""
+    since: str
+    """When it was added (RFC 3339, the adding replica's clock)."""
+
+    def age(self, now: float) -> float:
+        """Seconds since it was added (infinite if ``since`` is unreadable)."""
+        added = parse_timestamp(self.since)
+        return float("inf") if added is None else now - added
+
+    def encoded(self) -> dict[str, str]:
+        return {"record": self.record, "notifier": self.notifier, "replica": self.replica,
+                "since": self.since}
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """A pod's ledger as stored."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    """The UID of the pod whose run was added last."""
+    runs: tuple[Run, ...]
+    resource_version: str
+
+    @classmethod
+    def of(cls, obj: Object) -> Ledger:
+        meta, spec = metadata(obj), obj.get("spec") or {}
+        return cls(meta.get("namespace", ""), meta.get("name", ""), str(spec.get("podUID", "")),
+                   tuple(_runs(obj)), str(meta.get("resourceVersion", "")))
+
+
+def _runs(obj: Object) -> list[Run]:
+    runs = (obj.get("spec") or {}).get("runs")
+    return [Run(str(run.get("record", "")), str(run.get("notifier", "")),
+                str(run.get("replica", "")), str(run.get("since", "")))
+            for run in (runs if isinstance(runs, list) else []) if isinstance(run, dict)]
+
+
+def _with(obj: Object, runs: Iterable[Run], pod_uid: str | None = None) -> Object:
+    spec = dict(obj.get("spec") or {})
+    spec["runs"] = [run.encoded() for run in runs]
+    if pod_uid is not None:
+        spec["podUID"] = pod_uid
+    return {**obj, "spec": spec}
+
+
+Admit = Callable[[list[Run]], None]
+"""Gets the pod's current runs (stale ones dropped); raises a ``StoreError`` to refuse a new
+one. Quick, no I/O: it may run inside the storage transaction."""
+
+
+class PodLedgers:
+    """The ledgers of one installation, on any backend's ``ObjectStore`` of ``PODLEDGERS``."""
+
+    def __init__(self, store: ObjectStore, *, grace_seconds: float = GRACE_SECONDS,
+                 clock: Callable[[], float] = time.time) -> None:
+        if store.resource != PODLEDGERS:
+            raise ValueError(f"PodLedgers needs a {PODLEDGERS.plural} store, not "
+                             f"{store.resource.plural}")
+        self._store = store
+        self._grace = grace_seconds
+        self._clock = clock
+
+    async def add(self, namespace: str, pod: str, pod_uid: str, run: Run, *, admit: Admit,
+                  unfinished: Callable[[str], bool]) -> None:
+        """Add ``run`` to the pod's ledger (created if absent) unless ``admit`` refuses.
+
+        ``unfinished(record)`` says whether a record is known to exist unfinished; a run of
+        which it is not and that is older than the grace is dropped first."""
+        now = self._clock()
+
+        def added(obj: Object) -> Object:
+            runs = self._current(_runs(obj), now, unfinished)
+            admit(runs)
+            return _with(obj, [*runs, run], pod_uid)
+
+        while True:
+            try:
+                await self._store.guaranteed_update(namespace, pod, added)
+                return
+            except NotFound:
+                pass
+            try:
+                await self._store.create(added({
+                    "apiVersion": GROUP_VERSION, "kind": PODLEDGERS.kind,
+                    "metadata": {"namespace": namespace, "name": pod}, "spec": {}}))
+                return
+            except AlreadyExists:
+                continue  # created meanwhile by another replica: update that one
+
+    async def remove(self, namespace: str, pod: str, record: str) -> None:
+        """Remove the run of ``record`` from the pod's ledger (nothing if it is not listed)."""
+
+        def removed(obj: Object) -> Object:
+            runs = _runs(obj)
+            left = [run for run in runs if run.record != record]
+            return obj if len(left) == len(runs) else _with(obj, left)
+
+        try:
+            await self._store.guaranteed_update(namespace, pod, removed)
+        except NotFound:
+            return
+
+    async def prune(self, ledger: Ledger, unfinished: Callable[[str], bool]) -> Ledger | None:
+        """Drop the ledger's stale runs (``unfinished`` as for ``add``); the ledger after, None
+        if it is gone."""
+        now = self._clock()
+
+        def pruned(obj: Object) -> Object:
+            runs = _runs(obj)
+            current = self._current(runs, now, unfinished)
+            return obj if len(current) == len(runs) else _with(obj, current)
+
+        try:
+            return Ledger.of(await self._store.guaranteed_update(ledger.namespace, ledger.pod,
+                                                                 pruned))
+        except NotFound:
+            return None
+
+    def past_grace(self, run: Run) -> bool:
+        """Whether the run was added longer than the grace ago (stale if its record is not
+        known unfinished)."""
+        return run.age(self._clock()) > self._grace
+
+    def _current(self, runs: list[Run], now: float, unfinished: Callable[[str], bool]
+                 ) -> list[Run]:
+        """The runs that are not stale: within the grace, or of a record known unfinished."""
+        return [run for run in runs if run.age(now) <= self._grace or unfinished(run.record)]
+
+    async def all(self) -> list[Ledger]:
+        """Every ledger of every namespace."""
+        ledgers: list[Ledger] = []
+        token = ""
+        while True:
+            page = await self._store.list(None, limit=_PAGE, continue_token=token)
+            ledgers += [Ledger.of(obj) for obj in page.items]
+            token = page.continue_token
+            if not token:
+                return ledgers
+
+    async def delete_empty(self, ledger: Ledger) -> bool:
+        """Delete an empty ledger unless it changed since it was read; whether it was."""
+        if ledger.runs:
+            return False
+        try:
+            await self._store.delete(ledger.namespace, ledger.pod,
+                                     resource_version=ledger.resource_version)
+        except (NotFound, Conflict):
+            return False
+        return True
+
+    def new_run(self, record: str, notifier: str, replica: str) -> Run:
+        """A run added now, by this clock."""
+        return Run(record, notifier, replica, timestamp(datetime.fromtimestamp(self._clock(),
+                                                                                UTC)))
+
+    def close(self) -> None:
+        self._store.close()
+

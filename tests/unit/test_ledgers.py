@@ -1,0 +1,505 @@
+"""The pods' ledgers across replicas: two PodNotifierStores over the same backend objects stand
+for two replicas (on the Kubernetes backends each has caches of its own), on every backend of
+the ``backend`` fixture: one unfinished run per (pod, notifier), at most K unfinished runs per
+pod, a finished or deleted record leaving the ledger, a crash between the ledger and the record
+cleared after the grace, the takeover of a stopped replica's runs, restart recovery, and the K
+bound on stored records restored by trimming. On the fake Kubernetes API one replica's caches
+are held back to show that no decision is taken on a stale ledger. Last, the manifests: every
+stored resource has its CRD and the server's RBAC."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import yaml
+
+from apiserver.api.time import timestamp
+from apiserver.kube import KubeClient
+from apiserver.notifier import records
+from apiserver.notifier.housekeeping import (
+    Takeover,
+    collect_once,
+    recover_interrupted,
+)
+from apiserver.registry.errors import AlreadyExists, Conflict, TooManyRequests
+from apiserver.registry.kube_store import (
+    STORAGE_GROUP,
+    STORAGE_VERSION,
+    KubeObjectStore,
+    storage_kind,
+)
+from apiserver.registry.ledgers import GRACE_SECONDS, Ledger
+from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.store import Object
+from apiserver.server import STORED_RESOURCES
+from localcluster.layout import REPO_ROOT
+from tests.support.fake_storage_api import FakeStorageAPI
+from tests.unit.conftest import Backend
+from tests.unit.test_housekeeping import FakePods
+
+NS = "ns"
+K = 3
+LEASE = 15.0
+
+
+class Clock:
+    """A replica's clock, which a test moves on."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+@dataclass
+class Replicas:
+    a: PodNotifierStore
+    b: PodNotifierStore
+    clock: Clock
+
+    def __iter__(self) -> Iterator[PodNotifierStore]:
+        return iter((self.a, self.b))
+
+
+def replica(backend: Backend, name: str, clock: Clock, trim_delay: float = 0.05
+            ) -> PodNotifierStore:
+    return PodNotifierStore(backend.store(PODNOTIFIERS), backend.store(PODLEDGERS), name,
+                            trim_delay_seconds=trim_delay, clock=clock)
+
+
+def after_the_lease() -> float:
+    return time.time() + LEASE + 1
+
+
+def after_the_grace() -> float:
+    return time.time() + GRACE_SECONDS + 2
+
+
+@pytest.fixture
+async def replicas(backend: Backend) -> AsyncIterator[Replicas]:
+    clock = Clock()
+    opened = Replicas(replica(backend, "replica-a", clock), replica(backend, "replica-b", clock),
+                      clock)
+    yield opened
+    for store in opened:
+        store.close()
+
+
+def record(notifier: str, *, pod: str = "web-0", name: str = "", phase: str = "Pending"
+           ) -> Object:
+    meta: dict[str, Any] = {"namespace": NS}
+    if name:
+        meta["name"] = name
+    else:
+        meta["generateName"] = f"{pod}-{notifier}-"
+    return {"apiVersion": records.API_VERSION, "kind": records.KIND, "metadata": meta,
+            "spec": {"podName": pod, "podUID": f"uid-{pod}", "notifier": notifier},
+            "status": {"phase": phase, "containers": [{"name": "db", "phase": phase}]}}
+
+
+def finished_record(name: str, *, pod: str = "web-0", ago: float = 0) -> Object:
+    obj = record(f"done-{name}", pod=pod, name=name, phase="Succeeded")
+    obj["status"]["completionTime"] = timestamp(datetime.now(UTC) - timedelta(seconds=ago))
+    return obj
+
+
+def finish(obj: Object) -> Object:
+    return records.finish(obj, records.now())
+
+
+async def ledger(store: PodNotifierStore, pod: str = "web-0") -> Ledger | None:
+    return next((found for found in await store.ledgers.all() if found.pod == pod), None)
+
+
+async def run_names(store: PodNotifierStore, pod: str = "web-0") -> list[str]:
+    found = await ledger(store, pod)
+    return sorted(run.record for run in found.runs) if found else []
+
+
+async def pod_records(store: PodNotifierStore, pod: str = "web-0") -> list[Object]:
+    return (await store.list(NS, field_selector=f"spec.podName={pod}")).items
+
+
+async def until(check: Callable[[], Any], timeout: float = 5) -> None:
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(0.02)
+
+
+# One unfinished run per (pod, notifier), at most K per pod
+
+
+async def test_the_same_notifier_on_two_replicas_at_once(replicas: Replicas) -> None:
+    pods = [f"web-{i}" for i in range(5)]
+    results = await asyncio.gather(
+        *(store.create_bounded(record("quiesce", pod=pod), max_per_pod=K)
+          for pod in pods for store in replicas), return_exceptions=True)
+
+    for pod, pair in zip(pods, zip(results[::2], results[1::2], strict=True), strict=True):
+        created = [r for r in pair if isinstance(r, dict)]
+        refused = [r for r in pair if isinstance(r, BaseException)]
+        assert len(created) == 1 and len(refused) == 1, pair
+        assert isinstance(refused[0], Conflict) and refused[0].code == 409
+        name = created[0]["metadata"]["name"]
+        assert refused[0].message == (
+            f'notifier "quiesce" is already running on pod "{pod}" '
+            f'(podnotifiers.notifier.x-k8s.io "{name}"); wait for it to finish')
+        assert [r["metadata"]["name"] for r in await pod_records(replicas.a, pod)] == [name]
+        assert await run_names(replicas.b, pod) == [name]
+
+
+async def test_ten_k_creates_over_two_replicas_admit_k(replicas: Replicas) -> None:
+    stores = list(replicas)
+    results = await asyncio.gather(
+        *(stores[i % 2].create_bounded(record(f"n{i}"), max_per_pod=K) for i in range(10 * K)),
+        return_exceptions=True)
+
+    created = [r for r in results if isinstance(r, dict)]
+    refused = [r for r in results if isinstance(r, TooManyRequests)]
+    assert len(created) == K
+    assert len(refused) == 9 * K, {type(r).__name__ for r in results}
+    assert refused[0].message == (
+        f'pod "web-0" has {K} or more unfinished notifier records, the most it may keep; retry '
+        "when one of them finishes")
+    assert refused[0].retry_after_seconds == 5
+    assert len(await pod_records(replicas.a)) == K
+    assert len(await run_names(replicas.b)) == K
+
+
+async def test_runs_that_finish_meanwhile_never_exceed_k(replicas: Replicas) -> None:
+    """Both replicas keep creating and finishing runs; the unfinished records, sampled all
+    along, are never more than K."""
+    unfinished_seen: list[int] = []
+    created = 0
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            unfinished_seen.append(sum(not records.is_finished(r)
+                                       for r in await pod_records(replicas.a)))
+            await asyncio.sleep(0.005)
+
+    async def churn(store: PodNotifierStore, worker: int) -> None:
+        nonlocal created
+        for attempt in range(4):
+            try:
+                run = await store.create_bounded(record(f"w{worker}-{attempt}"),
+                                                 max_per_pod=K)
+            except TooManyRequests:
+                await asyncio.sleep(0.01)
+                continue
+            created += 1
+            await asyncio.sleep(0.01)
+            await store.guaranteed_update(NS, run["metadata"]["name"], finish)
+
+    sampler = asyncio.create_task(sample())
+    await asyncio.gather(*(churn(store, 2 * worker + side) for worker in range(5)
+                           for side, store in enumerate(replicas)))
+    stop.set()
+    await sampler
+
+    assert created >= K
+    assert unfinished_seen and max(unfinished_seen) <= K
+    assert await run_names(replicas.a) == []
+
+
+# Leaving the ledger
+
+
+async def test_a_finished_record_frees_its_run(replicas: Replicas) -> None:
+    first = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
+    assert await run_names(replicas.a) == [first["metadata"]["name"]]
+
+    await replicas.a.guaranteed_update(NS, first["metadata"]["name"], finish)
+
+    assert await run_names(replicas.a) == []
+    second = await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
+    assert await run_names(replicas.b) == [second["metadata"]["name"]]
+
+
+async def test_a_deleted_record_frees_its_run(replicas: Replicas) -> None:
+    first = await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
+    other = await replicas.b.create_bounded(record("flush"), max_per_pod=K)
+
+    await replicas.a.delete(NS, first["metadata"]["name"])
+    assert await run_names(replicas.a) == [other["metadata"]["name"]]
+    await replicas.a.delete_collection(NS)
+    assert await run_names(replicas.a) == []
+
+
+async def test_a_failed_record_create_takes_its_run_off(replicas: Replicas) -> None:
+    await replicas.a.create(finished_record("taken"))
+
+    with pytest.raises(AlreadyExists):
+        await replicas.a.create_bounded(record("quiesce", name="taken"), max_per_pod=K)
+
+    assert await run_names(replicas.a) == []
+    await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
+
+
+async def test_a_crash_between_ledger_and_record_is_cleared_after_the_grace(
+    replicas: Replicas,
+) -> None:
+    """Replica a added its run and stopped before it created the record."""
+    a = replicas.a
+    await a.ledgers.add(NS, "web-0", "uid-web-0", a.ledgers.new_run("ghost", "quiesce", a.replica),
+                        admit=lambda runs: None, unfinished=lambda name: True)
+
+    with pytest.raises(Conflict):  # within the grace, the record may be being created
+        await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
+    replicas.clock.offset = GRACE_SECONDS + 2
+    created = await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
+
+    assert await run_names(replicas.b) == [created["metadata"]["name"]]
+
+
+async def test_a_finished_run_left_on_the_ledger_is_cleared_after_the_grace(
+    replicas: Replicas,
+) -> None:
+    """The record finished but its run stayed (its removal failed); after the grace it counts no
+    more, while a run of an unfinished record of any age does."""
+    done = await replicas.a.create_bounded(record("quiesce"), max_per_pod=2)
+    busy = await replicas.a.create_bounded(record("flush"), max_per_pod=2)
+    await replicas.a.guaranteed_update(NS, busy["metadata"]["name"], lambda r: {
+        **r, "status": {**r["status"], "phase": "Running"}})
+    backend = replicas.a._backend  # finished behind the ledger's back
+    await backend.guaranteed_update(NS, done["metadata"]["name"], finish)
+    replicas.clock.offset = GRACE_SECONDS + 2
+
+    with pytest.raises(Conflict):
+        await replicas.b.create_bounded(record("flush"), max_per_pod=3)
+    created = await replicas.b.create_bounded(record("quiesce"), max_per_pod=2)
+
+    assert await run_names(replicas.b) == sorted([busy["metadata"]["name"],
+                                                  created["metadata"]["name"]])
+
+
+# Takeover and restart recovery
+
+
+class Alive:
+    def __init__(self, *replicas: str) -> None:
+        self.replicas = set(replicas)
+
+    def is_alive(self, replica: str) -> bool:
+        return replica in self.replicas
+
+
+async def test_takeover_ends_a_stopped_replicas_runs_only(replicas: Replicas) -> None:
+    dead = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
+    alive = await replicas.b.create_bounded(record("flush"), max_per_pod=K)
+    takeover = Takeover(replicas.b, Alive("replica-b"), lease_duration_seconds=LEASE,
+                        clock=after_the_lease)
+
+    assert await takeover.once() == 1
+
+    ended = await replicas.b.get(NS, dead["metadata"]["name"])
+    assert (ended["status"]["phase"], ended["status"]["reason"]) == ("Failed", "Interrupted")
+    assert ended["status"]["message"].startswith(
+        'the server replica "replica-a" that ran this notifier stopped: its Lease had expired '
+        'when replica "replica-b" checked at ')
+    assert [c["reason"] for c in ended["status"]["containers"]] == ["Interrupted"]
+    assert await replicas.b.get(NS, alive["metadata"]["name"]) == alive
+    assert await run_names(replicas.a) == [alive["metadata"]["name"]]
+    assert await takeover.once() == 0
+
+
+async def test_takeover_waits_for_the_lease_duration(replicas: Replicas) -> None:
+    young = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
+
+    assert await Takeover(replicas.b, Alive(), lease_duration_seconds=LEASE).once() == 0
+
+    assert await replicas.b.get(NS, young["metadata"]["name"]) == young
+
+
+async def test_two_survivors_end_a_run_once(replicas: Replicas, backend: Backend) -> None:
+    dead = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
+    third = replica(backend, "replica-c", replicas.clock)
+    survivors = [Takeover(store, Alive("replica-b", "replica-c"), lease_duration_seconds=LEASE,
+                          clock=after_the_lease) for store in (replicas.b, third)]
+    await third.list(NS)  # its caches are synced
+
+    counts = await asyncio.gather(*(survivor.once() for survivor in survivors))
+
+    assert sorted(counts) == [0, 1]
+    ended = await replicas.a.get(NS, dead["metadata"]["name"])
+    assert ended["status"]["reason"] == "Interrupted"
+    assert int(ended["metadata"]["resourceVersion"]) > int(dead["metadata"]["resourceVersion"])
+    assert await run_names(replicas.a) == []
+    third.close()
+
+
+async def test_recovery_ends_own_runs_and_unledgered_records(replicas: Replicas) -> None:
+    own = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
+    others = await replicas.b.create_bounded(record("flush"), max_per_pod=K)
+    legacy = await replicas.a.create(record("old", name="legacy"))  # before ledgers
+    fresh = await replicas.a.create(record("new", name="fresh", pod="web-1"))
+
+    assert await recover_interrupted(replicas.a, clock=lambda: time.time() + 0.5) == 1
+    assert (await replicas.a.get(NS, own["metadata"]["name"]))["status"]["reason"] == \
+        "Interrupted"
+    assert await run_names(replicas.a) == [others["metadata"]["name"]]
+    assert await replicas.a.get(NS, legacy["metadata"]["name"]) == legacy  # within the grace
+
+    assert await recover_interrupted(replicas.a, clock=after_the_grace) == 2
+    for name in (legacy["metadata"]["name"], fresh["metadata"]["name"]):
+        assert (await replicas.a.get(NS, name))["status"]["reason"] == "Interrupted"
+    assert (await replicas.a.get(NS, others["metadata"]["name"]))["status"]["phase"] == \
+        "Pending"
+
+
+# The K bound on stored records
+
+
+async def test_a_bounded_create_trims_the_pod_to_k_soon_after(
+    replicas: Replicas, backend: Backend,
+) -> None:
+    """Two replicas that evict against the same (stale) records at once leave K + 1: here b's
+    create lands just after c's bounded create; c's trim restores the bound soon after, oldest
+    finished first."""
+    creator = replica(backend, "replica-c", replicas.clock, trim_delay=0.5)
+    for i in range(K):
+        await replicas.a.create(finished_record(f"old{i}", ago=100 - i))
+
+    created = await creator.create_bounded(record("quiesce"), max_per_pod=K)
+    late = await replicas.b.create(record("flush", name="late"))  # evicted nothing, as if late
+    assert len(await pod_records(replicas.a)) == K + 1
+
+    async def bounded() -> bool:
+        return len(await pod_records(replicas.a)) <= K
+
+    await until(bounded)
+    assert sorted(r["metadata"]["name"] for r in await pod_records(replicas.a)) == sorted(
+        [f"old{K - 1}", created["metadata"]["name"], late["metadata"]["name"]])
+    creator.close()
+
+
+async def test_the_collector_trims_every_pod_beyond_k(replicas: Replicas) -> None:
+    for pod in ("web-0", "web-1"):
+        for i in range(K + 2):
+            await replicas.a.create(finished_record(f"{pod}-old{i}", pod=pod, ago=100 - i))
+    await replicas.a.create(finished_record("web-2-old", pod="web-2"))
+    pods: Any = FakePods({(NS, "web-0"): "uid-web-0", (NS, "web-1"): "uid-web-1",
+                     (NS, "web-2"): "uid-web-2"})
+
+    collected = await collect_once(replicas.b, pods, 3600, K)
+
+    assert collected.trimmed == 4
+    for pod in ("web-0", "web-1"):
+        assert sorted(r["metadata"]["name"] for r in await pod_records(replicas.a, pod)) == \
+            [f"{pod}-old{i}" for i in range(2, K + 2)]
+    assert len(await pod_records(replicas.a, "web-2")) == 1
+
+
+async def test_the_collector_deletes_ledgers_of_gone_pods_once_empty(replicas: Replicas) -> None:
+    gone = await replicas.a.create_bounded(record("quiesce", pod="gone-0"), max_per_pod=K)
+    await replicas.a.create_bounded(record("quiesce", pod="web-0"), max_per_pod=K)
+    await replicas.a.guaranteed_update(NS, gone["metadata"]["name"], finish)
+    await replicas.a.ledgers.add(NS, "gone-1", "uid-gone-1",
+                                 replicas.a.ledgers.new_run("ghost", "quiesce", "replica-a"),
+                                 admit=lambda runs: None, unfinished=lambda name: True)
+    pods: Any = FakePods({(NS, "web-0"): "uid-web-0"})
+
+    assert (await collect_once(replicas.b, pods, 3600, K)).ledgers == 1  # gone-1's run is new
+    assert await ledger(replicas.b, "gone-0") is None
+    assert await ledger(replicas.b, "web-0") is not None
+
+    replicas.clock.offset = GRACE_SECONDS + 2
+    assert (await collect_once(replicas.b, pods, 3600, K)).ledgers == 1
+    assert {found.pod for found in await replicas.b.ledgers.all()} == {"web-0"}
+
+
+# A replica whose caches lag (the fake Kubernetes API)
+
+
+@pytest.fixture
+async def lagging() -> AsyncIterator[tuple[PodNotifierStore, PodNotifierStore, asyncio.Event]]:
+    """Replica a, and replica b whose caches get no watch event while the event is clear."""
+    api, delivery = FakeStorageAPI(), asyncio.Event()
+    delivery.set()
+    clients: list[KubeClient] = [api.client(), api.client(delivery=delivery)]
+    stores = [PodNotifierStore(KubeObjectStore(kube, PODNOTIFIERS),
+                               KubeObjectStore(kube, PODLEDGERS), name)
+              for kube, name in zip(clients, ("replica-a", "replica-b"), strict=True)]
+    for store in stores:
+        await store.list(NS)
+        await store.ledgers.all()
+    yield stores[0], stores[1], delivery
+    delivery.set()
+    for store in stores:
+        store.close()
+    for kube in clients:
+        await kube.aclose()
+
+
+async def test_a_lagging_replica_decides_on_the_live_ledger(
+    lagging: tuple[PodNotifierStore, PodNotifierStore, asyncio.Event],
+) -> None:
+    a, b, delivery = lagging
+    first = await a.create_bounded(record("quiesce"), max_per_pod=2)
+    await until(lambda: _has_ledger(b))  # b's cache has the ledger with one run
+    delivery.clear()
+
+    with pytest.raises(Conflict):
+        await b.create_bounded(record("quiesce"), max_per_pod=2)
+    await a.create_bounded(record("flush"), max_per_pod=2)
+    with pytest.raises(TooManyRequests):  # b's cache shows one run of two: the live one two
+        await b.create_bounded(record("drain"), max_per_pod=2)
+    await a.guaranteed_update(NS, first["metadata"]["name"], finish)
+    assert await run_names(b) == [first["metadata"]["name"]]  # b's cache is stale
+
+    asyncio.get_running_loop().call_later(0.3, delivery.set)
+    created = await b.create_bounded(record("quiesce"), max_per_pod=2)  # its cache says 409
+
+    assert len(await run_names(a)) == 2 and created["metadata"]["name"] in await run_names(a)
+
+
+async def test_a_lagging_replica_has_no_ledger_in_its_cache(
+    lagging: tuple[PodNotifierStore, PodNotifierStore, asyncio.Event],
+) -> None:
+    a, b, delivery = lagging
+    delivery.clear()
+    await a.create_bounded(record("quiesce"), max_per_pod=1)
+
+    with pytest.raises(TooManyRequests):
+        await b.create_bounded(record("flush"), max_per_pod=1)
+    assert await ledger(b) is None
+
+
+async def _has_ledger(store: PodNotifierStore) -> bool:
+    return await ledger(store) is not None
+
+
+# The manifests
+
+
+def test_every_stored_resource_has_its_crd_and_rbac() -> None:
+    """The CRDs the server checks at start (``STORED_RESOURCES``, the ledgers among them) are in
+    apiservice/storage-crds.yaml with the storage conventions, and the server may use them."""
+    crds = {crd["metadata"]["name"]: crd for crd in yaml.safe_load_all(
+        (REPO_ROOT / "apiservice" / "storage-crds.yaml").read_text())}
+    [storage_rule, crd_rule] = next(
+        role for role in yaml.safe_load_all((REPO_ROOT / "apiservice" / "rbac-server.yaml")
+                                            .read_text())
+        if role["kind"] == "ClusterRole" and role["metadata"]["name"] ==
+        "container-notifier:storage")["rules"]
+    assert PODLEDGERS in STORED_RESOURCES
+    for resource in STORED_RESOURCES:
+        kind = storage_kind(resource)
+        spec = crds[kind.crd_name]["spec"]
+        assert (spec["group"], spec["scope"], spec["names"]["plural"], spec["names"]["kind"]) == \
+            (STORAGE_GROUP, "Namespaced", kind.plural, kind.kind)
+        [version] = spec["versions"]
+        assert version["name"] == STORAGE_VERSION and version["storage"]
+        assert version["schema"]["openAPIV3Schema"]["required"] == ["object"]
+        assert kind.plural in storage_rule["resources"]
+        assert kind.crd_name in crd_rule["resourceNames"]
+    assert {"get", "list", "watch", "create", "update", "delete"} <= set(storage_rule["verbs"])
