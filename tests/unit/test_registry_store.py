@@ -115,7 +115,7 @@ async def test_schema_1_is_migrated(tmp_path: Path) -> None:
     assert listed.items == [old]
     assert created["metadata"]["resourceVersion"] == "4"  # after the eviction of "old" at 3
     assert columns == ["resource", "namespace", "name", "rv", "superseded", "created_rv", "object"]
-    assert schema == 2
+    assert schema == 3
 
 
 async def test_cohorts_use_the_index_of_the_indexed_field(database: SqliteDatabase) -> None:
