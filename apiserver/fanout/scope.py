@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -115,6 +116,10 @@ class ScopeStore:
         self._runs, self._sets = runs, pod_sets
         self._pod_set_wait = pod_set_wait
         self._turns: dict[str, _Turn] = {}
+        self._batches: dict[tuple[str, int], list[_Change]] = {}
+        """(Notification UID, pod set index) -> the changes waiting for its next write."""
+        self._flushes: dict[tuple[str, int], asyncio.Task[None]] = {}
+        """The last write of each pod set under way."""
         self._namespaces: dict[str, str] = {}
         """Notification UID -> its namespace (it never changes)."""
         self._where: dict[str, dict[str, int]] = {}
@@ -243,7 +248,7 @@ class ScopeStore:
             entry.update(state=STARTED, record=record)
             return True
 
-        async with self._turn(notification_uid):
+        async with self._turn(notification_uid, shared=True):
             stored = await self._run_object(notification_uid)
             if stored is None or stored["status"]["stopped"]:
                 return False
@@ -264,7 +269,7 @@ class ScopeStore:
                 entry["record"] = record
             return True
 
-        async with self._turn(notification_uid):
+        async with self._turn(notification_uid, shared=not stop):
             stored = await self._run_object(notification_uid)
             if stored is None:
                 return False
@@ -297,12 +302,6 @@ class ScopeStore:
                               stopped=status["stopped"] or reason)
             return obj
 
-        def due(entry: dict[str, Any]) -> bool:
-            if entry["state"] != SUCCEEDED or entry.get("rollback"):
-                return False
-            entry["rollback"] = ROLLBACK_PENDING
-            return True
-
         async with self._turn(notification_uid):
             namespace = await self._namespace(notification_uid)
             stored = (None if namespace is None else
@@ -312,7 +311,7 @@ class ScopeStore:
             run = ScopeRun.of(stored)
             if run.outcome == OUTCOME_FAILED and run.spec.get("rollback", {}).get("notifier"):
                 for index in range(stored["status"]["podSets"]):
-                    await self._update_entries(run.namespace, notification_uid, index, due)
+                    await self._mark_rollback_due(run.namespace, notification_uid, index)
             return run
 
     async def start_rollback(self, notification_uid: str, pod_uid: str, record: str) -> bool:
@@ -365,13 +364,36 @@ class ScopeStore:
     # Internals
 
     @contextlib.asynccontextmanager
-    async def _turn(self, notification_uid: str) -> AsyncIterator[None]:
-        """The writes of one Notification take turns (they span objects)."""
+    async def _turn(self, notification_uid: str, *, shared: bool = False
+                    ) -> AsyncIterator[None]:
+        """The writes of one Notification take turns: a `shared` turn (a change of one pod,
+        after reading the run) runs alongside other shared ones, whose changes of one pod set
+        are written together (``_update_pod``); any other turn is exclusive (it spans objects,
+        or stops the run), and waits for the shared ones to end and goes before new ones."""
         turn = self._turns.setdefault(notification_uid, _Turn())
         turn.users += 1
         try:
-            async with turn.lock:
+            async with turn.changed:
+                if shared:
+                    await turn.changed.wait_for(lambda: not turn.writing and not turn.waiting)
+                    turn.readers += 1
+                else:
+                    turn.waiting += 1
+                    try:
+                        await turn.changed.wait_for(lambda: not turn.writing and not turn.readers)
+                    finally:
+                        turn.waiting -= 1
+                        turn.changed.notify_all()
+                    turn.writing = True
+            try:
                 yield
+            finally:
+                async with turn.changed:
+                    if shared:
+                        turn.readers -= 1
+                    else:
+                        turn.writing = False
+                    turn.changed.notify_all()
         finally:
             turn.users -= 1
             if not turn.users:
@@ -466,14 +488,15 @@ class ScopeStore:
 
     async def _change_pod(self, notification_uid: str, pod_uid: str,
                           change: Callable[[dict[str, Any]], bool]) -> bool:
-        async with self._turn(notification_uid):
+        async with self._turn(notification_uid, shared=True):
             stored = await self._run_object(notification_uid)
             return stored is not None and await self._update_pod(stored, pod_uid, change)
 
     async def _update_pod(self, run: Object, pod_uid: str,
                           change: Callable[[dict[str, Any]], bool]) -> bool:
         """Apply `change` to the pod's entry (it changes the entry and returns True, or
-        leaves it and returns False); False if the pod is not in the scope."""
+        leaves it and returns False); False if the pod is not in the scope. The changes of one
+        pod set that wait while it is being written are written together, in one update."""
         uid = run["metadata"]["name"]
         index = self._where.get(uid, {}).get(pod_uid)
         if index is None:
@@ -481,29 +504,73 @@ class ScopeStore:
             index = self._where.get(uid, {}).get(pod_uid)
         if index is None:
             return False
-        return await self._update_entries(run["metadata"]["namespace"], uid, index, change,
-                                          (pod_uid,))
+        key = (uid, index)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = []
+            flush = asyncio.create_task(self._flush(run["metadata"]["namespace"], key, batch,
+                                                    self._flushes.get(key)))
+            self._flushes[key] = flush
+            flush.add_done_callback(functools.partial(self._flushed, key))
+        batch.append(_Change(pod_uid, change, done))
+        return await done
+
+    async def _flush(self, namespace: str, key: tuple[str, int], batch: list[_Change],
+                     previous: asyncio.Task[None] | None) -> None:
+        """Write `batch` once the previous write of the pod set is done (meanwhile the changes
+        made join it), and settle each change's future."""
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        else:
+            await asyncio.sleep(0)  # the changes made in this turn of the event loop join
+        if self._batches.get(key) is batch:
+            del self._batches[key]
+        uid, index = key
+        try:
+            results = await self._update_entries(namespace, uid, index, batch)
+        except Exception as error:
+            for item in batch:
+                if not item.done.done():
+                    item.done.set_exception(error)
+            return
+        for item, result in zip(batch, results, strict=True):
+            if not item.done.done():
+                item.done.set_result(result)
+
+    def _flushed(self, key: tuple[str, int], flush: asyncio.Task[None]) -> None:
+        if self._flushes.get(key) is flush:
+            del self._flushes[key]
 
     async def _update_entries(self, namespace: str, uid: str, index: int,
-                              change: Callable[[dict[str, Any]], bool],
-                              pod_uids: Iterable[str] | None = None) -> bool:
-        """Apply `change` to the entries of pod set `index` (those of `pod_uids`, or all);
-        True if it changed any."""
-        wanted = None if pod_uids is None else set(pod_uids)
-        changed = _Flag()
+                              changes: list[_Change]) -> list[bool]:
+        """Apply each change (in order) to its pod's entry in pod set `index`, in one update;
+        whether each changed its entry (all False if the pod set is gone)."""
+        results: list[bool] = []
 
         def mutate(obj: Object) -> Object:
-            changed.value = False  # mutate runs again after a conflict
-            for entry in obj["pods"]:
-                if (wanted is None or entry["podUID"] in wanted) and change(entry):
-                    changed.value = True
+            results.clear()  # mutate runs again after a conflict
+            entries = {entry["podUID"]: entry for entry in obj["pods"]}
+            for item in changes:
+                entry = entries.get(item.pod_uid)
+                results.append(entry is not None and item.change(entry))
             return obj
 
         try:
             await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
         except NotFound:
-            return False
-        return changed.value
+            return [False] * len(changes)
+        return results
+
+    async def _mark_rollback_due(self, namespace: str, uid: str, index: int) -> None:
+        def mutate(obj: Object) -> Object:
+            for entry in obj["pods"]:
+                if entry["state"] == SUCCEEDED and not entry.get("rollback"):
+                    entry["rollback"] = ROLLBACK_PENDING
+            return obj
+
+        with contextlib.suppress(NotFound):
+            await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
 
 
 def pod_set_name(notification_uid: str, index: int) -> str:
@@ -532,15 +599,14 @@ def _pod_set_object(namespace: str, uid: str, index: int, entries: list[dict[str
 
 
 def _new_entries(pods: Iterable[tuple[str, str]], present: set[str]) -> list[dict[str, Any]]:
-    """Pending entries of the pods not in `present`, each once, in order."""
+    """Pending entries of the pods not in `present`, each once, in order (an entry holds
+    only the fields that are set: see ``ScopedPod.of``)."""
     entries = []
     seen = set(present)
     for pod, uid in pods:
         if uid not in seen:
             seen.add(uid)
-            entries.append({"pod": pod, "podUID": uid, "state": PENDING, "record": "",
-                            "reason": "", "rollback": "", "rollbackRecord": "",
-                            "rollbackAttempts": 0})
+            entries.append({"pod": pod, "podUID": uid, "state": PENDING})
     return entries
 
 
@@ -562,13 +628,25 @@ def _set_status(**changes: Any) -> Callable[[Object], Object]:
 
 @dataclass
 class _Turn:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Whose turn it is to write one Notification's scope (see ``ScopeStore._turn``)."""
+
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    readers: int = 0
+    """Shared turns under way."""
+    writing: bool = False
+    """An exclusive turn is under way."""
+    waiting: int = 0
+    """Exclusive turns waiting (no new shared turn starts meanwhile)."""
     users: int = 0
 
 
-@dataclass
-class _Flag:
-    value: bool = False
+@dataclass(frozen=True)
+class _Change:
+    """A change of one pod's entry waiting to be written with its pod set."""
+
+    pod_uid: str
+    change: Callable[[dict[str, Any]], bool]
+    done: asyncio.Future[bool]
 
 
 def counts(pods: list[ScopedPod]) -> dict[str, int]:

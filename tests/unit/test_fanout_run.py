@@ -60,6 +60,11 @@ class Admitted:
     ask: NotifyRequest
 
 
+RUN_SECONDS = 0.05
+"""How long a fake run takes: long enough for `parallelism` starts (each a few storage
+writes, slower on a loaded machine) to overlap."""
+
+
 @dataclass
 class FakePods:
     """Pods, their admission and their runs. A run's outcome is `outcomes[(pod, notifier)]`
@@ -124,7 +129,7 @@ class FakePods:
             if pod in self.gates:
                 await self.gates[pod].wait()
             else:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(RUN_SECONDS)
             ok = self.outcomes.get((pod, notifier), "ok") == "ok"
             entry = {"name": "app", "phase": records.SUCCEEDED if ok else records.FAILED,
                      "reason": "Completed" if ok else "NonZeroExitCode",

@@ -256,6 +256,36 @@ async def test_a_pod_set_is_full_before_the_next(replica: Replica) -> None:
     assert await pod_set_sizes(replica.pod_sets, "empty") == [1]
 
 
+async def test_changes_of_one_pod_set_made_meanwhile_are_written_together(
+        replica: Replica) -> None:
+    await replica.scopes.create(notification("u"), pods_named(10))
+    real, updates = replica.pod_sets.guaranteed_update, []
+
+    async def counted(*args: Any) -> Any:
+        updates.append(args[1])
+        return await real(*args)
+
+    replica.pod_sets.guaranteed_update = counted  # type: ignore[method-assign]
+    started = await asyncio.gather(
+        *(replica.scopes.start_pod("u", uid, f"rec-{uid}") for _, uid in pods_named(10)),
+        replica.scopes.start_pod("u", "u3", "rec-again"))
+
+    assert started == [True] * 10 + [False]  # the pod's first start stands
+    assert 1 <= len(updates) <= 2, updates  # one write, maybe after a first alone
+    assert [(p.state, p.record) for p in await replica.scopes.pods("u")] == [
+        (scope.STARTED, f"rec-{uid}") for _, uid in pods_named(10)]
+
+
+async def test_a_stop_goes_before_the_starts_waiting_behind_it(store: ScopeStore) -> None:
+    await store.create(notification("u"), [("a", "ua"), ("b", "ub"), ("c", "uc")])
+    results = await asyncio.gather(
+        store.start_pod("u", "ua", "rec-a"), store.stop("u", "Deleted"),
+        store.start_pod("u", "ub", "rec-b"), store.start_pod("u", "uc", "rec-c"))
+    assert results == [True, "Deleted", False, False]
+    assert [p.state for p in await store.pods("u")] == [scope.STARTED, scope.PENDING,
+                                                        scope.PENDING]
+
+
 def die_after(pod_sets: ObjectStore, writes: int) -> None:
     """`pod_sets` takes `writes` creates, then the process "dies" (the create raises)."""
     real = pod_sets.create
