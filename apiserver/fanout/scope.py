@@ -19,8 +19,10 @@ safety: ``create`` writes every pod set first and the run last, and the run coun
 sets, so a run that can be read always has its whole pod set (a crash in between leaves pod
 sets without a run: ``orphan_uids``); ``add`` writes a new pod set before the run counts it;
 ``forget`` deletes the run first. Each write is one ``guaranteed_update`` of one object, and
-the writes of one Notification take turns in this process (a lock per UID): only the fan-out
-leader writes pod states. Any replica may stop a run (a Notification deleted through it), so
+the writes of one Notification take turns in this process (``_turn``: changes of single pods
+share a turn, and those of one pod set made while it is being written are written together;
+anything that spans objects or stops the run has the turn alone): only the fan-out leader
+writes pod states. Any replica may stop a run (a Notification deleted through it), so
 ``start_pod`` reads the run again (from the store, which on Kubernetes is this replica's cache)
 before each start: a stop another replica stored is honoured from the moment this replica's
 cache has it.
@@ -223,6 +225,8 @@ class ScopeStore:
                 return []
             namespace = stored["metadata"]["namespace"]
             entries = _new_entries(pods, {e["podUID"] for s in sets for e in s["pods"]})
+            if not entries:
+                return []
             rest = entries
             if sets and len(sets[-1]["pods"]) < POD_SET_SIZE:
                 room = POD_SET_SIZE - len(sets[-1]["pods"])
