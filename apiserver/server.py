@@ -23,6 +23,7 @@ from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.config import KUBERNETES, InvalidOptions, ServerOptions, check
+from apiserver.fanout import scope
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
 from apiserver.fanout.scope import ScopeStore
@@ -42,7 +43,13 @@ from apiserver.notifier.trust import TrustRules
 from apiserver.registry.errors import StorageNotInstalled
 from apiserver.registry.kube_store import KubeObjectStore, check_installed
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.resources import (
+    NOTIFICATION_POD_SETS,
+    NOTIFICATION_RUNS,
+    NOTIFICATIONS,
+    PODLEDGERS,
+    PODNOTIFIERS,
+)
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import ObjectStore
@@ -54,9 +61,11 @@ from apiserver.serving.tls import ServingTLS
 
 log = logging.getLogger(__name__)
 
-STORED_RESOURCES = (PODNOTIFIERS, NOTIFICATIONS, PODLEDGERS)
-"""What ``--storage=kubernetes`` keeps as storage custom resources (their CRDs must be installed:
-apiservice/storage-crds.yaml)."""
+STORED_RESOURCES = (PODNOTIFIERS, NOTIFICATIONS, NOTIFICATION_RUNS, NOTIFICATION_POD_SETS,
+                    PODLEDGERS)
+"""What the server stores, in one backend: with ``--storage=kubernetes`` each has its storage
+CRD (apiservice/storage-crds.yaml), checked at start."""
+
 EVENTS_DRAIN_SECONDS = 2.0
 """At shutdown, how long writing the Events still queued may take."""
 
@@ -80,6 +89,7 @@ async def serve(options: ServerOptions) -> None:
         log.error("invalid options", extra={"error": str(error)})
         raise SystemExit(str(error)) from None
     kube = connect(options)
+    database = None
     if options.storage == KUBERNETES:
         try:
             await check_installed(kube, STORED_RESOURCES)
@@ -87,8 +97,9 @@ async def serve(options: ServerOptions) -> None:
             await kube.aclose()
             log.error("storage not installed", extra={"error": str(error)})
             raise SystemExit(str(error)) from None
+    else:
+        database = await SqliteDatabase.open(options.data_dir)
     tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
-    database = await SqliteDatabase.open(options.data_dir)
     watches = Watches()
     app = build_app(options, kube, tls, database, watches, replica_name())
     await Server(uvicorn_config(app, tls, options.bind_address, options.secure_port),
@@ -96,13 +107,14 @@ async def serve(options: ServerOptions) -> None:
 
 
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
-              database: SqliteDatabase, watches: Watches, replica: str) -> FastAPI:
+              database: SqliteDatabase | None, watches: Watches, replica: str) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
     `kube` and `database` at the end. `replica` names this server in the Events it records
     and its heartbeat Lease, in the pods' ledgers (the runs it holds), and is its identity in
     the fan-out leader election.
-    With ``--storage=kubernetes`` records and Notifications are kept as storage custom resources
-    (``registry/kube_store.py``); the Notification scopes stay in `database` either way."""
+    With ``--storage=kubernetes`` records, Notifications, their scopes and the pods' ledgers are
+    kept as storage custom resources (``registry/kube_store.py``) and `database` is not used
+    (``serve`` opens none); otherwise all of them are kept in `database`."""
     trust_store = TrustStore()
 
     def follow_trust(material: TrustMaterial) -> None:
@@ -118,21 +130,23 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     readiness = Readiness()
     readiness.add("trust-material", lambda: trust_store.material is not None)
     readiness.add("kube-apiserver", lambda: kube.last_success is not None)
-    readiness.add("storage", lambda: database.writable)
 
-    record_store: ObjectStore
-    notification_store: ObjectStore
-    ledger_store: ObjectStore
+    stores: list[ObjectStore]
     caches: list[KubeObjectStore] = []
     if options.storage == KUBERNETES:
         caches = [KubeObjectStore(kube, PODNOTIFIERS), KubeObjectStore(kube, NOTIFICATIONS),
+                  *(KubeObjectStore(kube, resource, history=scope.STORE_HISTORY)
+                    for resource in (NOTIFICATION_RUNS, NOTIFICATION_POD_SETS)),
                   KubeObjectStore(kube, PODLEDGERS)]
-        record_store, notification_store, ledger_store = caches
+        stores = list(caches)
         readiness.add("storage-cache", lambda: all(cache.synced for cache in caches))
     else:
-        record_store = SqliteObjectStore(database, PODNOTIFIERS)
-        notification_store = SqliteObjectStore(database, NOTIFICATIONS)
-        ledger_store = SqliteObjectStore(database, PODLEDGERS)
+        if database is None:
+            raise ValueError("the SQLite storage needs a database")
+        sqlite = database
+        readiness.add("storage", lambda: sqlite.writable)
+        stores = [SqliteObjectStore(database, resource) for resource in STORED_RESOURCES]
+    record_store, notification_store, run_store, pod_set_store, ledger_store = stores
     records = PodNotifierStore(record_store, ledger_store, replica)
     replica_lease = ReplicaLease(
         kube, options.leader_elect_resource_namespace, replica,
@@ -171,7 +185,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             max_records_per_pod=options.max_records_per_pod,
             max_concurrent_executions=options.max_concurrent_executions))
     fanout = FanoutManager(FanoutParts(
-        notifications=notification_store, podnotifiers=records, scopes=ScopeStore(database),
+        notifications=notification_store, podnotifiers=records,
+        scopes=ScopeStore(run_store, pod_set_store),
         admission=admission, runner=runner, authorizer=authorizer, metrics=metrics,
         new_pods=InformerNewPods(pod_informer(kube)), events=NotificationEvents(events)))
 
@@ -227,9 +242,10 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(EVENTS_DRAIN_SECONDS):
                     await events.drain()
-            records.close()
-            notification_store.close()
-            await database.close()
+            for store in stores:
+                store.close()
+            if database is not None:
+                await database.close()
             await kube.aclose()
             log.info("stopped")
 

@@ -1,29 +1,50 @@
-"""A Notification's fan-out state in the server's database: its pod set and the decisions taken.
+"""A Notification's fan-out state in the server's storage: its pod set and the decisions taken.
 
-Kept out of the Notification object so its size does not grow with the pod count, and written
-so that a crash at any point leaves a state the next server process can continue from:
+Kept out of the Notification object so that no object grows with the pod count, in two private
+resources of whatever backend stores the records (``registry.store.ObjectStore``: SQLite, or
+storage custom resources in kube-apiserver), in the Notification's namespace:
 
-- ``notification_runs``: one row per Notification (its *run*), written in the same transaction
-  as its initial pod set, so a Notification without one never had its scope recorded. It holds
-  the spec (a rollback after the object was deleted still knows what to run, for whom), why no
-  pod may start any more (``stopped``: FailFast, DeadlineExceeded, Deleted), the outcome once
-  decided (Succeeded, or Failed: rollback is due), and whether the final status was stored.
-- ``notification_pods``: one row per pod (keyed by the Notification's UID and the pod's UID), in
-  the order pods joined. The pod's fan-out ``state`` only moves forward, pending -> started ->
-  succeeded | failed | skipped, and a pod is started only while the run is not stopped, checked
-  in the same transaction. Rollback has its own state (pending -> started -> done | failed)
-  and record, never touching the pod's.
+- a *run* (``NOTIFICATION_RUNS``, named by the Notification's UID): the spec (a rollback after
+  the object was deleted still knows what to run, for whom), why no pod may start any more
+  (``stopped``: FailFast, DeadlineExceeded, Deleted), the outcome once decided (Succeeded, or
+  Failed: rollback is due), whether the final status was stored, and how many pod sets it has;
+- *pod sets* (``NOTIFICATION_POD_SETS``, named ``<uid>-<index>``), each at most
+  ``POD_SET_SIZE`` pods in the order they joined, like EndpointSlices. A pod's fan-out
+  ``state`` only moves forward, pending -> started -> succeeded | failed | skipped, and a pod is
+  started only while the run is not stopped. Rollback has its own state (pending -> started ->
+  done | failed) and record, never touching the pod's.
+
+No backend gives a transaction across objects, so the order of writes carries the crash
+safety: ``create`` writes every pod set first and the run last, and the run counts its pod
+sets, so a run that can be read always has its whole pod set (a crash in between leaves pod
+sets without a run: ``orphan_uids``); ``add`` writes a new pod set before the run counts it;
+``forget`` deletes the run first. Each write is one ``guaranteed_update`` of one object, and
+the writes of one Notification take turns in this process (``_turn``: changes of single pods
+share a turn, and those of one pod set made while it is being written are written together;
+anything that spans objects or stops the run has the turn alone): only the fan-out leader
+writes pod states. Any replica may stop a run (a Notification deleted through it), so
+``start_pod`` reads the run again (from the store, which on Kubernetes is this replica's cache)
+before each start: a stop another replica stored is honoured from the moment this replica's
+cache has it.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
+import asyncio
+import contextlib
+import functools
+import logging
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from apiserver.registry.sqlite_database import SqliteDatabase
+from apiserver.api.resources import GROUP
+from apiserver.registry.errors import AlreadyExists, NotFound, StorageUnavailable
+from apiserver.registry.resources import NOTIFICATION_POD_SETS, NOTIFICATION_RUNS
+from apiserver.registry.store import Object, ObjectStore
+
+log = logging.getLogger(__name__)
 
 PENDING, STARTED = "pending", "started"
 SUCCEEDED, FAILED, SKIPPED = "succeeded", "failed", "skipped"
@@ -34,9 +55,15 @@ ROLLBACK_DONE, ROLLBACK_FAILED = "done", "failed"
 
 OUTCOME_SUCCEEDED, OUTCOME_FAILED = "Succeeded", "Failed"
 
-_POD_COLUMNS = ("pod, pod_uid, state, record, reason, rollback, rollback_record, "
-                "rollback_attempts")
-_RUN_COLUMNS = "notification_uid, namespace, name, spec, stopped, outcome, outcome_reason, finished"
+POD_SET_SIZE = 100
+"""Pods per pod set object (EndpointSlice's default): bounds every object's size."""
+STORE_HISTORY = 1000
+"""Changes a backend needs to keep of the scope's resources: nobody watches them or pages their
+lists (on Kubernetes, a smaller window of its cache than the records')."""
+POD_SET_WAIT_SECONDS = 10.0
+"""How long a read waits for a pod set the run counts but the store does not have yet (another
+replica wrote both, and this replica's cache of pod sets lags its cache of runs)."""
+_API_VERSION = f"{GROUP}/v1alpha1"
 
 
 @dataclass(frozen=True)
@@ -51,10 +78,16 @@ class ScopedPod:
     rollback_record: str = ""
     rollback_attempts: int = 0
 
+    @classmethod
+    def of(cls, entry: dict[str, Any]) -> ScopedPod:
+        return cls(entry["pod"], entry["podUID"], entry["state"], entry.get("record", ""),
+                   entry.get("reason", ""), entry.get("rollback", ""),
+                   entry.get("rollbackRecord", ""), entry.get("rollbackAttempts", 0))
+
 
 @dataclass(frozen=True)
 class ScopeRun:
-    """The run-level row of one Notification."""
+    """The run of one Notification."""
 
     notification_uid: str
     namespace: str
@@ -69,202 +102,555 @@ class ScopeRun:
     """The final status was stored."""
 
     @classmethod
-    def of(cls, row: tuple[Any, ...]) -> ScopeRun:
-        uid, namespace, name, spec, stopped, outcome, reason, finished = row
-        return cls(uid, namespace, name, json.loads(spec), stopped, outcome, reason,
-                   bool(finished))
+    def of(cls, obj: Object) -> ScopeRun:
+        meta, spec, status = obj["metadata"], obj["spec"], obj["status"]
+        return cls(meta["name"], meta["namespace"], spec["notificationName"],
+                   spec["notification"], status["stopped"], status["outcome"],
+                   status["outcomeReason"], status["finished"])
 
 
 class ScopeStore:
-    def __init__(self, database: SqliteDatabase) -> None:
-        self._db = database
+    """The scopes of every Notification, in `runs` (of ``NOTIFICATION_RUNS``) and `pod_sets`
+    (of ``NOTIFICATION_POD_SETS``), two stores of one backend."""
+
+    def __init__(self, runs: ObjectStore, pod_sets: ObjectStore, *,
+                 pod_set_wait: float = POD_SET_WAIT_SECONDS) -> None:
+        self._runs, self._sets = runs, pod_sets
+        self._pod_set_wait = pod_set_wait
+        self._turns: dict[str, _Turn] = {}
+        self._batches: dict[tuple[str, int], list[_Change]] = {}
+        """(Notification UID, pod set index) -> the changes waiting for its next write."""
+        self._flushes: dict[tuple[str, int], asyncio.Task[None]] = {}
+        """The last write of each pod set under way."""
+        self._namespaces: dict[str, str] = {}
+        """Notification UID -> its namespace (it never changes)."""
+        self._where: dict[str, dict[str, int]] = {}
+        """Notification UID -> pod UID -> the index of the pod set that holds it (never
+        changes either)."""
+
+    # Creating a scope
 
     async def create(self, notification: dict[str, Any], pods: list[tuple[str, str]]) -> None:
-        """Record a new Notification's run and initial pod set, in one transaction."""
+        """Record a new Notification's run and initial pod set: every pod set first, the run
+        last (counting them), so the run is never read without its pods. Safe to call again
+        after it was interrupted (it overwrites the pod sets an interrupted call left); raises
+        ``AlreadyExists`` if the run is recorded already, before writing anything."""
         meta = notification["metadata"]
-
-        def insert(connection: sqlite3.Connection) -> None:
-            connection.execute(
-                "INSERT INTO notification_runs (notification_uid, namespace, name, spec) "
-                "VALUES (?, ?, ?, ?)", (meta["uid"], meta["namespace"], meta["name"],
-                                        json.dumps(notification["spec"])))
-            _insert_pods(connection, meta["uid"], pods)
-
-        await self._db.transaction(insert)
+        uid, namespace = meta["uid"], meta["namespace"]
+        async with self._turn(uid):
+            with contextlib.suppress(NotFound):
+                await self._runs.get(namespace, uid)
+                raise AlreadyExists(
+                    f"the scope of Notification {namespace}/{meta['name']} (uid {uid}) is "
+                    "recorded already; a Notification's scope is created once",
+                    resource=NOTIFICATION_RUNS, name=uid)
+            self._namespaces[uid] = namespace
+            entries = _new_entries(pods, set())
+            parts = [entries[i:i + POD_SET_SIZE] for i in range(0, len(entries), POD_SET_SIZE)]
+            for index, part in enumerate(parts):
+                await self._write_pod_set(namespace, uid, index, part, created=len(parts))
+            with contextlib.suppress(AlreadyExists):  # adopted meanwhile from these pod sets
+                await self._runs.create(_run_object(notification, len(parts)))
 
     async def adopt(self, notification: dict[str, Any]) -> None:
-        """Give pods recorded by an older server (no run row) their run row."""
+        """Give pod sets without a run (see ``orphan_uids``) their run, if they are the whole
+        pod set of an interrupted ``create`` (it stopped after its last pod set): otherwise the
+        Notification's scope was never recorded, and it stays without a run."""
         meta = notification["metadata"]
-        await self._db.transaction(lambda connection: connection.execute(
-            "INSERT OR IGNORE INTO notification_runs (notification_uid, namespace, name, spec) "
-            "VALUES (?, ?, ?, ?)", (meta["uid"], meta["namespace"], meta["name"],
-                                    json.dumps(notification["spec"]))))
+        uid, namespace = meta["uid"], meta["namespace"]
+        async with self._turn(uid):
+            with contextlib.suppress(NotFound):
+                await self._runs.get(namespace, uid)
+                return
+            listed = await self._sets.list(namespace, field_selector=_of_notification(uid))
+            created = {item["spec"]["index"]: item["spec"].get("created", 0)
+                       for item in listed.items}
+            count = created.get(0, 0)
+            if not count or any(created.get(index) != count for index in range(count)):
+                log.warning("the pod sets of a notification are not whole; its scope was not "
+                            "recorded", extra={"namespace": namespace,
+                                               "notification": meta["name"],
+                                               "pod_sets": sorted(created)})
+                return
+            self._namespaces[uid] = namespace
+            with contextlib.suppress(AlreadyExists):
+                await self._runs.create(_run_object(notification, count))
+
+    # Reads
 
     async def run(self, notification_uid: str) -> ScopeRun | None:
-        def select(connection: sqlite3.Connection) -> ScopeRun | None:
-            row = connection.execute(f"SELECT {_RUN_COLUMNS} FROM notification_runs "
-                                     "WHERE notification_uid = ?", (notification_uid,)).fetchone()
-            return None if row is None else ScopeRun.of(row)
-
-        return await self._db.run(select)
+        stored = await self._run_object(notification_uid)
+        return None if stored is None else ScopeRun.of(stored)
 
     async def runs(self) -> list[ScopeRun]:
-        def select(connection: sqlite3.Connection) -> list[ScopeRun]:
-            return [ScopeRun.of(row) for row in connection.execute(
-                f"SELECT {_RUN_COLUMNS} FROM notification_runs ORDER BY rowid")]
-
-        return await self._db.run(select)
+        found = []
+        for item in (await self._runs.list(None)).items:
+            run = ScopeRun.of(item)
+            self._namespaces[run.notification_uid] = run.namespace
+            found.append(run)
+        return found
 
     async def orphan_uids(self) -> list[str]:
-        """Notification UIDs with pod rows but no run row (an older server's, or leftovers)."""
-        return await self._db.run(lambda connection: [row[0] for row in connection.execute(
-            "SELECT DISTINCT notification_uid FROM notification_pods WHERE notification_uid "
-            "NOT IN (SELECT notification_uid FROM notification_runs)")])
-
-    async def add(self, notification_uid: str, pods: list[tuple[str, str]]) -> list[ScopedPod]:
-        """Add (pod, uid) pairs not yet in the scope, as pending; returns the new ones."""
-        return await self._db.transaction(
-            lambda connection: _insert_pods(connection, notification_uid, pods))
+        """Notification UIDs with pod sets but no run: an interrupted ``create`` (or one
+        still writing on another replica) or ``forget``."""
+        with_runs = {(item["metadata"]["namespace"], item["metadata"]["name"])
+                     for item in (await self._runs.list(None)).items}
+        orphans: dict[str, None] = {}
+        for item in (await self._sets.list(None)).items:
+            uid, namespace = item["spec"]["notificationUID"], item["metadata"]["namespace"]
+            if (namespace, uid) not in with_runs:
+                self._namespaces[uid] = namespace
+                orphans[uid] = None
+        return list(orphans)
 
     async def pods(self, notification_uid: str) -> list[ScopedPod]:
-        def select(connection: sqlite3.Connection) -> list[ScopedPod]:
-            rows = connection.execute(
-                f"SELECT {_POD_COLUMNS} FROM notification_pods WHERE notification_uid = ? "
-                "ORDER BY seq", (notification_uid,)).fetchall()
-            return [ScopedPod(*row) for row in rows]
+        """The pods in the order they joined; none without a run."""
+        stored = await self._run_object(notification_uid)
+        if stored is None:
+            return []
+        sets = await self._pod_sets(stored)
+        if sets is None:
+            return []
+        return [ScopedPod.of(entry) for pod_set in sets for entry in pod_set["pods"]]
 
-        return await self._db.run(select)
+    # Pod states
+
+    async def add(self, notification_uid: str, pods: list[tuple[str, str]]) -> list[ScopedPod]:
+        """Add (pod, uid) pairs not yet in the scope, as pending; returns the new ones. They
+        fill the last pod set, then new ones (each written before the run counts it)."""
+        async with self._turn(notification_uid):
+            stored = await self._run_object(notification_uid)
+            sets = None if stored is None else await self._pod_sets(stored)
+            if stored is None or sets is None:
+                return []
+            namespace = stored["metadata"]["namespace"]
+            entries = _new_entries(pods, {e["podUID"] for s in sets for e in s["pods"]})
+            if not entries:
+                return []
+            rest = entries
+            if sets and len(sets[-1]["pods"]) < POD_SET_SIZE:
+                room = POD_SET_SIZE - len(sets[-1]["pods"])
+                await self._append(namespace, notification_uid, len(sets) - 1, rest[:room])
+                rest = rest[room:]
+            count = len(sets)
+            while rest:
+                await self._write_pod_set(namespace, notification_uid, count,
+                                          rest[:POD_SET_SIZE], created=0)
+                rest, count = rest[POD_SET_SIZE:], count + 1
+                await self._update_run(namespace, notification_uid,
+                                       _set_status(podSets=count))
+            return [ScopedPod.of(entry) for entry in entries]
 
     async def start_pod(self, notification_uid: str, pod_uid: str, record: str) -> bool:
-        """pending -> started with the record's name, unless the run is stopped (or the pod is
-        no longer pending): True if the pod may run."""
+        """pending -> started with the record's name, unless the run is stopped (read again
+        from the store: another replica may have stopped it) or the pod is no longer pending:
+        True if the pod may run."""
 
-        def start(connection: sqlite3.Connection) -> bool:
-            stopped = connection.execute(
-                "SELECT stopped FROM notification_runs WHERE notification_uid = ?",
-                (notification_uid,)).fetchone()
-            if stopped is None or stopped[0]:
+        def start(entry: dict[str, Any]) -> bool:
+            if entry["state"] != PENDING:
                 return False
-            return connection.execute(
-                "UPDATE notification_pods SET state = ?, record = ? WHERE notification_uid = ? "
-                "AND pod_uid = ? AND state = ?",
-                (STARTED, record, notification_uid, pod_uid, PENDING)).rowcount == 1
+            entry.update(state=STARTED, record=record)
+            return True
 
-        return await self._db.transaction(start)
+        async with self._turn(notification_uid, shared=True):
+            stored = await self._run_object(notification_uid)
+            if stored is None or stored["status"]["stopped"]:
+                return False
+            return await self._update_pod(stored, pod_uid, start)
 
     async def finish_pod(self, notification_uid: str, pod_uid: str, state: str, reason: str,
                          *, record: str | None = None, stop: str = "") -> bool:
-        """pending | started -> a final `state`; with `stop`, also stop the run (if it is not
-        already) in the same transaction. False if the pod was already final."""
+        """pending | started -> a final `state`; with `stop`, then also stop the run (if it is
+        not already). False if the pod was already final."""
         if state not in FINAL_STATES:
             raise ValueError(f"{state!r} is not a final pod state")
 
-        def finish(connection: sqlite3.Connection) -> bool:
-            changed = connection.execute(
-                "UPDATE notification_pods SET state = ?, reason = ?, "
-                "record = COALESCE(?, record) WHERE notification_uid = ? AND pod_uid = ? "
-                "AND state IN (?, ?)",
-                (state, reason, record, notification_uid, pod_uid, PENDING, STARTED)).rowcount
-            if stop:
-                _stop(connection, notification_uid, stop)
-            return changed == 1
+        def finish(entry: dict[str, Any]) -> bool:
+            if entry["state"] not in (PENDING, STARTED):
+                return False
+            entry.update(state=state, reason=reason)
+            if record is not None:
+                entry["record"] = record
+            return True
 
-        return await self._db.transaction(finish)
+        async with self._turn(notification_uid, shared=not stop):
+            stored = await self._run_object(notification_uid)
+            if stored is None:
+                return False
+            changed = await self._update_pod(stored, pod_uid, finish)
+            if stop:
+                await self._update_run(stored["metadata"]["namespace"], notification_uid,
+                                       _stop(stop))
+            return changed
 
     async def stop(self, notification_uid: str, reason: str) -> str:
         """Start no more pods; returns the reason that stands (the first one given)."""
-
-        def stop(connection: sqlite3.Connection) -> str:
-            _stop(connection, notification_uid, reason)
-            row = connection.execute(
-                "SELECT stopped FROM notification_runs WHERE notification_uid = ?",
-                (notification_uid,)).fetchone()
-            return row[0] if row else reason
-
-        return await self._db.transaction(stop)
+        async with self._turn(notification_uid):
+            namespace = await self._namespace(notification_uid)
+            if namespace is None:
+                return reason
+            stored = await self._update_run(namespace, notification_uid, _stop(reason))
+            return reason if stored is None else str(stored["status"]["stopped"])
 
     async def decide(self, notification_uid: str, outcome: str, reason: str) -> ScopeRun | None:
-        """Record the outcome (the first one decided stands). A Failed outcome makes rollback
-        due (if the spec has a rollback notifier): every succeeded pod not yet rolled back
-        becomes rollback-pending, in the same transaction. Returns the run as it now stands."""
+        """Record the outcome (the first one decided stands; it stops the run too). A Failed
+        outcome makes rollback due (if the spec has a rollback notifier): every succeeded pod
+        not yet rolled back becomes rollback-pending, written after the outcome, so that
+        deciding again after an interruption completes it. Returns the run as it now
+        stands."""
 
-        def decide(connection: sqlite3.Connection) -> ScopeRun | None:
-            connection.execute(
-                "UPDATE notification_runs SET outcome = ?, outcome_reason = ?, "
-                "stopped = CASE stopped WHEN '' THEN ? ELSE stopped END "
-                "WHERE notification_uid = ? AND outcome = ''",
-                (outcome, reason, reason, notification_uid))
-            row = connection.execute(f"SELECT {_RUN_COLUMNS} FROM notification_runs "
-                                     "WHERE notification_uid = ?", (notification_uid,)).fetchone()
-            if row is None:
+        def decided(obj: Object) -> Object:
+            status = obj["status"]
+            if not status["outcome"]:
+                status.update(outcome=outcome, outcomeReason=reason,
+                              stopped=status["stopped"] or reason)
+            return obj
+
+        async with self._turn(notification_uid):
+            namespace = await self._namespace(notification_uid)
+            stored = (None if namespace is None else
+                      await self._update_run(namespace, notification_uid, decided))
+            if stored is None:
                 return None
-            run = ScopeRun.of(row)
+            run = ScopeRun.of(stored)
             if run.outcome == OUTCOME_FAILED and run.spec.get("rollback", {}).get("notifier"):
-                connection.execute(
-                    "UPDATE notification_pods SET rollback = ? WHERE notification_uid = ? AND "
-                    "state = ? AND rollback = ''",
-                    (ROLLBACK_PENDING, notification_uid, SUCCEEDED))
+                for index in range(stored["status"]["podSets"]):
+                    await self._mark_rollback_due(run.namespace, notification_uid, index)
             return run
-
-        return await self._db.transaction(decide)
 
     async def start_rollback(self, notification_uid: str, pod_uid: str, record: str) -> bool:
         """Rollback pending (or started by a run that was interrupted) -> started with a new
         record and attempt; False if the pod's rollback is not due."""
-        return await self._db.transaction(lambda connection: connection.execute(
-            "UPDATE notification_pods SET rollback = ?, rollback_record = ?, "
-            "rollback_attempts = rollback_attempts + 1 WHERE notification_uid = ? AND "
-            "pod_uid = ? AND rollback IN (?, ?)",
-            (ROLLBACK_STARTED, record, notification_uid, pod_uid, ROLLBACK_PENDING,
-             ROLLBACK_STARTED)).rowcount == 1)
+
+        def start(entry: dict[str, Any]) -> bool:
+            if entry.get("rollback") not in (ROLLBACK_PENDING, ROLLBACK_STARTED):
+                return False
+            entry.update(rollback=ROLLBACK_STARTED, rollbackRecord=record,
+                         rollbackAttempts=entry.get("rollbackAttempts", 0) + 1)
+            return True
+
+        return await self._change_pod(notification_uid, pod_uid, start)
 
     async def finish_rollback(self, notification_uid: str, pod_uid: str, outcome: str) -> None:
         """Rollback started -> done | failed."""
         if outcome not in (ROLLBACK_DONE, ROLLBACK_FAILED):
             raise ValueError(f"{outcome!r} is not a final rollback state")
-        await self._db.transaction(lambda connection: connection.execute(
-            "UPDATE notification_pods SET rollback = ? WHERE notification_uid = ? AND "
-            "pod_uid = ? AND rollback = ?",
-            (outcome, notification_uid, pod_uid, ROLLBACK_STARTED)))
+
+        def finish(entry: dict[str, Any]) -> bool:
+            if entry.get("rollback") != ROLLBACK_STARTED:
+                return False
+            entry["rollback"] = outcome
+            return True
+
+        await self._change_pod(notification_uid, pod_uid, finish)
 
     async def mark_finished(self, notification_uid: str) -> None:
         """The final status is stored: nothing of this run remains to do."""
-        await self._db.transaction(lambda connection: connection.execute(
-            "UPDATE notification_runs SET finished = 1 WHERE notification_uid = ?",
-            (notification_uid,)))
+        async with self._turn(notification_uid):
+            namespace = await self._namespace(notification_uid)
+            if namespace is not None:
+                await self._update_run(namespace, notification_uid, _set_status(finished=True))
 
     async def forget(self, notification_uid: str) -> None:
-        """Delete the run and its pod set."""
+        """Delete the run, then its pod sets (an interruption leaves orphans, not a run
+        without its pods)."""
+        async with self._turn(notification_uid):
+            namespace = await self._namespace(notification_uid)
+            if namespace is None:
+                return
+            with contextlib.suppress(NotFound):
+                await self._runs.delete(namespace, notification_uid)
+            await self._sets.delete_collection(namespace,
+                                               field_selector=_of_notification(notification_uid))
+            self._namespaces.pop(notification_uid, None)
+            self._where.pop(notification_uid, None)
 
-        def delete(connection: sqlite3.Connection) -> None:
-            connection.execute("DELETE FROM notification_pods WHERE notification_uid = ?",
-                               (notification_uid,))
-            connection.execute("DELETE FROM notification_runs WHERE notification_uid = ?",
-                               (notification_uid,))
+    # Internals
 
-        await self._db.transaction(delete)
+    @contextlib.asynccontextmanager
+    async def _turn(self, notification_uid: str, *, shared: bool = False
+                    ) -> AsyncIterator[None]:
+        """The writes of one Notification take turns: a `shared` turn (a change of one pod,
+        after reading the run) runs alongside other shared ones, whose changes of one pod set
+        are written together (``_update_pod``); any other turn is exclusive (it spans objects,
+        or stops the run), and waits for the shared ones to end and goes before new ones."""
+        turn = self._turns.setdefault(notification_uid, _Turn())
+        turn.users += 1
+        try:
+            async with turn.changed:
+                if shared:
+                    await turn.changed.wait_for(lambda: not turn.writing and not turn.waiting)
+                    turn.readers += 1
+                else:
+                    turn.waiting += 1
+                    try:
+                        await turn.changed.wait_for(lambda: not turn.writing and not turn.readers)
+                    finally:
+                        turn.waiting -= 1
+                        turn.changed.notify_all()
+                    turn.writing = True
+            try:
+                yield
+            finally:
+                async with turn.changed:
+                    if shared:
+                        turn.readers -= 1
+                    else:
+                        turn.writing = False
+                    turn.changed.notify_all()
+        finally:
+            turn.users -= 1
+            if not turn.users:
+                del self._turns[notification_uid]
+
+    async def _namespace(self, notification_uid: str) -> str | None:
+        """Where the scope's objects are: the Notification's namespace, found by the run (or,
+        without one, by pod sets); None if there is no trace of it."""
+        namespace = self._namespaces.get(notification_uid)
+        if namespace is not None:
+            return namespace
+        for store, selector in ((self._runs, f"metadata.name={notification_uid}"),
+                                (self._sets, _of_notification(notification_uid))):
+            items = (await store.list(None, field_selector=selector)).items
+            if items:
+                namespace = str(items[0]["metadata"]["namespace"])
+                self._namespaces[notification_uid] = namespace
+                return namespace
+        return None
+
+    async def _run_object(self, notification_uid: str) -> Object | None:
+        namespace = await self._namespace(notification_uid)
+        if namespace is None:
+            return None
+        try:
+            return await self._runs.get(namespace, notification_uid)
+        except NotFound:
+            return None
+
+    async def _pod_sets(self, run: Object) -> list[Object] | None:
+        """Every pod set the run counts, in order; None if the run was forgotten meanwhile."""
+        namespace, uid = run["metadata"]["namespace"], run["metadata"]["name"]
+        sets = []
+        for index in range(run["status"]["podSets"]):
+            pod_set = await self._pod_set(namespace, uid, index)
+            if pod_set is None:
+                return None
+            self._where.setdefault(uid, {}).update(
+                (entry["podUID"], index) for entry in pod_set["pods"])
+            sets.append(pod_set)
+        return sets
+
+    async def _pod_set(self, namespace: str, uid: str, index: int) -> Object | None:
+        """Pod set `index`, which the run counts: waited for while the store lags the run's
+        writer; None if the run is gone meanwhile."""
+        name = pod_set_name(uid, index)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._pod_set_wait
+        while True:
+            try:
+                return await self._sets.get(namespace, name)
+            except NotFound:
+                if await self._run_object(uid) is None:
+                    return None
+                if loop.time() >= deadline:
+                    raise StorageUnavailable(
+                        f"the scope of Notification uid {uid}: its run counts pod set "
+                        f"{namespace}/{name}, which the storage does not have after "
+                        f"{self._pod_set_wait:.0f} s; it resumes when the server starts "
+                        "again") from None
+                await asyncio.sleep(0.05)
+
+    async def _write_pod_set(self, namespace: str, uid: str, index: int,
+                             entries: list[dict[str, Any]], *, created: int) -> None:
+        """Create pod set `index` (overwriting one an interruption left before it was
+        counted). `created`: the number of pod sets of the ``create`` writing it, else 0."""
+        body = _pod_set_object(namespace, uid, index, entries, created)
+        try:
+            await self._sets.create(body)
+        except AlreadyExists:
+            await self._sets.guaranteed_update(
+                namespace, body["metadata"]["name"],
+                lambda obj: {**obj, "spec": body["spec"], "pods": body["pods"]})
+        self._where.setdefault(uid, {}).update((entry["podUID"], index) for entry in entries)
+
+    async def _append(self, namespace: str, uid: str, index: int,
+                      entries: list[dict[str, Any]]) -> None:
+        def append(obj: Object) -> Object:
+            present = {entry["podUID"] for entry in obj["pods"]}
+            obj["pods"].extend(e for e in entries if e["podUID"] not in present)
+            return obj
+
+        await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), append)
+        self._where.setdefault(uid, {}).update((entry["podUID"], index) for entry in entries)
+
+    async def _update_run(self, namespace: str, uid: str, mutate: Callable[[Object], Object]
+                          ) -> Object | None:
+        try:
+            return await self._runs.guaranteed_update(namespace, uid, mutate)
+        except NotFound:
+            return None
+
+    async def _change_pod(self, notification_uid: str, pod_uid: str,
+                          change: Callable[[dict[str, Any]], bool]) -> bool:
+        async with self._turn(notification_uid, shared=True):
+            stored = await self._run_object(notification_uid)
+            return stored is not None and await self._update_pod(stored, pod_uid, change)
+
+    async def _update_pod(self, run: Object, pod_uid: str,
+                          change: Callable[[dict[str, Any]], bool]) -> bool:
+        """Apply `change` to the pod's entry (it changes the entry and returns True, or
+        leaves it and returns False); False if the pod is not in the scope. The changes of one
+        pod set that wait while it is being written are written together, in one update."""
+        uid = run["metadata"]["name"]
+        index = self._where.get(uid, {}).get(pod_uid)
+        if index is None:
+            await self._pod_sets(run)
+            index = self._where.get(uid, {}).get(pod_uid)
+        if index is None:
+            return False
+        key = (uid, index)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = []
+            flush = asyncio.create_task(self._flush(run["metadata"]["namespace"], key, batch,
+                                                    self._flushes.get(key)))
+            self._flushes[key] = flush
+            flush.add_done_callback(functools.partial(self._flushed, key))
+        batch.append(_Change(pod_uid, change, done))
+        return await done
+
+    async def _flush(self, namespace: str, key: tuple[str, int], batch: list[_Change],
+                     previous: asyncio.Task[None] | None) -> None:
+        """Write `batch` once the previous write of the pod set is done (meanwhile the changes
+        made join it), and settle each change's future."""
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        else:
+            await asyncio.sleep(0)  # the changes made in this turn of the event loop join
+        if self._batches.get(key) is batch:
+            del self._batches[key]
+        uid, index = key
+        try:
+            results = await self._update_entries(namespace, uid, index, batch)
+        except Exception as error:
+            for item in batch:
+                if not item.done.done():
+                    item.done.set_exception(error)
+            return
+        for item, result in zip(batch, results, strict=True):
+            if not item.done.done():
+                item.done.set_result(result)
+
+    def _flushed(self, key: tuple[str, int], flush: asyncio.Task[None]) -> None:
+        if self._flushes.get(key) is flush:
+            del self._flushes[key]
+
+    async def _update_entries(self, namespace: str, uid: str, index: int,
+                              changes: list[_Change]) -> list[bool]:
+        """Apply each change (in order) to its pod's entry in pod set `index`, in one update;
+        whether each changed its entry (all False if the pod set is gone)."""
+        results: list[bool] = []
+
+        def mutate(obj: Object) -> Object:
+            results.clear()  # mutate runs again after a conflict
+            entries = {entry["podUID"]: entry for entry in obj["pods"]}
+            for item in changes:
+                entry = entries.get(item.pod_uid)
+                results.append(entry is not None and item.change(entry))
+            return obj
+
+        try:
+            await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
+        except NotFound:
+            return [False] * len(changes)
+        return results
+
+    async def _mark_rollback_due(self, namespace: str, uid: str, index: int) -> None:
+        def mutate(obj: Object) -> Object:
+            for entry in obj["pods"]:
+                if entry["state"] == SUCCEEDED and not entry.get("rollback"):
+                    entry["rollback"] = ROLLBACK_PENDING
+            return obj
+
+        with contextlib.suppress(NotFound):
+            await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
 
 
-def _insert_pods(connection: sqlite3.Connection, notification_uid: str,
-                 pods: list[tuple[str, str]]) -> list[ScopedPod]:
-    row = connection.execute(
-        "SELECT COALESCE(MAX(seq), 0) FROM notification_pods WHERE notification_uid = ?",
-        (notification_uid,)).fetchone()
-    seq, added = row[0], []
+def pod_set_name(notification_uid: str, index: int) -> str:
+    return f"{notification_uid}-{index}"
+
+
+def _of_notification(notification_uid: str) -> str:
+    return f"spec.notificationUID={notification_uid}"
+
+
+def _run_object(notification: dict[str, Any], pod_sets: int) -> Object:
+    meta = notification["metadata"]
+    return {"apiVersion": _API_VERSION, "kind": NOTIFICATION_RUNS.kind,
+            "metadata": {"namespace": meta["namespace"], "name": meta["uid"]},
+            "spec": {"notificationName": meta["name"], "notification": notification["spec"]},
+            "status": {"podSets": pod_sets, "stopped": "", "outcome": "", "outcomeReason": "",
+                       "finished": False}}
+
+
+def _pod_set_object(namespace: str, uid: str, index: int, entries: list[dict[str, Any]],
+                    created: int) -> Object:
+    return {"apiVersion": _API_VERSION, "kind": NOTIFICATION_POD_SETS.kind,
+            "metadata": {"namespace": namespace, "name": pod_set_name(uid, index)},
+            "spec": {"notificationUID": uid, "index": index, "created": created},
+            "pods": entries}
+
+
+def _new_entries(pods: Iterable[tuple[str, str]], present: set[str]) -> list[dict[str, Any]]:
+    """Pending entries of the pods not in `present`, each once, in order (an entry holds
+    only the fields that are set: see ``ScopedPod.of``)."""
+    entries = []
+    seen = set(present)
     for pod, uid in pods:
-        seq += 1
-        cursor = connection.execute(
-            "INSERT OR IGNORE INTO notification_pods "
-            "(notification_uid, seq, pod, pod_uid, state) VALUES (?, ?, ?, ?, ?)",
-            (notification_uid, seq, pod, uid, PENDING))
-        if cursor.rowcount:
-            added.append(ScopedPod(pod, uid, PENDING))
-    return added
+        if uid not in seen:
+            seen.add(uid)
+            entries.append({"pod": pod, "podUID": uid, "state": PENDING})
+    return entries
 
 
-def _stop(connection: sqlite3.Connection, notification_uid: str, reason: str) -> None:
-    connection.execute("UPDATE notification_runs SET stopped = ? WHERE notification_uid = ? "
-                       "AND stopped = ''", (reason, notification_uid))
+def _stop(reason: str) -> Callable[[Object], Object]:
+    def stop(obj: Object) -> Object:
+        obj["status"]["stopped"] = obj["status"]["stopped"] or reason
+        return obj
+
+    return stop
+
+
+def _set_status(**changes: Any) -> Callable[[Object], Object]:
+    def update(obj: Object) -> Object:
+        obj["status"].update(changes)
+        return obj
+
+    return update
+
+
+@dataclass
+class _Turn:
+    """Whose turn it is to write one Notification's scope (see ``ScopeStore._turn``)."""
+
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    readers: int = 0
+    """Shared turns under way."""
+    writing: bool = False
+    """An exclusive turn is under way."""
+    waiting: int = 0
+    """Exclusive turns waiting (no new shared turn starts meanwhile)."""
+    users: int = 0
+
+
+@dataclass(frozen=True)
+class _Change:
+    """A change of one pod's entry waiting to be written with its pod set."""
+
+    pod_uid: str
+    change: Callable[[dict[str, Any]], bool]
+    done: asyncio.Future[bool]
 
 
 def counts(pods: list[ScopedPod]) -> dict[str, int]:

@@ -42,3 +42,13 @@ PODNOTIFIERS = ResourceType(
 NOTIFICATIONS = ResourceType("notifications", "Notification", ("spec.notifier", "status.phase"))
 PODLEDGERS = ResourceType("podledgers", "PodLedger")
 """Private (no public API): per pod, the runs not yet finished (``registry/ledgers.py``)."""
+
+# Private resources: the server's own state, never served by the API. On the Kubernetes backend
+# they are storage CRDs like the others (storednotificationruns, storednotificationpodsets).
+NOTIFICATION_RUNS = ResourceType("notificationruns", "NotificationRun")
+"""The fan-out run of one Notification (apiserver/fanout/scope.py), named by its UID."""
+NOTIFICATION_POD_SETS = ResourceType(
+    "notificationpodsets", "NotificationPodSet", ("spec.notificationUID",),
+    indexed_fields=("spec.notificationUID",),
+)
+"""A bounded part of one Notification's pod set, named ``<uid>-<index>`` (fanout/scope.py)."""

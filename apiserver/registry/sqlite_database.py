@@ -34,12 +34,12 @@ log = logging.getLogger(__name__)
 FILE_NAME = "registry.sqlite3"
 DEFAULT_EVENT_RETENTION = 10_000
 DEFAULT_PROBE_INTERVAL_SECONDS = 5.0
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
 _MINIMUM_SQLITE = (3, 38, 0)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 2), ('rv', 0), ('compacted', 0);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 3), ('rv', 0), ('compacted', 0);
 -- One row per revision of an object, current from resourceVersion rv until superseded. The
 -- store adds an index per indexed field of a resource (see SqliteObjectStore).
 CREATE TABLE IF NOT EXISTS revisions (
@@ -65,35 +65,6 @@ CREATE TABLE IF NOT EXISTS events (
     name TEXT NOT NULL,
     type TEXT NOT NULL
 );
--- The fan-out state of each Notification, kept by the server rather than in the object (see
--- apiserver/fanout/scope.py). notification_runs: one row per Notification, written in the same
--- transaction as its pod set, with the spec a rollback needs and the decisions taken (why no
--- pod starts any more, the outcome). notification_pods: one row per pod, in the order pods
--- joined the scope, with how far its run got and, separately, how far its rollback got.
-CREATE TABLE IF NOT EXISTS notification_runs (
-    notification_uid TEXT PRIMARY KEY,
-    namespace TEXT NOT NULL,
-    name TEXT NOT NULL,
-    spec TEXT NOT NULL,
-    stopped TEXT NOT NULL DEFAULT '',
-    outcome TEXT NOT NULL DEFAULT '',
-    outcome_reason TEXT NOT NULL DEFAULT '',
-    finished INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS notification_pods (
-    notification_uid TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    pod TEXT NOT NULL,
-    pod_uid TEXT NOT NULL,
-    state TEXT NOT NULL,
-    record TEXT NOT NULL DEFAULT '',
-    reason TEXT NOT NULL DEFAULT '',
-    rollback TEXT NOT NULL DEFAULT '',
-    rollback_record TEXT NOT NULL DEFAULT '',
-    rollback_attempts INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (notification_uid, pod_uid)
-);
-CREATE INDEX IF NOT EXISTS notification_pods_by_seq ON notification_pods (notification_uid, seq);
 """
 
 # Schema 1 kept PodNotifier fields in columns of every revision; schema 2 indexes the fields of
@@ -107,6 +78,16 @@ ALTER TABLE revisions DROP COLUMN phase;
 ALTER TABLE revisions DROP COLUMN completion;
 ALTER TABLE revisions DROP COLUMN ttl;
 UPDATE meta SET value = 2 WHERE key = 'schema';
+"""
+
+# Schema 2 kept the Notification scopes in tables of their own; schema 3 keeps them as objects of
+# the private resources of apiserver/registry/resources.py (in revisions, like every object).
+# The scopes of unfinished Notifications are dropped: the fan-out fails those ScopeNotRecorded.
+_MIGRATE_FROM_2 = """
+DROP INDEX IF EXISTS notification_pods_by_seq;
+DROP TABLE IF EXISTS notification_pods;
+DROP TABLE IF EXISTS notification_runs;
+UPDATE meta SET value = 3 WHERE key = 'schema';
 """
 
 T = TypeVar("T")
@@ -237,12 +218,12 @@ class SqliteDatabase:
             connection.execute("PRAGMA synchronous=FULL")
             _script(connection, _SCHEMA)
             schema = connection.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
-            if schema == 1:
-                _script(connection, _MIGRATE_FROM_1)
-                log.info("migrated the registry database", extra={"path": str(self.path),
-                                                                  "from": 1, "to": 2})
-                schema = _SCHEMA_VERSION
-            _migrate_notification_pods(connection)
+            for version, migration in ((1, _MIGRATE_FROM_1), (2, _MIGRATE_FROM_2)):
+                if schema == version:
+                    _script(connection, migration)
+                    log.info("migrated the registry database", extra={
+                        "path": str(self.path), "from": version, "to": version + 1})
+                    schema = version + 1
         except sqlite3.OperationalError as error:
             connection.close()
             if "locked" in str(error):
@@ -312,20 +293,6 @@ _REMEDIES = {
     "SQLITE_CORRUPT": "the database file is damaged; restart the server with a restored or "
                       "empty --data-dir {data_dir}",
 }
-
-
-def _migrate_notification_pods(connection: sqlite3.Connection) -> None:
-    """Bring a notification_pods table made before rollback had its own state up to date:
-    add the rollback record and attempt columns, and rename the old rollback outcomes."""
-    columns = {row[1] for row in connection.execute("PRAGMA table_info(notification_pods)")}
-    if "rollback_record" in columns:
-        return
-    _script(
-        connection,
-        "ALTER TABLE notification_pods ADD COLUMN rollback_record TEXT NOT NULL DEFAULT '';"
-        "ALTER TABLE notification_pods ADD COLUMN rollback_attempts INTEGER NOT NULL DEFAULT 0;"
-        "UPDATE notification_pods SET rollback = 'done' WHERE rollback = 'rolledBack';"
-        "UPDATE notification_pods SET rollback = 'failed' WHERE rollback = 'rollbackFailed';")
 
 
 def resource_version(connection: sqlite3.Connection) -> int:

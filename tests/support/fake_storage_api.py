@@ -46,7 +46,9 @@ class FakeStorageAPI:
     crd_answer: httpx.Response | None = None
     """The answer to every CRD read while set."""
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
-    _watchers: list[asyncio.Queue[dict[str, Any] | None]] = field(default_factory=list)
+    _watchers: list[tuple[str, asyncio.Queue[dict[str, Any] | None]]] = field(
+        default_factory=list)
+    """(plural, events): a watch gets the events of its collection only."""
 
     def client(self, *, delivery: asyncio.Event | None = None) -> KubeClient:
         """A client of this API. With `delivery`, the events of its watches wait while it is
@@ -79,7 +81,7 @@ class FakeStorageAPI:
             return self.fail_writes
         if request.method == "GET" and name is None:
             if request.url.params.get("watch") == "true":
-                return self._watch(delivery)
+                return self._watch(plural, delivery)
             items = [o for (p, n, _), o in sorted(self.objects.items())
                      if p == plural and (ns is None or n == ns)]
             return httpx.Response(200, json={"items": items,
@@ -118,7 +120,7 @@ class FakeStorageAPI:
             self.rv += 1
             gone = copy.deepcopy(current)
             gone["metadata"]["resourceVersion"] = str(self.rv)
-            self._publish("DELETED", gone)
+            self._publish(plural, "DELETED", gone)
             return httpx.Response(200, json={"kind": "Status", "status": "Success",
                                              "details": {"name": key[2], "uid": meta["uid"]}})
         return status(405, "MethodNotAllowed", request.method)
@@ -135,16 +137,18 @@ class FakeStorageAPI:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self.objects[key] = obj
-        self._publish(kind, obj)
+        self._publish(key[0], kind, obj)
         return httpx.Response(code, json=obj)
 
-    def _publish(self, kind: str, obj: dict[str, Any]) -> None:
-        for queue in self._watchers:
-            queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+    def _publish(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
+        for watched, queue in self._watchers:
+            if watched == plural:
+                queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
 
-    def _watch(self, delivery: asyncio.Event | None) -> httpx.Response:
+    def _watch(self, plural: str, delivery: asyncio.Event | None) -> httpx.Response:
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self._watchers.append(queue)
+        watcher = (plural, queue)
+        self._watchers.append(watcher)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
@@ -153,6 +157,6 @@ class FakeStorageAPI:
                         await delivery.wait()
                     yield json.dumps(event).encode() + b"\n"
             finally:
-                self._watchers.remove(queue)
+                self._watchers.remove(watcher)
 
         return httpx.Response(200, content=lines())

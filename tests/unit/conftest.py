@@ -213,15 +213,17 @@ async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
     """Stores on the real local control plane (the session ``cluster``), as the server's
     ServiceAccount. Each test gets a fresh storage instance (``INSTANCE_LABEL``): its stores
     see only the objects it wrote, in the namespaces the suite names, which are created once."""
-    from apiserver.registry.kube_store import INSTANCE_LABEL, KubeObjectStore
+    from apiserver.registry.kube_store import INSTANCE_LABEL, KubeObjectStore, storage_kind
+    from apiserver.server import STORED_RESOURCES
     from localcluster.layout import REPO_ROOT
     from tests.support.kube import Cluster
 
     cluster: Cluster = request.getfixturevalue("cluster")
+    kinds = [storage_kind(resource) for resource in STORED_RESOURCES]
     with cluster.admin() as admin:
-        crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + \
-            "storedpodnotifiers.storage.notifier.x-k8s.io"
-        if admin.get(crd).status_code == 404:  # a reused control plane from before the CRDs
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+        if any(admin.get(crds + kind.crd_name).status_code == 404
+               for kind in kinds):  # a reused control plane from before (some of) the CRDs
             cluster.kubectl("apply", "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
             cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
                             "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
@@ -239,9 +241,9 @@ async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
         await kube.aclose()
         with cluster.admin() as admin:
             for namespace in CONFORMANCE_NAMESPACES:
-                for plural in ("storedpodnotifiers", "storednotifications", "storedpodledgers"):
+                for kind in kinds:
                     admin.delete(f"/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/"
-                                 f"{namespace}/{plural}",
+                                 f"{namespace}/{kind.plural}",
                                  params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})
 
 

@@ -39,7 +39,13 @@ from apiserver.notifier.errors import (
 from apiserver.notifier.events import NotificationEvents
 from apiserver.notifier.request import NotifyRequest
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.resources import (
+    NOTIFICATION_POD_SETS,
+    NOTIFICATION_RUNS,
+    NOTIFICATIONS,
+    PODLEDGERS,
+    PODNOTIFIERS,
+)
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from tests.support.events import RecordingSink
@@ -53,6 +59,11 @@ CREATOR = UserInfo("db-operator", "uid-1", ["ops"])
 class Admitted:
     pod: dict[str, Any]
     ask: NotifyRequest
+
+
+RUN_SECONDS = 0.05
+"""How long a fake run takes: long enough for `parallelism` starts (each a few storage
+writes, slower on a loaded machine) to overlap."""
 
 
 @dataclass
@@ -119,7 +130,7 @@ class FakePods:
             if pod in self.gates:
                 await self.gates[pod].wait()
             else:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(RUN_SECONDS)
             ok = self.outcomes.get((pod, notifier), "ok") == "ok"
             entry = {"name": "app", "phase": records.SUCCEEDED if ok else records.FAILED,
                      "reason": "Completed" if ok else "NonZeroExitCode",
@@ -171,6 +182,11 @@ class FakeNewPods:
             yield await self.queue.get()
 
 
+def scope_store(database: SqliteDatabase) -> ScopeStore:
+    return ScopeStore(SqliteObjectStore(database, NOTIFICATION_RUNS),
+                      SqliteObjectStore(database, NOTIFICATION_POD_SETS))
+
+
 @dataclass
 class Server:
     """One server process: its stores on the data directory and its fan-out."""
@@ -193,7 +209,7 @@ class Server:
         notifications = SqliteObjectStore(database, NOTIFICATIONS)
         podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
                                         SqliteObjectStore(database, PODLEDGERS), "replica-0")
-        scopes = ScopeStore(database)
+        scopes = scope_store(database)
         fake, authorizer = FakePods(podnotifiers), FakeAuthorizer()
         metrics, new_pods = FakeMetrics(), FakeNewPods()
         manager = FanoutManager(FanoutParts(
@@ -769,9 +785,9 @@ async def test_a_failing_status_write_is_retried_not_a_failure(
     assert failures == 0
 
 
-async def test_pods_recorded_by_an_older_server_are_adopted_and_run(tmp_path: Path) -> None:
-    """A scope written before run rows existed (pod rows only) is not mistaken for a lost
-    one: its pods run."""
+async def test_a_scope_interrupted_before_its_run_is_adopted_and_run(tmp_path: Path) -> None:
+    """A scope whose pod sets were all written when the server died (its run not yet) is not
+    mistaken for a lost one: its pods run."""
     data = tmp_path / "data"
     first = await Server.open(data)
     created = await first.notifications.create({
@@ -782,10 +798,15 @@ async def test_pods_recorded_by_an_older_server_are_adopted_and_run(tmp_path: Pa
                  "requestedBy": {"username": CREATOR.name, "uid": CREATOR.uid,
                                  "groups": CREATOR.groups}},
         "status": {"phase": records.RUNNING}})
-    uid = created["metadata"]["uid"]
-    await first.database.transaction(lambda c: c.execute(
-        "INSERT INTO notification_pods (notification_uid, seq, pod, pod_uid, state) "
-        "VALUES (?, 1, 'db-0', 'uid-db-0', 'pending')", (uid,)))
+    runs = SqliteObjectStore(first.database, NOTIFICATION_RUNS)
+
+    async def died(*args: Any, **kwargs: Any) -> None:
+        raise OSError("killed")
+
+    runs.create = died  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        await ScopeStore(runs, SqliteObjectStore(first.database, NOTIFICATION_POD_SETS)).create(
+            created, [("db-0", "uid-db-0")])
     await first.crash()
     second = await restart(data, first, ["db-0"])
     try:

@@ -1,9 +1,12 @@
-"""The fan-out state of a Notification in SQLite: the run row is written with the pod set, pods
-enter once and in order, a pod's state only moves forward and starts only while the run is not
-stopped, rollback has its own state, and a table made by the previous schema is migrated."""
+"""The fan-out state of a Notification on every storage backend (the ``backend`` fixture): the
+run is written after the whole pod set, pods enter once and in order, in pod sets of at most
+``POD_SET_SIZE``; a pod's state only moves forward and starts only while the run is not
+stopped, also when another replica stopped it; rollback has its own state; an interrupted
+create leaves no run without its pods; and the tables of schema 2 are dropped."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -11,8 +14,12 @@ from typing import Any
 import pytest
 
 from apiserver.fanout import scope
-from apiserver.fanout.scope import ScopedPod, ScopeStore, counts
+from apiserver.fanout.scope import POD_SET_SIZE, ScopedPod, ScopeStore, counts
+from apiserver.registry.errors import AlreadyExists
+from apiserver.registry.resources import NOTIFICATION_POD_SETS, NOTIFICATION_RUNS
 from apiserver.registry.sqlite_database import FILE_NAME, SqliteDatabase
+from apiserver.registry.store import ObjectStore
+from tests.unit.conftest import Backend
 
 N1, N2 = "notification-uid-1", "notification-uid-2"
 
@@ -22,16 +29,50 @@ def notification(uid: str, name: str = "n", **spec: Any) -> dict[str, Any]:
             "spec": {"notifier": "quiesce", **spec}}
 
 
+def pods_named(count: int, start: int = 0) -> list[tuple[str, str]]:
+    return [(f"db-{i}", f"u{i}") for i in range(start, start + count)]
+
+
+class Replica:
+    """The stores one server process opens on the backend, and its ScopeStore."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.runs = backend.store(NOTIFICATION_RUNS)
+        self.pod_sets = backend.store(NOTIFICATION_POD_SETS)
+        self.scopes = ScopeStore(self.runs, self.pod_sets, pod_set_wait=2)
+
+
 @pytest.fixture
-async def scopes(database: SqliteDatabase) -> ScopeStore:
-    store = ScopeStore(database)
+def replica(backend: Backend) -> Replica:
+    return Replica(backend)
+
+
+@pytest.fixture
+def store(replica: Replica) -> ScopeStore:
+    return replica.scopes
+
+
+@pytest.fixture
+async def scopes(store: ScopeStore) -> ScopeStore:
     await store.create(notification(N1), [])
     await store.create(notification(N2), [])
     return store
 
 
-async def test_create_writes_the_run_and_its_pods(database: SqliteDatabase) -> None:
-    store = ScopeStore(database)
+async def pod_set_sizes(pod_sets: ObjectStore, uid: str) -> list[int]:
+    listed = await pod_sets.list("ns", field_selector=f"spec.notificationUID={uid}")
+    by_index = sorted((item["spec"]["index"], len(item["pods"])) for item in listed.items)
+    assert [index for index, _ in by_index] == list(range(len(by_index)))
+    return [size for _, size in by_index]
+
+
+async def eventually(check: Any, timeout: float = 5) -> None:
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(0.01)
+
+
+async def test_create_writes_the_run_and_its_pods(store: ScopeStore) -> None:
     await store.create(notification("u", "snap", rollback={"notifier": "unquiesce"}),
                        [("db-2", "u2"), ("db-0", "u0")])
 
@@ -42,22 +83,24 @@ async def test_create_writes_the_run_and_its_pods(database: SqliteDatabase) -> N
     assert [(p.pod, p.state) for p in await store.pods("u")] == [
         ("db-2", scope.PENDING), ("db-0", scope.PENDING)]
     assert await store.run("other") is None
+    assert await store.pods("other") == []
 
 
-async def test_create_is_one_transaction(database: SqliteDatabase) -> None:
-    store = ScopeStore(database)
+async def test_a_second_create_changes_nothing(store: ScopeStore) -> None:
     await store.create(notification("u"), [("a", "ua")])
-    with pytest.raises(sqlite3.IntegrityError):
-        await store.create(notification("u"), [("b", "ub")])  # the run row exists already
-    assert [p.pod for p in await store.pods("u")] == ["a"]
+    await store.start_pod("u", "ua", "rec-a")
+    with pytest.raises(AlreadyExists):
+        await store.create(notification("u"), [("b", "ub")])
+    assert await store.pods("u") == [ScopedPod("a", "ua", scope.STARTED, "rec-a")]
 
 
 async def test_add_returns_the_new_pods_and_keeps_order(scopes: ScopeStore) -> None:
     added = await scopes.add(N1, [("db-2", "u2"), ("db-0", "u0"), ("db-1", "u1")])
     assert [p.pod for p in added] == ["db-2", "db-0", "db-1"]
-    assert await scopes.add(N1, [("db-1", "u1"), ("db-3", "u3")]) == [
+    assert await scopes.add(N1, [("db-1", "u1"), ("db-3", "u3"), ("db-3", "u3")]) == [
         ScopedPod("db-3", "u3", scope.PENDING)]
     assert [p.pod for p in await scopes.pods(N1)] == ["db-2", "db-0", "db-1", "db-3"]
+    assert await scopes.add("unknown", [("db-0", "u0")]) == []
 
 
 async def test_a_replaced_pod_with_a_new_uid_enters_again(scopes: ScopeStore) -> None:
@@ -87,6 +130,12 @@ async def test_a_pod_state_only_moves_forward(scopes: ScopeStore) -> None:
         await scopes.finish_pod(N1, "u0", scope.STARTED, "")
 
 
+async def test_finish_pod_may_name_the_record(scopes: ScopeStore) -> None:
+    await scopes.add(N1, [("db-0", "u0")])
+    assert await scopes.finish_pod(N1, "u0", scope.SKIPPED, "NotDeclared", record="r")
+    assert await scopes.pods(N1) == [ScopedPod("db-0", "u0", scope.SKIPPED, "r", "NotDeclared")]
+
+
 async def test_no_pod_starts_once_the_run_is_stopped(scopes: ScopeStore) -> None:
     await scopes.add(N1, [("a", "ua"), ("b", "ub"), ("c", "uc")])
     assert await scopes.start_pod(N1, "ua", "rec-a")
@@ -99,11 +148,10 @@ async def test_no_pod_starts_once_the_run_is_stopped(scopes: ScopeStore) -> None
     assert [p.state for p in await scopes.pods(N1)] == [scope.FAILED, scope.PENDING,
                                                         scope.PENDING]
     assert await scopes.start_pod(N2, "ub", "x") is False  # not in that scope
+    assert await scopes.stop("unknown", "Deleted") == "Deleted"
 
 
-async def test_a_failed_outcome_makes_rollback_due_for_succeeded_pods(
-        database: SqliteDatabase) -> None:
-    store = ScopeStore(database)
+async def test_a_failed_outcome_makes_rollback_due_for_succeeded_pods(store: ScopeStore) -> None:
     await store.create(notification("u", rollback={"notifier": "unquiesce"}),
                        [("a", "ua"), ("b", "ub"), ("c", "uc")])
     for uid, state in (("ua", scope.SUCCEEDED), ("ub", scope.FAILED)):
@@ -118,6 +166,18 @@ async def test_a_failed_outcome_makes_rollback_due_for_succeeded_pods(
     pods = {p.pod: p for p in await store.pods("u")}
     assert (pods["a"].state, pods["a"].rollback) == (scope.SUCCEEDED, scope.ROLLBACK_PENDING)
     assert pods["b"].rollback == pods["c"].rollback == ""
+    assert await store.decide("unknown", scope.OUTCOME_FAILED, "Deleted") is None
+
+
+async def test_rollback_becomes_due_in_every_pod_set(store: ScopeStore) -> None:
+    pods = pods_named(POD_SET_SIZE + 5)
+    await store.create(notification("u", rollback={"notifier": "unquiesce"}), pods)
+    for _, uid in (pods[0], pods[-1]):
+        await store.start_pod("u", uid, f"rec-{uid}")
+        await store.finish_pod("u", uid, scope.SUCCEEDED, "Completed")
+    await store.decide("u", scope.OUTCOME_FAILED, "Deleted")
+    due = [p.pod_uid for p in await store.pods("u") if p.rollback == scope.ROLLBACK_PENDING]
+    assert due == [pods[0][1], pods[-1][1]]
 
 
 async def test_no_rollback_due_without_a_rollback_notifier(scopes: ScopeStore) -> None:
@@ -128,8 +188,7 @@ async def test_no_rollback_due_without_a_rollback_notifier(scopes: ScopeStore) -
     assert (await scopes.pods(N1))[0].rollback == ""
 
 
-async def test_rollback_state_never_touches_the_pod_state(database: SqliteDatabase) -> None:
-    store = ScopeStore(database)
+async def test_rollback_state_never_touches_the_pod_state(store: ScopeStore) -> None:
     await store.create(notification("u", rollback={"notifier": "unquiesce"}), [("a", "ua")])
     await store.start_pod("u", "ua", "rec")
     await store.finish_pod("u", "ua", scope.SUCCEEDED, "Completed")
@@ -139,6 +198,8 @@ async def test_rollback_state_never_touches_the_pod_state(database: SqliteDataba
     assert await store.start_rollback("u", "ua", "undo-2")  # again, after an interruption
     await store.finish_rollback("u", "ua", scope.ROLLBACK_DONE)
     assert not await store.start_rollback("u", "ua", "undo-3")
+    with pytest.raises(ValueError):
+        await store.finish_rollback("u", "ua", scope.ROLLBACK_STARTED)
 
     (pod,) = await store.pods("u")
     assert pod == ScopedPod("a", "ua", scope.SUCCEEDED, "rec", "Completed",
@@ -146,64 +207,215 @@ async def test_rollback_state_never_touches_the_pod_state(database: SqliteDataba
     assert counts([pod])["rolledBack"] == 1
 
 
-async def test_forget_only_that_notification(scopes: ScopeStore) -> None:
-    await scopes.add(N1, [("db-0", "u0"), ("db-1", "u1")])
+async def test_mark_finished(scopes: ScopeStore) -> None:
+    await scopes.mark_finished(N1)
+    run = await scopes.run(N1)
+    assert run is not None and run.finished
+    await scopes.mark_finished("unknown")  # nothing to mark
+
+
+async def test_forget_only_that_notification(replica: Replica, scopes: ScopeStore) -> None:
+    await scopes.add(N1, pods_named(POD_SET_SIZE + 1))
     await scopes.add(N2, [("db-0", "u0")])
     await scopes.forget(N1)
     assert await scopes.pods(N1) == []
     assert await scopes.run(N1) is None
+    assert await pod_set_sizes(replica.pod_sets, N1) == []
     assert len(await scopes.pods(N2)) == 1
     assert [run.notification_uid for run in await scopes.runs()] == [N2]
+    await scopes.forget(N1)  # again: nothing left
 
 
-async def test_orphan_pods_and_adopt(database: SqliteDatabase) -> None:
-    store = ScopeStore(database)
-    await database.transaction(lambda c: c.execute(
-        "INSERT INTO notification_pods (notification_uid, seq, pod, pod_uid, state) "
-        "VALUES ('old', 1, 'a', 'ua', 'pending')"))
-    assert await store.orphan_uids() == ["old"]
-    await store.adopt(notification("old"))
-    assert await store.orphan_uids() == []
-    assert await store.start_pod("old", "ua", "rec")
+# Pod sets
 
 
-async def test_scope_survives_reopening(tmp_path: Path) -> None:
-    first = await SqliteDatabase.open(tmp_path / "data")
-    await ScopeStore(first).create(notification(N1), [("db-0", "u0"), ("db-1", "u1")])
-    await ScopeStore(first).start_pod(N1, "u1", "rec-1")
-    await first.close()
+async def test_pods_are_kept_in_pod_sets_of_at_most_100(replica: Replica) -> None:
+    pods = pods_named(250)
+    await replica.scopes.create(notification("u"), pods)
 
-    second = await SqliteDatabase.open(tmp_path / "data")
-    try:
-        scopes = ScopeStore(second)
-        assert await scopes.pods(N1) == [ScopedPod("db-0", "u0", scope.PENDING),
-                                         ScopedPod("db-1", "u1", scope.STARTED, "rec-1")]
-    finally:
-        await second.close()
+    assert await pod_set_sizes(replica.pod_sets, "u") == [100, 100, 50]
+    assert [(p.pod, p.pod_uid) for p in await replica.scopes.pods("u")] == pods
 
+    added = await replica.scopes.add("u", pods_named(60, start=250))
+    assert len(added) == 60
+    assert await pod_set_sizes(replica.pod_sets, "u") == [100, 100, 100, 10]
+    assert [(p.pod, p.pod_uid) for p in await replica.scopes.pods("u")] == pods_named(310)
 
-OLD_TABLE = """
-CREATE TABLE notification_pods (
-    notification_uid TEXT NOT NULL, seq INTEGER NOT NULL, pod TEXT NOT NULL,
-    pod_uid TEXT NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL DEFAULT '',
-    reason TEXT NOT NULL DEFAULT '', rollback TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (notification_uid, pod_uid));
-INSERT INTO notification_pods VALUES ('n', 1, 'a', 'ua', 'succeeded', 'rec-a', '', 'rolledBack');
-INSERT INTO notification_pods VALUES ('n', 2, 'b', 'ub', 'succeeded', 'rec-b', '',
-                                      'rollbackFailed');
-"""
+    assert await replica.scopes.start_pod("u", "u305", "rec-305")  # in the newest pod set
+    assert (await replica.scopes.pods("u"))[305].state == scope.STARTED
+    run = await replica.runs.get("ns", "u")
+    assert run["status"]["podSets"] == 4
 
 
-async def test_a_table_of_the_previous_schema_is_migrated(tmp_path: Path) -> None:
+async def test_a_pod_set_is_full_before_the_next(replica: Replica) -> None:
+    await replica.scopes.create(notification("u"), pods_named(POD_SET_SIZE))
+    await replica.scopes.add("u", pods_named(1, start=POD_SET_SIZE))
+    assert await pod_set_sizes(replica.pod_sets, "u") == [POD_SET_SIZE, 1]
+    await replica.scopes.create(notification("empty"), [])
+    await replica.scopes.add("empty", [("db-0", "u0")])
+    assert await pod_set_sizes(replica.pod_sets, "empty") == [1]
+
+
+async def test_changes_of_one_pod_set_made_meanwhile_are_written_together(
+        replica: Replica) -> None:
+    await replica.scopes.create(notification("u"), pods_named(10))
+    real, updates = replica.pod_sets.guaranteed_update, []
+
+    async def counted(*args: Any) -> Any:
+        updates.append(args[1])
+        return await real(*args)
+
+    replica.pod_sets.guaranteed_update = counted  # type: ignore[method-assign]
+    started = await asyncio.gather(
+        *(replica.scopes.start_pod("u", uid, f"rec-{uid}") for _, uid in pods_named(10)),
+        replica.scopes.start_pod("u", "u3", "rec-again"))
+
+    assert started == [True] * 10 + [False]  # the pod's first start stands
+    assert 1 <= len(updates) <= 2, updates  # one write, maybe after a first alone
+    assert [(p.state, p.record) for p in await replica.scopes.pods("u")] == [
+        (scope.STARTED, f"rec-{uid}") for _, uid in pods_named(10)]
+
+
+async def test_a_stop_goes_before_the_starts_waiting_behind_it(store: ScopeStore) -> None:
+    await store.create(notification("u"), [("a", "ua"), ("b", "ub"), ("c", "uc")])
+    results = await asyncio.gather(
+        store.start_pod("u", "ua", "rec-a"), store.stop("u", "Deleted"),
+        store.start_pod("u", "ub", "rec-b"), store.start_pod("u", "uc", "rec-c"))
+    assert results == [True, "Deleted", False, False]
+    assert [p.state for p in await store.pods("u")] == [scope.STARTED, scope.PENDING,
+                                                        scope.PENDING]
+
+
+def die_after(pod_sets: ObjectStore, writes: int) -> None:
+    """`pod_sets` takes `writes` creates, then the process "dies" (the create raises)."""
+    real = pod_sets.create
+    left = writes
+
+    async def create(*args: Any, **kwargs: Any) -> Any:
+        nonlocal left
+        if not left:
+            raise OSError("the server was killed")
+        left -= 1
+        return await real(*args, **kwargs)
+
+    pod_sets.create = create  # type: ignore[method-assign]
+
+
+async def test_a_create_interrupted_between_pod_sets_leaves_no_run(backend: Backend) -> None:
+    first = Replica(backend)
+    die_after(first.pod_sets, 1)
+    with pytest.raises(OSError):
+        await first.scopes.create(notification("u"), pods_named(250))
+
+    restarted = Replica(backend)
+    assert await restarted.scopes.run("u") is None
+    assert await restarted.scopes.runs() == []
+    assert await restarted.scopes.pods("u") == []
+    assert not await restarted.scopes.start_pod("u", "u0", "rec")
+    assert await restarted.scopes.orphan_uids() == ["u"]
+    await restarted.scopes.adopt(notification("u"))  # not the whole pod set: no run
+    assert await restarted.scopes.run("u") is None
+
+    await restarted.scopes.forget("u")
+    assert await restarted.scopes.orphan_uids() == []
+    assert await pod_set_sizes(restarted.pod_sets, "u") == []
+
+
+async def test_an_interrupted_create_can_be_made_again(backend: Backend) -> None:
+    first = Replica(backend)
+    die_after(first.pod_sets, 2)
+    with pytest.raises(OSError):
+        await first.scopes.create(notification("u"), pods_named(250))
+
+    restarted = Replica(backend)
+    await restarted.scopes.create(notification("u"), pods_named(120))
+    assert [(p.pod, p.pod_uid) for p in await restarted.scopes.pods("u")] == pods_named(120)
+    assert await pod_set_sizes(restarted.pod_sets, "u") == [100, 20]
+    assert await restarted.scopes.orphan_uids() == []
+
+
+async def test_a_create_interrupted_after_its_pod_sets_is_adopted_whole(
+        backend: Backend) -> None:
+    first = Replica(backend)
+
+    async def killed(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("the server was killed")
+
+    first.runs.create = killed  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        await first.scopes.create(notification("u", "late"), pods_named(150))
+
+    restarted = Replica(backend)
+    assert await restarted.scopes.run("u") is None
+    assert await restarted.scopes.orphan_uids() == ["u"]
+    await restarted.scopes.adopt(notification("u", "late"))
+    run = await restarted.scopes.run("u")
+    assert run is not None and run.name == "late"
+    assert [(p.pod, p.pod_uid) for p in await restarted.scopes.pods("u")] == pods_named(150)
+    assert await restarted.scopes.orphan_uids() == []
+    await restarted.scopes.adopt(notification("u", "late"))  # once adopted, nothing to do
+
+
+# Another replica
+
+
+async def test_a_stop_by_another_replica_is_honoured_by_start_pod(backend: Backend) -> None:
+    leader, other = Replica(backend), Replica(backend)
+    await leader.scopes.create(notification("u"), [("a", "ua"), ("b", "ub")])
+    assert await leader.scopes.start_pod("u", "ua", "rec-a")
+
+    assert await other.scopes.stop("u", "Deleted") == "Deleted"
+
+    async def leader_sees_it() -> bool:
+        run = await leader.scopes.run("u")
+        return run is not None and run.stopped == "Deleted"
+
+    await eventually(leader_sees_it)
+    assert not await leader.scopes.start_pod("u", "ub", "rec-b")
+    assert [p.state for p in await other.scopes.pods("u")] == [scope.STARTED, scope.PENDING]
+    assert await leader.scopes.stop("u", "FailFast") == "Deleted"
+
+
+async def test_a_scope_is_read_whole_by_a_new_process(backend: Backend) -> None:
+    first = Replica(backend)
+    await first.scopes.create(notification(N1), pods_named(120))
+    await first.scopes.start_pod(N1, "u110", "rec-110")
+
+    second = Replica(backend)
+
+    async def whole() -> bool:
+        pods = await second.scopes.pods(N1)
+        return len(pods) == 120 and pods[110].state == scope.STARTED
+
+    await eventually(whole)
+    assert (await second.scopes.pods(N1))[110] == ScopedPod("db-110", "u110", scope.STARTED,
+                                                             "rec-110")
+    assert await second.scopes.finish_pod(N1, "u110", scope.SUCCEEDED, "Completed")
+    assert [run.notification_uid for run in await second.scopes.runs()] == [N1]
+
+
+# The tables of schema 2
+
+
+async def test_the_scope_tables_of_schema_2_are_dropped(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     connection = sqlite3.connect(tmp_path / "data" / FILE_NAME)
-    connection.executescript(OLD_TABLE)
+    connection.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        INSERT INTO meta VALUES ('schema', 2), ('rv', 0), ('compacted', 0);
+        CREATE TABLE notification_runs (notification_uid TEXT PRIMARY KEY);
+        CREATE TABLE notification_pods (notification_uid TEXT, seq INTEGER);
+        CREATE INDEX notification_pods_by_seq ON notification_pods (notification_uid, seq);
+        INSERT INTO notification_runs VALUES ('n');
+    """)
     connection.close()
 
     database = await SqliteDatabase.open(tmp_path / "data")
     try:
-        pods = await ScopeStore(database).pods("n")
+        tables = await database.run(lambda c: [row[0] for row in c.execute(
+            "SELECT name FROM sqlite_master WHERE name LIKE 'notification%'")])
+        schema = await database.run(
+            lambda c: c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0])
     finally:
         await database.close()
-    assert [(p.pod, p.rollback, p.rollback_record, p.rollback_attempts) for p in pods] == [
-        ("a", scope.ROLLBACK_DONE, "", 0), ("b", scope.ROLLBACK_FAILED, "", 0)]
+    assert (tables, schema) == ([], 3)

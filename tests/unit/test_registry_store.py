@@ -117,7 +117,7 @@ async def test_schema_1_is_migrated(tmp_path: Path) -> None:
     # after the ledger's creation at 3 and the eviction of "old" at 4
     assert created["metadata"]["resourceVersion"] == "5"
     assert columns == ["resource", "namespace", "name", "rv", "superseded", "created_rv", "object"]
-    assert schema == 2
+    assert schema == 3
 
 
 async def test_cohorts_use_the_index_of_the_indexed_field(database: SqliteDatabase) -> None:
