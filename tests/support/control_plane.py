@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from localcluster import __main__ as localcluster
+from localcluster import plane
 from tests.support.kube import Cluster, wait_until
 
 
@@ -23,9 +24,9 @@ def restart_kube_apiserver(cluster: Cluster) -> None:
     The controller-manager and the scheduler are restarted too: their informers take 15-50 s
     (client-go backoff) to catch up with the new kube-apiserver, which would stall the next
     tests' namespaces and pods."""
-    localcluster.restart(cluster.layout, "kube-apiserver")
+    plane.restart(cluster.layout, "kube-apiserver")
     wait_until(lambda: kube_apiserver_ready(cluster), "kube-apiserver /readyz", 60)
-    localcluster.restart(cluster.layout, "kube-controller-manager")
-    localcluster.restart(cluster.layout, "kube-scheduler")
+    plane.restart(cluster.layout, "kube-controller-manager")
+    plane.restart(cluster.layout, "kube-scheduler")
     wait_until(lambda: localcluster.apiservice_available(cluster.layout, cluster.ports),
                "the APIService to be Available again", 60)

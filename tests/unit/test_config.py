@@ -98,7 +98,7 @@ def test_every_flag_sets_its_option():
         "--tls-cert-file", "c", "--tls-private-key-file", "k", "--bind-address", "127.0.0.1",
         "--secure-port", "9443", "--kubeconfig", "/kc", "--authentication-token-cache-ttl", "1m",
         "--authorization-allowed-cache-ttl", "5s", "--authorization-denied-cache-ttl", "0",
-        "--data-dir", "/d", "--storage", "kubernetes", "--max-records-per-pod", "3",
+        "--data-dir", "/d", "--storage", "sqlite", "--max-records-per-pod", "3",
         "--max-timeout-seconds", "60",
         "--default-ttl-seconds-after-finished", "120", "--max-concurrent-executions", "8",
         "--output-tail-bytes", "100", "--max-notification-parallelism", "7",
@@ -108,7 +108,7 @@ def test_every_flag_sets_its_option():
         tls_cert_file=Path("c"), tls_private_key_file=Path("k"), bind_address="127.0.0.1",
         secure_port=9443, kubeconfig=Path("/kc"), authentication_token_cache_ttl=60.0,
         authorization_allowed_cache_ttl=5.0, authorization_denied_cache_ttl=0.0,
-        data_dir=Path("/d"), storage="kubernetes", max_records_per_pod=3, max_timeout_seconds=60,
+        data_dir=Path("/d"), storage="sqlite", max_records_per_pod=3, max_timeout_seconds=60,
         default_ttl_seconds_after_finished=120, max_concurrent_executions=8,
         output_tail_bytes=100, max_notification_parallelism=7, log_level="debug")
     assert options_from_args(args) == expected
