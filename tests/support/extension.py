@@ -93,11 +93,14 @@ def scrape(cluster: Cluster) -> dict[str, float]:
     return total
 
 
-def logged_requests(cluster: Cluster, path: str) -> list[dict[str, Any]]:
-    """The access log entries (JSON lines) for `path` of every replica, replica 0's first."""
+def logged_requests(cluster: Cluster, path: str, replica: int | None = None
+                    ) -> list[dict[str, Any]]:
+    """The access log entries (JSON lines) for `path` of every replica, replica 0's first, or
+    of replica `replica` only."""
     entries = []
-    for replica in plane.replicas(cluster.layout):
-        log = processes.log_path(cluster.layout.logs, replica.name)
+    recorded = plane.replicas(cluster.layout)
+    for proc in recorded if replica is None else [recorded[replica]]:
+        log = processes.log_path(cluster.layout.logs, proc.name)
         for line in log.read_text().splitlines():
             with contextlib.suppress(ValueError):
                 entry = json.loads(line)
