@@ -178,8 +178,9 @@ def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS) 
         print(f"cluster: started {proc.name} (pid {proc.pid}), log "
               f"{processes.log_path(layout.logs, proc.name)}")
     print(f"cluster: {node_count} kwok nodes Ready; kube-apiserver https://127.0.0.1:{ports.apiserver}")
-    print(f"cluster: {replicas} server replicas on ports {ports.replica(0)}-"
-          f"{ports.replica(replicas - 1)} behind HAProxy on {ports.notifier}")
+    print(f"cluster: server replicas {', '.join(components.replica(i) for i in range(replicas))}"
+          f" on ports {', '.join(str(ports.replica(i)) for i in range(replicas))}, behind "
+          f"HAProxy on {ports.notifier}")
     print(f"cluster: up in {elapsed:.1f} s; export KUBECONFIG={layout.kubeconfig}")
     print(f"cluster: kubectl is {bins / 'kubectl'}")
 

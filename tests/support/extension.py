@@ -67,6 +67,12 @@ def direct(cluster: Cluster, cert: KeyPair | None = None, timeout: float = 15.0,
                         verify=server_ssl_context(cluster, cert), timeout=timeout)
 
 
+def kube_apiserver(cluster: Cluster, cert: KeyPair | None = None) -> httpx.Client:
+    """A client of kube-apiserver that presents `cert` (or no credentials)."""
+    return httpx.Client(base_url=cluster.server, verify=server_ssl_context(cluster, cert, "ca"),
+                        timeout=15.0)
+
+
 def scrape_replica(cluster: Cluster, replica: int) -> dict[str, float]:
     """Replica `replica`'s samples from /metrics, keyed ``name`` or ``name{label="value",...}``
     (labels sorted), read as admin (system:masters, so the scrape itself needs no
