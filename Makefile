@@ -4,7 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/hack
 
-.PHONY: venv test lint demo bench cluster-up cluster-down cluster-status
+HAPROXY := /usr/sbin/haproxy
+
+.PHONY: venv haproxy test lint demo bench cluster-up cluster-down cluster-status
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -14,6 +16,18 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# The load balancer in front of the local server replicas: Debian's package, installed here
+# when it is missing (as root; otherwise say what to install).
+$(HAPROXY):
+	@if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; \
+	else \
+		echo "error: $(HAPROXY) is missing: install the Debian package haproxy (sudo apt-get install -y haproxy)" >&2; \
+		exit 1; \
+	fi
+
+haproxy: $(HAPROXY)
+
 lint: venv
 	$(VENV)/bin/ruff check apiserver certs hack kubectl_notify tests
 	$(VENV)/bin/lint-imports
@@ -21,17 +35,17 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-test: lint
+test: lint $(HAPROXY)
 	bash hack/build.sh >/dev/null
 	$(VENV)/bin/pytest -ra --durations=15
 
-demo: venv
+demo: venv $(HAPROXY)
 	bash hack/demo.sh
 
-bench: venv
+bench: venv $(HAPROXY)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR) $(PY) hack/bench.py
 
-cluster-up: venv
+cluster-up: venv $(HAPROXY)
 	$(PY) -m localcluster up
 
 cluster-down: venv

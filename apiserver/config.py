@@ -124,13 +124,12 @@ class ServerOptions:
         Path("/var/lib/container-notifier"), parse=Path,
         help="directory of the embedded SQLite store; one server process per directory")
     storage: str = option(
-        SQLITE, choices=STORAGE_BACKENDS,
-        help="where PodNotifier and Notification records are kept: 'sqlite' (the database in "
-        "--data-dir; one replica) or 'kubernetes' (custom resources of "
-        "storage.notifier.x-k8s.io, apiservice/storage-crds.yaml, which must be Established; "
-        "served from a cache; docs/storage.md). With 'kubernetes' the Notification scopes "
-        "still live in --data-dir, so the server is still one replica; 'kubernetes' becomes "
-        "the default with the multi-replica topology of a later change")
+        KUBERNETES, choices=STORAGE_BACKENDS,
+        help="where PodNotifier and Notification records are kept: 'kubernetes' (custom "
+        "resources of storage.notifier.x-k8s.io, apiservice/storage-crds.yaml, which must be "
+        "Established; served from a cache; shared by every replica; docs/storage.md) or "
+        "'sqlite' (the database in --data-dir; one replica only). With 'kubernetes' the "
+        "Notification scopes still live in --data-dir")
     max_records_per_pod: int = option(
         10, parse=parse_positive, metavar="K",
         help="PodNotifier records kept per pod; creating one more deletes the oldest finished "

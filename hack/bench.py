@@ -7,7 +7,8 @@ Figures:
   the ratio notify/exec is the figure that matters;
 - throughput at 1, 8 and 32 concurrent callers, for both (each caller has its own pod, since a
   notifier may not run twice at once on one pod);
-- the server's peak RSS (VmHWM) after 10,000 notifications, and records kept per pod;
+- the server's peak RSS (VmHWM, the largest replica's) after 10,000 notifications, and records
+  kept per pod;
 - a Notification over 1000 pods at parallelism 1, 10 and 50, against a sequential loop of raw
   pods/exec (what a backup tool running hooks one by one does) and raw pods/exec at the same
   concurrency (the limit); the server's peak RSS during those runs (the server is restarted
@@ -30,7 +31,7 @@ import httpx
 
 from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
 from localcluster import __main__ as localcluster
-from localcluster import pki, processes
+from localcluster import pki, plane
 from localcluster.layout import REPO_ROOT, Layout, Ports
 from tests.support.kube import Cluster, User
 
@@ -99,12 +100,13 @@ async def exec_all(bench: Bench, pods: list[str], concurrency: int) -> None:
 
 
 def server_memory(layout: Layout) -> dict[str, int]:
-    (server,) = [p for p in processes.load(layout.state_file) if p.name == "notifier-apiserver"]
-    fields = {}
-    for line in Path(f"/proc/{server.pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "VmRSS"):
-            fields[key] = int(value.split()[0]) * 1024
+    """VmHWM and VmRSS in bytes, each the largest of the server replicas'."""
+    fields: dict[str, int] = {}
+    for server in plane.replicas(layout):
+        for line in Path(f"/proc/{server.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmHWM", "VmRSS"):
+                fields[key] = max(fields.get(key, 0), int(value.split()[0]) * 1024)
     return fields
 
 

@@ -18,6 +18,8 @@ say() { printf '\n\033[1m# %s\033[0m\n' "$*"; }
 
 say "The notifier API is served through kube-apiserver's aggregator"
 step "$kubectl" get apiservice v1alpha1.notifier.x-k8s.io
+say "by server replicas (notifier-apiserver-N) behind HAProxy, sharing their records through kube-apiserver"
+step $py -m localcluster status
 step "$kubectl" api-resources --api-group=notifier.x-k8s.io
 
 say "A database whose pod template declares quiesce, unquiesce and reload"

@@ -1,13 +1,16 @@
 """python -m localcluster up|down|status: the local control plane for tests, demo and benchmarks.
 
 up      build missing binaries (hack/build.sh), start etcd, kube-apiserver, controller-manager,
-        scheduler and kwok (in its own PID namespace) with N fake nodes, wait until all are
-        healthy; reuses a healthy running plane; prints what it started and how long it took.
+        scheduler and kwok (in its own PID namespace) with N fake nodes, register the extension
+        API (its storage CRDs Established first), start R server replicas (replica i on port
+        CN_NOTIFIER_PORT+1+i, Kubernetes storage) and HAProxy on CN_NOTIFIER_PORT in front of
+        them, wait until all are healthy; reuses a healthy running plane of R replicas; prints
+        what it started and how long it took.
         If a start fails, stops everything it started and exits 1 naming the component, with
         the last lines of its log.
 down    stop every process `up` started, by pid, and remove the state directory.
 status  print each process and whether it runs, and every health problem; exit 1 unless
-        every component runs and answers and the APIService is Available.
+        every component and each of R replicas runs and answers and the APIService is Available.
 user    issue a client certificate (CN NAME, O each --group) and print its kubeconfig path;
         the certificate and key sit beside it as NAME.crt and NAME.key.
 """
@@ -24,8 +27,8 @@ from pathlib import Path
 
 import httpx
 
-from localcluster import admin, components, health, notifier, pki, processes
-from localcluster.layout import HACK_DIR, Layout, Ports
+from localcluster import admin, components, haproxy, health, notifier, pki, processes
+from localcluster.layout import HACK_DIR, REPLICAS, Layout, Ports
 from localcluster.startup import StartFailed, Startup, busy_ports
 
 NODE_COUNT = int(os.environ.get("CN_NODES", "3"))
@@ -101,24 +104,10 @@ def apiservice_available(layout: Layout, ports: Ports) -> bool:
     return health.apiservice_problem(layout, ports) is None
 
 
-def restart(layout: Layout, name: str) -> processes.Tracked:
-    """Stop one component and start it again with the same command line."""
-    tracked = processes.load(layout.state_file)
-    (old,) = [p for p in tracked if p.name == name]
-    processes.stop([old])
-    new = processes.start(name, old.argv, layout.logs, stop_signal=old.stop_signal).tracked
-    processes.save(layout.state_file, [new if p.name == name else p for p in tracked])
-    return new
-
-
-def stop_component(layout: Layout, name: str) -> None:
-    """Stop one component, keeping it recorded so that `restart` can start it again."""
-    processes.stop([p for p in processes.load(layout.state_file) if p.name == name])
-
-
-def healthy(layout: Layout, ports: Ports) -> bool:
-    """Every component recorded, running and answering, and the APIService Available."""
-    return not health.check(layout, ports)
+def healthy(layout: Layout, ports: Ports, replicas: int = REPLICAS) -> bool:
+    """Every component and `replicas` server replicas recorded, running and answering, and
+    the APIService Available."""
+    return not health.check(layout, ports, replicas)
 
 
 def _wait_answers(plane: Startup, probe: health.Probe, timeout: float) -> None:
@@ -126,24 +115,28 @@ def _wait_answers(plane: Startup, probe: health.Probe, timeout: float) -> None:
                    probe.answers, timeout)
 
 
-def up(layout: Layout, ports: Ports, node_count: int) -> None:
+def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS) -> None:
     """Start the plane unless it is healthy; on failure stop what was started, raise StartFailed."""
     started_at = time.monotonic()
-    found = health.check(layout, ports)
+    found = health.check(layout, ports, replicas)
     if not found:
         print(f"cluster: already running and healthy; kubeconfig {layout.kubeconfig}")
         return
     if layout.state_file.exists():
         print("cluster: not healthy, starting afresh:\n  " + "\n  ".join(found))
     down(layout, quiet=True)
+    if not haproxy.BINARY.exists():
+        raise StartFailed(f"{haproxy.BINARY} is missing: install the Debian package haproxy "
+                          "(apt-get install -y haproxy; `make cluster-up` does it as root)")
     bins = build_binaries()
     layout.root.mkdir(parents=True, exist_ok=True)
     pki.ensure(layout, ports)
     components.write_kwok_config(bins, layout)
-    if busy := busy_ports(ports.by_variable(), timeout=PORTS_RELEASE_SECONDS):
+    haproxy.write_config(layout, ports, replicas)
+    if busy := busy_ports(ports.by_variable(replicas), timeout=PORTS_RELEASE_SECONDS):
         raise StartFailed(f"ports already in use on 127.0.0.1: {', '.join(busy)}; stop what "
                           "listens there (ss -ltnp) or move the cluster with those variables")
-    probe = {p.component: p for p in health.probes(layout, ports)}
+    probe = {p.component: p for p in health.probes(layout, ports, replicas)}
     with Startup(layout) as plane:
         plane.launch(components.ETCD, components.etcd(bins, layout, ports))
         _wait_answers(plane, probe[components.ETCD], ETCD_READY_SECONDS)
@@ -163,12 +156,21 @@ def up(layout: Layout, ports: Ports, node_count: int) -> None:
         plane.wait_for(components.CONTROLLER_MANAGER, "the default ServiceAccount",
                        lambda: default_service_account_exists(layout, ports),
                        COMPONENT_READY_SECONDS)
-        notifier.register(bins, layout, ports)
-        plane.launch(components.NOTIFIER, notifier.server_argv(layout, ports))
-        _wait_answers(plane, probe[components.NOTIFIER], COMPONENT_READY_SECONDS)
-        plane.wait_for(components.NOTIFIER, f"APIService {notifier.APISERVICE_NAME} Available",
+        crds = notifier.register(bins, layout, ports)
+        # Each replica checks at start that its storage CRDs are served.
+        plane.wait_for(components.KUBE_APISERVER, f"CRDs {', '.join(crds)} to be Established",
+                       lambda: notifier.crds_established(layout, ports, crds),
+                       COMPONENT_READY_SECONDS)
+        servers = [components.replica(i) for i in range(replicas)]
+        for i, name in enumerate(servers):
+            plane.launch(name, notifier.server_argv(layout, ports, i))
+        for name in servers:
+            _wait_answers(plane, probe[name], COMPONENT_READY_SECONDS)
+        plane.launch(components.HAPROXY, haproxy.argv(layout))
+        _wait_answers(plane, probe[components.HAPROXY], COMPONENT_READY_SECONDS)
+        plane.wait_for(servers[0], f"APIService {notifier.APISERVICE_NAME} Available",
                        lambda: apiservice_available(layout, ports), COMPONENT_READY_SECONDS)
-        plane.wait_for(components.NOTIFIER, "kube-apiserver to serve the group's OpenAPI v3",
+        plane.wait_for(servers[0], "kube-apiserver to serve the group's OpenAPI v3",
                        lambda: openapi_aggregated(layout, ports), COMPONENT_READY_SECONDS)
     elapsed = time.monotonic() - started_at
     for child in plane.children:
@@ -176,6 +178,9 @@ def up(layout: Layout, ports: Ports, node_count: int) -> None:
         print(f"cluster: started {proc.name} (pid {proc.pid}), log "
               f"{processes.log_path(layout.logs, proc.name)}")
     print(f"cluster: {node_count} kwok nodes Ready; kube-apiserver https://127.0.0.1:{ports.apiserver}")
+    print(f"cluster: server replicas {', '.join(components.replica(i) for i in range(replicas))}"
+          f" on ports {', '.join(str(ports.replica(i)) for i in range(replicas))}, behind "
+          f"HAProxy on {ports.notifier}")
     print(f"cluster: up in {elapsed:.1f} s; export KUBECONFIG={layout.kubeconfig}")
     print(f"cluster: kubectl is {bins / 'kubectl'}")
 
@@ -189,18 +194,25 @@ def down(layout: Layout, quiet: bool = False) -> None:
               f"removed {layout.root}")
 
 
-def status(layout: Layout, ports: Ports) -> int:
+def status(layout: Layout, ports: Ports, replicas: int = REPLICAS) -> int:
     """Print each recorded process and every health problem; 0 only if healthy."""
     for proc in processes.load(layout.state_file):
         state = "running" if processes.is_alive(proc) else "stopped"
         print(f"{proc.name}\tpid {proc.pid}\t{state}")
-    found = health.check(layout, ports)
+    found = health.check(layout, ports, replicas)
     for problem in found:
         print(f"unhealthy: {problem}")
     if not found:
-        print(f"healthy: {', '.join(components.ALL)} answer; APIService "
+        print(f"healthy: {', '.join(components.plane(replicas))} answer; APIService "
               f"{notifier.APISERVICE_NAME} is Available")
     return 1 if found else 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least 1")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,11 +224,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="with `user`: a group (certificate O); repeatable")
     parser.add_argument("--nodes", type=int, default=NODE_COUNT,
                         help="kwok nodes to create (default: $CN_NODES or 3)")
+    parser.add_argument("--replicas", type=_positive, default=REPLICAS,
+                        help="with `up` and `status`: server replicas behind HAProxy "
+                        "(default: $CN_REPLICAS or 2)")
     args = parser.parse_args(argv)
     layout, ports = Layout.default(), Ports()
     if args.command == "up":
         try:
-            up(layout, ports, args.nodes)
+            up(layout, ports, args.nodes, args.replicas)
         except StartFailed as error:
             print(f"cluster: {error}", file=sys.stderr)
             return 1
@@ -227,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("user needs a NAME")
         print(pki.user_kubeconfig(layout, ports, args.name, tuple(args.group)))
     else:
-        return status(layout, ports)
+        return status(layout, ports, args.replicas)
     return 0
 
 

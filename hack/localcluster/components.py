@@ -1,4 +1,5 @@
-"""Command lines of etcd, kube-apiserver, controller-manager, scheduler and kwok."""
+"""Command lines of etcd, kube-apiserver, controller-manager, scheduler and kwok, and the names
+of every process of a plane."""
 
 from __future__ import annotations
 
@@ -18,9 +19,22 @@ CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
 KWOK = "kwok"
 NOTIFIER = "notifier-apiserver"
-"""The container-notifier extension server (its command line is in notifier.py)."""
-ALL = (ETCD, KUBE_APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, NOTIFIER)
-"""Every process of a running plane, in start order; their names in processes.json and logs/."""
+"""The container-notifier extension server: replica i is the process `notifier-apiserver-<i>`
+(its command line is in notifier.py)."""
+HAPROXY = "haproxy"
+"""The load balancer in front of the replicas (haproxy.py)."""
+CONTROL_PLANE = (ETCD, KUBE_APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
+
+
+def replica(index: int) -> str:
+    """The process name of server replica `index` (0, 1, ...)."""
+    return f"{NOTIFIER}-{index}"
+
+
+def plane(replicas: int) -> tuple[str, ...]:
+    """Every process of a running plane of `replicas` server replicas, in start order; their
+    names in processes.json and logs/."""
+    return (*CONTROL_PLANE, *(replica(i) for i in range(replicas)), HAPROXY)
 
 
 def etcd(bins: Path, layout: Layout, ports: Ports) -> list[str]:

@@ -1,5 +1,6 @@
-"""What "the local control plane is healthy" means: every component of components.ALL is recorded,
-runs, and answers its health endpoint, and the APIService is Available.
+"""What "the local control plane is healthy" means: every process of components.plane(replicas)
+is recorded, runs, and answers its health endpoint (each server replica its /readyz, HAProxy a
+/readyz passed on to a replica), no other replica is recorded, and the APIService is Available.
 
 `up` waits on the same probes, so "started" and "healthy" are one definition.
 """
@@ -45,9 +46,13 @@ class Probe:
         return response.status_code == 200
 
 
-def probes(layout: Layout, ports: Ports) -> tuple[Probe, ...]:
-    """One probe per component, in components.ALL order."""
+def probes(layout: Layout, ports: Ports, replicas: int) -> tuple[Probe, ...]:
+    """One probe per process, in components.plane(replicas) order."""
     pki = layout.pki
+    replica_probes = tuple(
+        Probe(components.replica(i), f"https://127.0.0.1:{ports.replica(i)}/readyz",
+              pki / "notifier-ca.crt")
+        for i in range(replicas))
     return (
         Probe(components.ETCD, f"http://127.0.0.1:{ports.etcd}/health", None),
         Probe(components.KUBE_APISERVER, f"https://127.0.0.1:{ports.apiserver}/readyz",
@@ -56,7 +61,8 @@ def probes(layout: Layout, ports: Ports) -> tuple[Probe, ...]:
               f"https://127.0.0.1:{ports.controller_manager}/healthz", None),
         Probe(components.SCHEDULER, f"https://127.0.0.1:{ports.scheduler}/healthz", None),
         Probe(components.KWOK, f"https://127.0.0.1:{ports.kwok}/healthz", pki / "ca.crt"),
-        Probe(components.NOTIFIER, f"https://127.0.0.1:{ports.notifier}/readyz",
+        *replica_probes,
+        Probe(components.HAPROXY, f"https://127.0.0.1:{ports.notifier}/readyz",
               pki / "notifier-ca.crt"),
     )
 
@@ -97,7 +103,10 @@ def problems(recorded: Sequence[processes.Tracked], expected: Sequence[Probe],
     if not recorded:
         return ["no cluster: processes.json records no process"]
     by_name = {p.name: p for p in recorded}
-    found, failing = [], set()
+    expected_names = {probe.component for probe in expected}
+    found = [f"{p.name}: recorded, but not a process of this plane (a plane started with "
+             "another CN_REPLICAS or --replicas)" for p in recorded if p.name not in expected_names]
+    failing = set()
     for probe in expected:
         problem = _component_problem(by_name.get(probe.component), probe, is_alive, answers)
         if problem is not None:
@@ -120,7 +129,7 @@ def _component_problem(proc: processes.Tracked | None, probe: Probe,
     return None
 
 
-def check(layout: Layout, ports: Ports) -> list[str]:
+def check(layout: Layout, ports: Ports, replicas: int) -> list[str]:
     """problems() of the plane recorded in layout, probed for real."""
-    return problems(processes.load(layout.state_file), probes(layout, ports), processes.is_alive,
-                    Probe.answers, lambda: apiservice_problem(layout, ports))
+    return problems(processes.load(layout.state_file), probes(layout, ports, replicas),
+                    processes.is_alive, Probe.answers, lambda: apiservice_problem(layout, ports))

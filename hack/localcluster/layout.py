@@ -18,7 +18,11 @@ PORT_VARIABLES = {
     "kwok": ("CN_KWOK_PORT", 20250),
     "notifier": ("CN_NOTIFIER_PORT", 28443),
 }
-"""Each port: the environment variable that moves it, and its default."""
+"""Each port: the environment variable that moves it, and its default. The server replicas
+listen on the ports after CN_NOTIFIER_PORT (Ports.replica), HAProxy on CN_NOTIFIER_PORT itself."""
+
+REPLICAS = int(os.environ.get("CN_REPLICAS", "2"))
+"""How many extension server processes `up` starts (and a healthy plane runs) by default."""
 
 
 def _port(field: str) -> int:
@@ -37,9 +41,16 @@ class Ports:
     kwok: int = _port("kwok")
     notifier: int = _port("notifier")
 
-    def by_variable(self) -> dict[str, int]:
-        """Each port keyed by the environment variable that moves it."""
-        return {PORT_VARIABLES[f.name][0]: getattr(self, f.name) for f in fields(self)}
+    def replica(self, index: int) -> int:
+        """The port of server replica `index` (0, 1, ...): CN_NOTIFIER_PORT + 1 + index."""
+        return self.notifier + 1 + index
+
+    def by_variable(self, replicas: int = 0) -> dict[str, int]:
+        """Each port keyed by the environment variable that moves it, then the ports of
+        `replicas` server replicas keyed ``CN_NOTIFIER_PORT+1+i``."""
+        ports = {PORT_VARIABLES[f.name][0]: getattr(self, f.name) for f in fields(self)}
+        variable = PORT_VARIABLES["notifier"][0]
+        return ports | {f"{variable}+1+{i}": self.replica(i) for i in range(replicas)}
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,15 @@ class Layout:
         """The extension server's kubeconfig (its ServiceAccount's name, by client certificate)."""
         return self.root / "notifier.kubeconfig"
 
+    def notifier_data(self, replica: int) -> Path:
+        """Server replica `replica`'s own --data-dir (never shared between replicas)."""
+        return self.root / f"notifier-data-{replica}"
+
     @property
-    def notifier_data(self) -> Path:
-        return self.root / "notifier-data"
+    def haproxy_config(self) -> Path:
+        return self.root / "haproxy.cfg"
+
+    @property
+    def haproxy_socket(self) -> Path:
+        """HAProxy's runtime API (a Unix socket)."""
+        return self.root / "haproxy.sock"

@@ -1,9 +1,11 @@
-"""The container-notifier extension server as a local process, registered with kube-apiserver.
+"""The container-notifier extension server as local processes, registered with kube-apiserver.
 
-The manifests come from apiservice/ (RBAC, Namespace, ServiceAccount, APIService), adapted for a
-server that runs on the host: no Deployment, and a Service of type ExternalName pointing at
-127.0.0.1, so the aggregator dials https://127.0.0.1:<notifier port> and verifies the serving
-certificate against the caBundle for the name container-notifier.container-notifier.svc.
+The manifests come from apiservice/ (Namespace, storage CRDs, RBAC, ServiceAccount, APIService),
+adapted for replicas that run on the host: no Deployment and no PodDisruptionBudget (there are
+no pods to schedule or evict), and a Service of type ExternalName pointing at 127.0.0.1, so the
+aggregator dials https://127.0.0.1:<notifier port>, where HAProxy passes the connection on to a
+ready replica, and verifies the serving certificate against the caBundle for the name
+container-notifier.container-notifier.svc. Every replica serves the same certificate.
 """
 
 from __future__ import annotations
@@ -14,36 +16,50 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import yaml
 
+from localcluster import admin
 from localcluster.layout import REPO_ROOT, Layout, Ports
 from localcluster.pki import NOTIFIER_NAMESPACE, NOTIFIER_SERVICE
 from localcluster.startup import StartFailed
 
 GROUP_VERSION = "notifier.x-k8s.io/v1alpha1"
 APISERVICE_NAME = "v1alpha1.notifier.x-k8s.io"
-LOCAL_ONLY_KINDS = {"Deployment", "PersistentVolumeClaim"}
+IN_CLUSTER_ONLY_KINDS = {"Deployment", "PodDisruptionBudget"}
+"""apiservice/ kinds not applied locally: the replicas are host processes, not pods."""
 
 
-def server_argv(layout: Layout, ports: Ports) -> list[str]:
+def pod_name(replica: int) -> str:
+    """Replica `replica`'s name (POD_NAME), as a Deployment's pod would be named."""
+    return f"{NOTIFIER_SERVICE}-{replica}"
+
+
+def server_argv(layout: Layout, ports: Ports, replica: int) -> list[str]:
+    """Server replica `replica` on its own port and data directory, with Kubernetes storage;
+    env(1) sets POD_NAME and POD_NAMESPACE as the downward API does and execs the server, so
+    the recorded pid is the server's and a restart with the same argv is the same replica."""
     pki = layout.pki
     return [
+        "/usr/bin/env", f"POD_NAME={pod_name(replica)}", f"POD_NAMESPACE={NOTIFIER_NAMESPACE}",
         # -u: unbuffered, so that its log holds everything it wrote when it exits or is killed.
         sys.executable, "-u", "-m", "apiserver",
         "--bind-address=127.0.0.1",
-        f"--secure-port={ports.notifier}",
+        f"--secure-port={ports.replica(replica)}",
         f"--tls-cert-file={pki / 'notifier-serving.crt'}",
         f"--tls-private-key-file={pki / 'notifier-serving.key'}",
         f"--kubeconfig={layout.notifier_kubeconfig}",
-        f"--data-dir={layout.notifier_data}",
+        f"--data-dir={layout.notifier_data(replica)}",
+        "--storage=kubernetes",
     ]
 
 
 def local_manifests(bins: Path, layout: Layout, ports: Ports) -> list[dict]:
-    """apiservice/ rendered by kustomize, minus the in-cluster Deployment, pointed at loopback."""
+    """apiservice/ rendered by kustomize, minus IN_CLUSTER_ONLY_KINDS, pointed at loopback."""
     rendered = subprocess.run([str(bins / "kubectl"), "kustomize", str(REPO_ROOT / "apiservice")],
                               check=True, capture_output=True, text=True).stdout
-    objects = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] not in LOCAL_ONLY_KINDS]
+    objects = [o for o in yaml.safe_load_all(rendered)
+               if o and o["kind"] not in IN_CLUSTER_ONLY_KINDS]
     ca_bundle = base64.b64encode((layout.pki / "notifier-ca.crt").read_bytes()).decode()
     for obj in objects:
         if obj["kind"] == "Service" and obj["metadata"]["name"] == NOTIFIER_SERVICE:
@@ -56,8 +72,11 @@ def local_manifests(bins: Path, layout: Layout, ports: Ports) -> list[dict]:
     return objects
 
 
-def register(bins: Path, layout: Layout, ports: Ports) -> None:
-    manifests = "\n---\n".join(json.dumps(o) for o in local_manifests(bins, layout, ports))
+def register(bins: Path, layout: Layout, ports: Ports) -> list[str]:
+    """Apply the local manifests; returns the names of the CustomResourceDefinitions applied
+    (the storage CRDs), which must be Established before a replica starts."""
+    objects = local_manifests(bins, layout, ports)
+    manifests = "\n---\n".join(json.dumps(o) for o in objects)
     applied = subprocess.run([str(bins / "kubectl"), f"--kubeconfig={layout.kubeconfig}", "apply",
                               "--server-side", "--force-conflicts", "-f", "-"],
                              input=manifests, capture_output=True, text=True)
@@ -65,3 +84,18 @@ def register(bins: Path, layout: Layout, ports: Ports) -> None:
         raise StartFailed(f"kubectl apply of the apiservice/ manifests failed "
                           f"({applied.returncode}):\n{applied.stdout}{applied.stderr}")
 
+    return [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
+
+
+def crds_established(layout: Layout, ports: Ports, names: list[str]) -> bool:
+    """Every CustomResourceDefinition of `names` has the condition Established=True."""
+    try:
+        with admin.client(layout, ports) as kube:
+            found = [kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                     for name in names]
+    except httpx.HTTPError:
+        return False
+    return all(response.status_code == 200 and any(
+        c["type"] == "Established" and c["status"] == "True"
+        for c in response.json().get("status", {}).get("conditions", []))
+        for response in found)

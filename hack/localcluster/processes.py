@@ -119,7 +119,7 @@ def start(name: str, argv: list[str], log_dir: Path, stop_signal: str = "SIGTERM
                          stop_signal=stop_signal), proc.poll)
 
 
-def _gone_within(proc: Tracked, seconds: float) -> bool:
+def gone_within(proc: Tracked, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while is_alive(proc):
         if time.monotonic() >= deadline:
@@ -147,6 +147,6 @@ def stop(tracked: list[Tracked], grace_seconds: float = 10.0) -> list[str]:
                 os.kill(proc.pid, sig)
             except ProcessLookupError:
                 break
-            if _gone_within(proc, wait):
+            if gone_within(proc, wait):
                 break
     return stopped

@@ -65,10 +65,10 @@ def test_extension_apiserver_authentication_configmap_holds_requestheader_keys(
 
 def test_every_component_answers_its_probe(cluster: Cluster) -> None:
     recorded = processes.load(cluster.layout.state_file)
-    assert [p.name for p in recorded] == list(components.ALL)
-    for probe in health.probes(cluster.layout, cluster.ports):
+    assert [p.name for p in recorded] == list(components.plane(cluster.replicas))
+    for probe in health.probes(cluster.layout, cluster.ports, cluster.replicas):
         assert probe.answers(), probe
-    assert health.check(cluster.layout, cluster.ports) == []
+    assert health.check(cluster.layout, cluster.ports, cluster.replicas) == []
 
 
 def test_a_component_that_runs_but_does_not_answer_makes_the_plane_unhealthy(
@@ -78,11 +78,11 @@ def test_a_component_that_runs_but_does_not_answer_makes_the_plane_unhealthy(
     os.kill(scheduler.pid, signal.SIGSTOP)
     try:
         assert processes.is_alive(scheduler)
-        assert health.check(cluster.layout, cluster.ports) == [
+        assert health.check(cluster.layout, cluster.ports, cluster.replicas) == [
             f"kube-scheduler: pid {scheduler.pid} runs but GET "
             f"https://127.0.0.1:{cluster.ports.scheduler}/healthz does not answer 200"]
-        assert not localcluster.healthy(cluster.layout, cluster.ports)
+        assert not localcluster.healthy(cluster.layout, cluster.ports, cluster.replicas)
     finally:
         os.kill(scheduler.pid, signal.SIGCONT)
-    wait_until(lambda: localcluster.healthy(cluster.layout, cluster.ports),
+    wait_until(lambda: localcluster.healthy(cluster.layout, cluster.ports, cluster.replicas),
                "the plane to be healthy again", 30)

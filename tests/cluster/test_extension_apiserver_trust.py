@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from certs.authority import KeyPair, issue, new_ca
-from localcluster import __main__ as localcluster
+from localcluster import plane
 from tests.support.control_plane import restart_kube_apiserver
 from tests.support.extension import (
     API,
@@ -51,7 +51,7 @@ def test_requests_needing_a_review_get_503_while_kube_apiserver_is_down(
             "requestheader-client-ca-file": data["requestheader-client-ca-file"] + added,
             "requestheader-allowed-names": json.dumps([FRONT_PROXY_CN, "added-proxy"]),
         })
-        localcluster.stop_component(cluster.layout, "kube-apiserver")
+        plane.stop_component(cluster.layout, "kube-apiserver")
         try:
             errors_before = scrape(cluster)[errors]
             with direct(cluster, fresh) as server:
@@ -84,10 +84,11 @@ def test_requests_needing_a_review_get_503_while_kube_apiserver_is_down(
 
 
 def _who(cluster: Cluster, cert: KeyPair, user: str) -> str:
-    """How the server treats `cert` with ``X-Remote-User: user`` on a new connection:
-    "honoured" (403 naming `user`), "refused-tls" (handshake failed) or the HTTP code."""
+    """How replica 0 treats `cert` with ``X-Remote-User: user`` on a new connection:
+    "honoured" (403 naming `user`), "refused-tls" (handshake failed) or the HTTP code. (One
+    replica: each follows the ConfigMap on its own, a moment apart.)"""
     try:
-        with direct(cluster, cert, timeout=5) as server:
+        with direct(cluster, cert, timeout=5, replica=0) as server:
             response = server.get(f"{API}/namespaces/default/podnotifiers",
                                   headers={"X-Remote-User": user})
     except httpx.TransportError:
@@ -112,7 +113,7 @@ def test_request_header_ca_rotation_takes_effect_without_restart(cluster: Cluste
                                    own_bundle + ca_a.cert_pem().decode()})
         wait_until(lambda: _who(cluster, proxy_a, user_a) == "honoured",
                    "CA-A's front-proxy certificate to be honoured", timeout=10, interval=0.1)
-        kept_alive = direct(cluster, proxy_a, timeout=5)
+        kept_alive = direct(cluster, proxy_a, timeout=5, replica=0)
         with kept_alive:
             first = kept_alive.get(f"{API}/namespaces/default/podnotifiers",
                                    headers={"X-Remote-User": user_a})

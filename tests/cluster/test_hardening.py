@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from localcluster import __main__ as localcluster
+from localcluster import plane
 from tests.support.extension import (
     RawAnswer,
     cluster_pair,
@@ -313,7 +313,7 @@ def test_a_forged_owner_reference_uid_is_not_trusted(
                              "uid": made_up, "controller": True}],
         "annotations": {ANNOTATION: template_annotation}}}
 
-    localcluster.stop_component(cluster.layout, "kube-controller-manager")
+    plane.stop_component(cluster.layout, "kube-controller-manager")
     try:
         wait_until(lambda: cluster.kubectl("patch", "pod", "victim", "-n", namespace,
                                            "--type=merge", "-p", json.dumps(forged),
@@ -336,7 +336,7 @@ def test_a_forged_owner_reference_uid_is_not_trusted(
         with cluster.admin() as kube:
             victim = kube.get(f"/api/v1/namespaces/{namespace}/pods/victim").json()
     finally:
-        localcluster.restart(cluster.layout, "kube-controller-manager")
+        plane.restart(cluster.layout, "kube-controller-manager")
 
     assert victim["metadata"]["ownerReferences"][0]["uid"] == made_up  # still there
     assert answer["code"] == 403, answer

@@ -1,10 +1,10 @@
-"""The server with --storage=kubernetes end to end: notify through the aggregator, the record
-kept as a storage custom resource, listed and watched with the storage resourceVersions."""
+"""The server with its default --storage=kubernetes end to end: notify through the aggregator,
+the record kept as a storage custom resource, listed and watched with the storage
+resourceVersions."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,21 +19,13 @@ from tests.support.notify import (
     records,
     wait_finished,
 )
-from tests.support.storage import server_with_flags
 
 pytestmark = pytest.mark.cluster
 
 STORAGE_API = "/apis/storage.notifier.x-k8s.io/v1alpha1"
 
 
-@pytest.fixture(scope="module")
-def kube_storage(cluster: Cluster) -> Iterator[None]:
-    with server_with_flags(cluster, "--storage=kubernetes"):
-        yield
-
-
-def test_records_live_in_the_kubernetes_api(cluster: Cluster, kube_storage: None,
-                                            namespace: str) -> None:
+def test_records_live_in_the_kubernetes_api(cluster: Cluster, namespace: str) -> None:
     pod = cluster.deploy(namespace, "db", containers=("db",), annotations=declare(
         db=[exec_notifier("quiesce", "echo quiesced")]))[0]["metadata"]["name"]
 
@@ -55,8 +47,7 @@ def test_records_live_in_the_kubernetes_api(cluster: Cluster, kube_storage: None
     assert listed["metadata"]["resourceVersion"] == storage_object["metadata"]["resourceVersion"]
 
 
-def test_watch_from_a_listed_resource_version(cluster: Cluster, kube_storage: None,
-                                              namespace: str) -> None:
+def test_watch_from_a_listed_resource_version(cluster: Cluster, namespace: str) -> None:
     pod = cluster.deploy(namespace, "db", containers=("db",), annotations=declare(
         db=[exec_notifier("quiesce", "echo quiesced")]))[0]["metadata"]["name"]
     collection = f"{API}/namespaces/{namespace}/podnotifiers"
@@ -80,8 +71,7 @@ def test_watch_from_a_listed_resource_version(cluster: Cluster, kube_storage: No
     assert '"code":410' in too_old.text.replace(" ", ""), too_old.text
 
 
-def test_notification_fans_out_with_kubernetes_storage(cluster: Cluster, kube_storage: None,
-                                                      namespace: str) -> None:
+def test_notification_fans_out_with_kubernetes_storage(cluster: Cluster, namespace: str) -> None:
     cluster.deploy(namespace, "web", replicas=3, containers=("app",), annotations=declare(
         app=[exec_notifier("flush", "echo flushed")]))
 

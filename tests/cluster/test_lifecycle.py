@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,14 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.layout import REPO_ROOT, Ports
+from localcluster import components
+from localcluster.layout import REPLICAS, REPO_ROOT, Ports
 from tests.support.kube import Cluster, wait_until
 
 pytestmark = pytest.mark.cluster
 
 SECOND_PLANE_PORT_OFFSET = 10000
-STOPPED_IN_ORDER = ("notifier-apiserver, kwok, kube-scheduler, kube-controller-manager, "
-                    "kube-apiserver, etcd")
+STOPPED_IN_ORDER = ", ".join(reversed(components.plane(REPLICAS)))
+"""`down` stops HAProxy, the replicas (last first), kwok, ... etcd."""
+CONTROL_PLANE_STOPPED = ", ".join(reversed(components.CONTROL_PLANE))
 
 
 def _processes_mentioning(text: str) -> list[str]:
@@ -55,6 +58,7 @@ class SecondPlane:
         self.cwd = cwd
         ports = {name: str(port + SECOND_PLANE_PORT_OFFSET)
                  for name, port in Ports().by_variable().items()}
+        # The replicas' ports follow CN_NOTIFIER_PORT: the session's + 10000 too.
         self.env = {**os.environ, **ports, "PYTHONPATH": f"{REPO_ROOT / 'hack'}:{REPO_ROOT}",
                     "CN_CLUSTER_DIR": str(state)}
 
@@ -80,7 +84,7 @@ def test_up_is_idempotent_restarts_what_is_unhealthy_and_down_stops_everything(
         first = plane.run("up", "--nodes", "1").stdout
         assert "cluster: up in" in first
         pids = plane.pids()
-        assert len(pids) == 6
+        assert list(pids) == list(components.plane(REPLICAS))
         assert "already running and healthy" in plane.run("up", "--nodes", "1").stdout
         assert plane.pids() == pids
 
@@ -118,12 +122,15 @@ def test_a_failed_up_stops_everything_it_started(cluster: Cluster, tmp_path: Pat
     plane = SecondPlane(tmp_path / "failing-cluster", cwd=tmp_path / "cwd")
     try:
         failed = plane.run("up", "--nodes", "1", expect=1)
-        assert "cluster: notifier-apiserver (pid " in failed.stderr
-        assert ("exited with status 3 while waiting for notifier-apiserver to answer"
-                in failed.stderr)
-        assert "notifier-apiserver.log:\ninjected failure: refusing to serve" in failed.stderr
-        assert f"cluster: start failed; stopped {STOPPED_IN_ORDER.split(', ', 1)[1]}" in (
-            failed.stderr)
+        # The replicas start together: whichever exits first is named.
+        replica = r"notifier-apiserver-\d+"
+        assert re.search(rf"cluster: {replica} \(pid \d+\) exited with status 3 while waiting "
+                         rf"for {replica} to answer", failed.stderr), failed.stderr
+        assert re.search(rf"{replica}\.log:\ninjected failure: refusing to serve",
+                         failed.stderr), failed.stderr
+        # A replica that has not exited yet is stopped with the control plane.
+        assert re.search(rf"cluster: start failed; stopped (({replica}, )*){CONTROL_PLANE_STOPPED}"
+                         "; logs kept", failed.stderr), failed.stderr
         assert _processes_mentioning(str(plane.state)) == []
         assert not (plane.state / "processes.json").exists()
         assert ("unhealthy: no cluster: processes.json records no process"

@@ -206,7 +206,9 @@ def test_deleting_a_running_notification_rolls_back(
         deleted = client.delete(f"/apis/notifier.x-k8s.io/v1alpha1/namespaces/{namespace}/"
                                 "notifications/cancelled")
     assert deleted.status_code == 200
-    wait_until(lambda: "db-0" in _by_pod(cluster, namespace, "unquiesce"), "the rollback", 40)
+    # The rollback's record is listed from when it starts (Running); wait until it finished.
+    wait_until(lambda: _by_pod(cluster, namespace, "unquiesce").get("db-0", {}).get(
+        "status", {}).get("phase") in ("Succeeded", "Failed"), "the rollback", 40)
     assert _by_pod(cluster, namespace, "unquiesce")["db-0"]["status"]["phase"] == "Succeeded"
 
 

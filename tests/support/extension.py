@@ -1,5 +1,6 @@
-"""Helpers for tests of the extension server: its own port, its metrics, its request log,
-and the trust ConfigMap that kube-apiserver publishes."""
+"""Helpers for tests of the extension server: its own ports (HAProxy's, or one replica's), its
+metrics and request logs summed over the replicas, and the trust ConfigMap that kube-apiserver
+publishes."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from certs.authority import KeyPair
+from localcluster import plane, processes
 from tests.support.kube import Cluster, User
 
 API = "/apis/notifier.x-k8s.io/v1alpha1"
@@ -51,9 +53,17 @@ def server_ssl_context(cluster: Cluster, cert: KeyPair | None = None,
     return context
 
 
-def direct(cluster: Cluster, cert: KeyPair | None = None, timeout: float = 15.0) -> httpx.Client:
-    """A client of the extension server's own port (not through kube-apiserver)."""
-    return httpx.Client(base_url=f"https://127.0.0.1:{cluster.ports.notifier}",
+def server_port(cluster: Cluster, replica: int | None = None) -> int:
+    """HAProxy's port (the service, as the aggregator dials it) or, given `replica`, that
+    replica's own port."""
+    return cluster.ports.notifier if replica is None else cluster.replica_port(replica)
+
+
+def direct(cluster: Cluster, cert: KeyPair | None = None, timeout: float = 15.0,
+           replica: int | None = None) -> httpx.Client:
+    """A client of the extension server itself (not through kube-apiserver): through HAProxy,
+    which picks a ready replica per connection, or of replica `replica` alone."""
+    return httpx.Client(base_url=f"https://127.0.0.1:{server_port(cluster, replica)}",
                         verify=server_ssl_context(cluster, cert), timeout=timeout)
 
 
@@ -63,11 +73,11 @@ def kube_apiserver(cluster: Cluster, cert: KeyPair | None = None) -> httpx.Clien
                         timeout=15.0)
 
 
-def scrape(cluster: Cluster) -> dict[str, float]:
-    """The server's samples from /metrics, keyed ``name`` or ``name{label="value",...}``
+def scrape_replica(cluster: Cluster, replica: int) -> dict[str, float]:
+    """Replica `replica`'s samples from /metrics, keyed ``name`` or ``name{label="value",...}``
     (labels sorted), read as admin (system:masters, so the scrape itself needs no
     SubjectAccessReview and moves no review counter)."""
-    with direct(cluster, cluster_pair(cluster, "admin")) as server:
+    with direct(cluster, cluster_pair(cluster, "admin"), replica=replica) as server:
         response = server.get("/metrics")
     assert response.status_code == 200, response.text
     samples = {}
@@ -78,14 +88,30 @@ def scrape(cluster: Cluster) -> dict[str, float]:
     return samples
 
 
-def logged_requests(cluster: Cluster, path: str) -> list[dict[str, Any]]:
-    """The server's access log entries (JSON lines) for `path`."""
+def scrape(cluster: Cluster) -> dict[str, float]:
+    """The service's samples: each sample summed over every replica's /metrics (as
+    scrape_replica reads them). Counters and histogram buckets add up to the service's totals;
+    a gauge becomes the sum over the replicas (in-flight requests, running executions)."""
+    total: dict[str, float] = {}
+    for replica in range(cluster.replicas):
+        for key, value in scrape_replica(cluster, replica).items():
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
+def logged_requests(cluster: Cluster, path: str, replica: int | None = None
+                    ) -> list[dict[str, Any]]:
+    """The access log entries (JSON lines) for `path` of every replica, replica 0's first, or
+    of replica `replica` only."""
     entries = []
-    for line in (cluster.layout.logs / "notifier-apiserver.log").read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            entry = json.loads(line)
-            if entry.get("msg") == "request" and entry.get("path") == path:
-                entries.append(entry)
+    recorded = plane.replicas(cluster.layout)
+    for proc in recorded if replica is None else [recorded[replica]]:
+        log = processes.log_path(cluster.layout.logs, proc.name)
+        for line in log.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if entry.get("msg") == "request" and entry.get("path") == path:
+                    entries.append(entry)
     return entries
 
 
@@ -158,13 +184,14 @@ def raw_via_aggregator(cluster: Cluster, user: User, method: str, path: str, bod
                        body)
 
 
-def raw_direct(cluster: Cluster, user: User, method: str, path: str, body: Any = None
-               ) -> RawAnswer:
-    """`path` sent as is to the server's own port, as `user` (through its front proxy's
-    certificate and headers, as kube-apiserver's aggregator sends it)."""
+def raw_direct(cluster: Cluster, user: User, method: str, path: str, body: Any = None,
+               replica: int | None = None) -> RawAnswer:
+    """`path` sent as is to the server (through HAProxy, or to replica `replica`), as `user`
+    (through its front proxy's certificate and headers, as kube-apiserver's aggregator sends
+    it)."""
     context = server_ssl_context(cluster, cluster_pair(cluster, "front-proxy-client"))
-    return raw_request(("127.0.0.1", cluster.ports.notifier), context, method, path, body,
-                       proxied_as(user))
+    return raw_request(("127.0.0.1", server_port(cluster, replica)), context, method, path,
+                       body, proxied_as(user))
 
 
 def proxied_as(user: User) -> dict[str, str]:

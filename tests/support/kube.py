@@ -17,8 +17,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from localcluster import __main__ as localcluster
-from localcluster import admin, pki, processes
+from localcluster import admin, haproxy, health, pki, plane, processes
 from localcluster.layout import Layout, Ports
 
 
@@ -129,34 +128,61 @@ class Cluster:
         })
         return self.wait_running_pods(namespace, f"app={name}", replicas)
 
+    @property
+    def replicas(self) -> int:
+        """How many server replicas the plane runs (recorded in processes.json)."""
+        return len(plane.replicas(self.layout))
+
+    def replica_port(self, replica: int) -> int:
+        """Server replica `replica`'s own port (HAProxy listens on ports.notifier)."""
+        return self.ports.replica(replica)
+
+    def replica_ready(self, replica: int) -> bool:
+        """Whether server replica `replica` answers 200 on its own /readyz."""
+        (probe,) = [p for p in health.probes(self.layout, self.ports, self.replicas)
+                    if p.component == plane.replica(self.layout, replica).name]
+        return probe.answers()
+
+    def kill_replica(self, replica: int) -> None:
+        """SIGKILL server replica `replica` (a crash); it stays down until restarted."""
+        plane.kill_replica(self.layout, replica)
+
+    def restart_replica(self, replica: int) -> None:
+        """Start server replica `replica` again (stopping it first if it runs: SIGTERM) with
+        the same command line, and wait until it is ready, HAProxy routes to it and the
+        aggregator reaches the service."""
+        plane.restart_replica(self.layout, replica)
+        self._wait_routed(replica)
+        wait_until(self.served, "the restarted server behind the aggregator", 60)
+
     def restart_notifier(self, sig: signal.Signals) -> None:
-        """Stop the extension server with `sig` (SIGKILL: a crash), start it again, and wait
-        until the aggregator reaches it."""
-        (server,) = [p for p in processes.load(self.layout.state_file)
-                     if p.name == "notifier-apiserver"]
-        os.kill(server.pid, sig)
-        wait_until(lambda: not processes.is_alive(server), "the server to stop", 30)
-        localcluster.restart(self.layout, "notifier-apiserver")
+        """Send `sig` to every server replica (SIGKILL: a crash of the whole service), wait
+        until they are gone, start them all again with the same command lines, and wait until
+        each is ready, HAProxy routes to it and the aggregator reaches the service."""
+        for replica in plane.replicas(self.layout):
+            if processes.is_alive(replica):
+                os.kill(replica.pid, sig)
+        for replica in plane.replicas(self.layout):
+            wait_until(lambda r=replica: not processes.is_alive(r), f"{replica.name} to stop", 30)
+        plane.restart_replicas(self.layout)
+        for replica in range(self.replicas):
+            self._wait_routed(replica)
+        wait_until(self.served, "the restarted server behind the aggregator", 60)
 
-        def served() -> bool:
-            try:
-                with self.admin(timeout=5) as kube:
-                    return kube.get("/apis/notifier.x-k8s.io/v1alpha1").status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(served, "the restarted server behind the aggregator", 60)
+    def _wait_routed(self, replica: int) -> None:
+        wait_until(lambda: self.replica_ready(replica), f"server replica {replica} /readyz", 60)
+        wait_until(lambda: haproxy.routes_to(self.layout, replica),
+                   f"HAProxy to route to server replica {replica}", 30)
 
     @contextlib.contextmanager
-    def notifier_stopped(self) -> Iterator[Path]:
-        """Stop the extension server cleanly (SIGTERM) and yield its data directory, whose
-        database may then be read; start the server again afterwards."""
-        localcluster.stop_component(self.layout, "notifier-apiserver")
+    def notifier_stopped(self, replica: int = 0) -> Iterator[Path]:
+        """Stop server replica `replica` cleanly (SIGTERM) and yield its data directory, whose
+        database may then be read; start it again afterwards."""
+        plane.stop_replica(self.layout, replica)
         try:
-            yield self.layout.notifier_data
+            yield self.layout.notifier_data(replica)
         finally:
-            localcluster.restart(self.layout, "notifier-apiserver")
-            wait_until(self.served, "the restarted server behind the aggregator", 60)
+            self.restart_replica(replica)
 
     def served(self) -> bool:
         """Whether the aggregator reaches the extension server (its discovery answers)."""

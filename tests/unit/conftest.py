@@ -371,14 +371,14 @@ class InProcessServer:
         return self.kube.handle(request)
 
     async def _start(self) -> None:
-        from apiserver.config import ServerOptions
+        from apiserver.config import SQLITE, ServerOptions
         from apiserver.handlers.watch_response import Watches
         from apiserver.server import build_app
         from apiserver.serving.tls import ServingTLS
 
         options = ServerOptions(tls_cert_file=self._data_dir / "tls.crt",
                                 tls_private_key_file=self._data_dir / "tls.key",
-                                data_dir=self._data_dir / "data")
+                                data_dir=self._data_dir / "data", storage=SQLITE)
         self.database = await SqliteDatabase.open(options.data_dir)
         kube = KubeClient(Connection("https://kube.test", ssl.create_default_context()),
                           transport=httpx.MockTransport(self._kube))

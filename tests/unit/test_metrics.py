@@ -15,7 +15,7 @@ from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustStore
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
-from apiserver.config import ServerOptions
+from apiserver.config import SQLITE, ServerOptions
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import Connection, KubeClient
 from apiserver.registry.sqlite_database import SqliteDatabase
@@ -177,7 +177,7 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
     pki.serving.write(tmp_path / "tls.crt", tmp_path / "tls.key")
     options = ServerOptions(tls_cert_file=tmp_path / "tls.crt",
                             tls_private_key_file=tmp_path / "tls.key",
-                            data_dir=tmp_path / "data")
+                            data_dir=tmp_path / "data", storage=SQLITE)
     app = build_app(options, kube, ServingTLS(options.tls_cert_file, options.tls_private_key_file),
                     await SqliteDatabase.open(options.data_dir), Watches(), "replica-0")
     async with app.router.lifespan_context(app), _client(app) as client:

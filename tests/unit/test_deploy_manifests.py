@@ -1,0 +1,91 @@
+"""apiservice/ (the kustomize base) deploys a highly available server: two replicas sharing
+Kubernetes storage, rolled one at a time, spread over nodes, kept available through drains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from localcluster.layout import REPO_ROOT
+
+BASE = REPO_ROOT / "apiservice"
+LABELS = {"app.kubernetes.io/name": "container-notifier"}
+
+
+def _rendered() -> list[dict[str, Any]]:
+    """The objects of every resource file kustomization.yaml lists (the base has no patches)."""
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    assert set(kustomization) == {"apiVersion", "kind", "resources"}, (
+        "the base grew patches or generators: render it with kubectl kustomize here")
+    objects = []
+    for resource in kustomization["resources"]:
+        objects.extend(o for o in yaml.safe_load_all((BASE / resource).read_text()) if o)
+    return objects
+
+
+def _one(kind: str) -> dict[str, Any]:
+    (found,) = [o for o in _rendered() if o["kind"] == kind]
+    return found
+
+
+def test_every_yaml_file_of_the_base_is_a_resource_of_it() -> None:
+    listed = set(yaml.safe_load((BASE / "kustomization.yaml").read_text())["resources"])
+    assert {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"} == listed
+
+
+def test_two_replicas_rolled_without_losing_one() -> None:
+    spec = _one("Deployment")["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate",
+                                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+def test_a_disruption_budget_keeps_one_replica() -> None:
+    budget = _one("PodDisruptionBudget")
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["metadata"]["namespace"] == _one("Deployment")["metadata"]["namespace"]
+    assert budget["spec"] == {"minAvailable": 1, "selector": {"matchLabels": LABELS}}
+
+
+def test_replicas_are_spread_over_nodes() -> None:
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    assert pod["topologySpreadConstraints"] == [{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": LABELS}}]
+    (preferred,) = pod["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred["podAffinityTerm"] == {"topologyKey": "kubernetes.io/hostname",
+                                            "labelSelector": {"matchLabels": LABELS}}
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"][
+        "podAntiAffinity"], "a required anti-affinity would block a rollout on one node"
+
+
+def test_kubernetes_storage_and_no_persistent_volume() -> None:
+    kinds = {o["kind"] for o in _rendered()}
+    assert not kinds & {"PersistentVolumeClaim", "PersistentVolume", "StatefulSet"}
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    (server,) = pod["containers"]
+    assert "--storage=kubernetes" in server["args"]
+    assert all("persistentVolumeClaim" not in volume for volume in pod["volumes"])
+    (data_dir,) = [a.split("=", 1)[1] for a in server["args"] if a.startswith("--data-dir=")]
+    (mount,) = [m for m in server["volumeMounts"] if m["mountPath"] == data_dir]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in volume, "the root file system is read-only: --data-dir needs a volume"
+
+
+def test_the_replica_knows_its_name_and_namespace_and_is_probed() -> None:
+    (server,) = _one("Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in server["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert server["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert server["livenessProbe"]["httpGet"]["path"] == "/livez"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert server[probe]["httpGet"]["scheme"] == "HTTPS"
+
+
+def test_the_service_selects_the_deployments_pods() -> None:
+    service = _one("Service")
+    template = _one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= template.items()
+
