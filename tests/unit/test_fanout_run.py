@@ -660,6 +660,8 @@ async def test_bug4_an_interrupted_rollback_runs_again_and_the_pod_state_is_kept
     first.fake.on_start = hold_unquiesce
     quiesce_db1.set()
     await first.until(lambda: _rollbacks(first, uid, started=2))
+    # both rollback records are created (the scope names them first, then the record is made)
+    await first.until(lambda: _true(sum(n == UNQUIESCE for _, n in first.fake.started) == 2))
     await first.crash()
 
     second = await restart(data, first, names)
@@ -679,6 +681,10 @@ async def test_bug4_an_interrupted_rollback_runs_again_and_the_pod_state_is_kept
         assert interrupted["status"]["reason"] == records.INTERRUPTED
     finally:
         await second.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def _rollbacks(server: Server, uid: str, **wanted: int) -> bool:
