@@ -24,16 +24,18 @@ import signal
 import ssl
 import statistics
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
 from localcluster import __main__ as localcluster
-from localcluster import pki, plane
+from localcluster import haproxy, pki, plane
 from localcluster.layout import REPO_ROOT, Layout, Ports
-from tests.support.kube import Cluster, User
+from tests.support.kube import Cluster, User, wait_until
 
 NAMESPACE = "bench"
 COMMAND = ["/bin/sh", "-c", "echo ok"]
@@ -110,6 +112,64 @@ def server_memory(layout: Layout) -> dict[str, int]:
     return fields
 
 
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+
+
+def kube_writes(cluster: Cluster) -> Counter[str]:
+    """kube-apiserver's write requests so far (its apiserver_request_total), by resource
+    (``group/resource[/subresource]``)."""
+    with cluster.admin() as kube:
+        text = kube.get("/metrics").text
+    writes: Counter[str] = Counter()
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "apiserver_request_total" and labels.get("verb") in WRITE_VERBS:
+                resource = "/".join(part for part in (
+                    labels.get("group") or "core", labels.get("resource", ""),
+                    labels.get("subresource", "")) if part)
+                writes[resource] += int(sample.value)
+    return writes
+
+
+async def writes_per_notify(cluster: Cluster, bench: Bench, count: int) -> dict:
+    """Write requests kube-apiserver served during `count` sequential notifies, by resource
+    and per notify; Leases are the replicas' heartbeats and the leader's renewals, which run
+    whether or not anything is notified, so they are reported as a rate of their own."""
+    before, start = kube_writes(cluster), time.perf_counter()
+    for i in range(count):
+        await bench.notify(bench.pods[i % len(bench.pods)])
+    seconds = time.perf_counter() - start
+    delta = kube_writes(cluster) - before
+    leases = sum(n for resource, n in delta.items() if "/leases" in resource)
+    per_notify = {resource: n / count for resource, n in sorted(delta.items())
+                  if "/leases" not in resource}
+    return {"notifies": count, "seconds": seconds, "by_resource": per_notify,
+            "total": sum(per_notify.values()), "lease_writes_per_second": leases / seconds}
+
+
+async def replica_scaling(cluster: Cluster, bench: Bench, callers: int, total: int) -> dict:
+    """Notify throughput at `callers` with every replica and with replica 0 alone (the others
+    stopped cleanly, then started again)."""
+    replicas = cluster.replicas
+    out = {str(replicas): await bench.throughput(bench.notify, callers, total)}
+    if replicas > 1:
+        for replica in range(1, replicas):
+            plane.stop_replica(cluster.layout, replica)
+        wait_until(lambda: not any(haproxy.routes_to(cluster.layout, r)
+                                   for r in range(1, replicas)),
+                   "HAProxy to route to replica 0 alone", 30)
+        try:
+            await bench.throughput(bench.notify, callers, callers)  # settle the connections
+            out["1"] = await bench.throughput(bench.notify, callers, total)
+        finally:
+            for replica in range(1, replicas):
+                cluster.restart_replica(replica)
+    return out
+
+
 def setup(cluster: Cluster, replicas: int) -> tuple[User, list[str]]:
     cluster.kubectl("create", "namespace", NAMESPACE, check=False)
     user = cluster.user("bench-client")
@@ -144,6 +204,11 @@ async def run(args: argparse.Namespace) -> dict:
         results["throughput_per_second"][str(callers)] = {
             name: await bench.throughput(call, callers, args.throughput_requests)
             for name, call in (("notify", bench.notify), ("exec", bench.exec))}
+    callers = max(args.concurrency)
+    results["replicas_throughput_per_second"] = {
+        "callers": callers,
+        **await replica_scaling(cluster, bench, callers, args.throughput_requests)}
+    results["kube_writes"] = await writes_per_notify(cluster, bench, args.write_samples)
     start = time.perf_counter()
     done = 0
     while done < args.notifications:
@@ -209,6 +274,16 @@ def report(results: dict) -> str:
     for callers, row in results["throughput_per_second"].items():
         lines.append(f"| throughput, {callers} callers | {row['notify']:.1f}/s | "
                      f"{row['exec']:.1f}/s | {row['notify'] / row['exec']:.2f} |")
+    scaling = results["replicas_throughput_per_second"]
+    for replicas in sorted(key for key in scaling if key != "callers"):
+        lines.append(f"| notify throughput, {scaling['callers']} callers, {replicas} "
+                     f"replica{'s' if replicas != '1' else ''} | {scaling[replicas]:.1f}/s | | |")
+    writes = results["kube_writes"]
+    lines.append(f"| kube-apiserver writes per notify | {writes['total']:.2f} | | |")
+    for resource, per in writes["by_resource"].items():
+        lines.append(f"| - {resource} | {per:.2f} | | |")
+    lines.append(f"| Lease writes (heartbeats, leader), per second | "
+                 f"{writes['lease_writes_per_second']:.2f} | | |")
     bulk = results["bulk"]
     lines.append(f"| server peak RSS after {bulk['notifications']} notifications | "
                  f"{bulk['VmHWM'] / 2**20:.1f} MiB (now {bulk['VmRSS'] / 2**20:.1f} MiB) | | |")
@@ -237,6 +312,8 @@ def main() -> None:
     parser.add_argument("--throughput-requests", type=int, default=320,
                         help="requests per throughput measurement, split across callers")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--write-samples", type=int, default=200,
+                        help="sequential notifies around which kube-apiserver's writes are read")
     parser.add_argument("--notifications", type=int, default=10_000,
                         help="notifications before reading the server's peak RSS")
     parser.add_argument("--fanout-pods", type=int, default=1000,
