@@ -56,7 +56,7 @@ from apiserver.fanout.spec import ABORT, ALL_PODS, selector_string
 from apiserver.kube import KubeRejected, KubeUnavailable
 from apiserver.notifier import errors as notifier_errors
 from apiserver.notifier import records
-from apiserver.notifier.errors import NotAuthorized, NotDeclared, PodNotFound
+from apiserver.notifier.errors import NotAuthorized, NotDeclared, PodNotFound, RunConflict
 from apiserver.notifier.events import NotificationEvents, notification_ref
 from apiserver.notifier.request import NotifyRequest
 from apiserver.notifier.runner import retry_until_stored
@@ -83,6 +83,9 @@ ABSENT_GRACE_SECONDS = 5.0
 counts as the scope of a deleted Notification once it has been missing this long, so that a
 cache that lags behind the scopes' cache cannot make a new Notification look deleted."""
 RECORD_POLL_SECONDS = 1.0
+UNSTORED_WAIT_ATTEMPTS = 30
+"""How many polls (RECORD_POLL_SECONDS apart) a re-run refused as already running waits for the
+record of the stopped server's create before the pod is failed Interrupted."""
 """How often a run re-reads a record that another replica's runner is running."""
 ROLLBACK_ATTEMPT_LABEL = "notifier.x-k8s.io/rollback-attempt"
 """On rollback records: 1 for the first run, 2 and more for a run again after the server
@@ -307,20 +310,28 @@ class NotificationRun:
         await self._finish(deadline_passed)
 
     async def _settle(self) -> None:
-        """After a restart: a pod whose run had started is never run again; its record says how
-        it ended (Interrupted if the server stopped during it, or before storing it). A
-        rollback whose record finished is settled likewise; one that was interrupted (or never
-        stored) stays started, to be run again."""
+        """After a restart or a leader change: a pod whose run had started is never run again;
+        its record says how it ended (Interrupted if its server stopped during it). A pod marked
+        started whose record was never stored was never notified (a record is created before
+        its command runs), so it runs now, under the record name its scope holds, unless the
+        run is stopped. A rollback whose record finished is settled likewise; one that was
+        interrupted (or never stored) stays started, to be run again."""
+        unstored = []
         for pod in list(self.pods.values()):
             if pod.state == scope.STARTED:
-                state, reason = await self._settled(pod.record)
-                await self._record_result(pod, state, reason)
+                record = await self._record(pod.record)
+                if record is None and not self.stopped:
+                    unstored.append(pod)
+                else:
+                    state, reason = self._result_of(record)
+                    await self._record_result(pod, state, reason)
             if pod.rollback == scope.ROLLBACK_STARTED:
                 outcome = await self._settled_rollback(pod.rollback_record)
                 if outcome:
                     await self._stored("store a rollback result", functools.partial(
                         self.parts.scopes.finish_rollback, self.uid, pod.pod_uid, outcome))
                     self.pods[pod.pod_uid] = replace(self.pods[pod.pod_uid], rollback=outcome)
+        await asyncio.gather(*(self._rerun_unstored(pod) for pod in unstored))
         if self.abort and not self.stopped and any(
                 p.state == scope.FAILED for p in self.pods.values()):
             self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes.stop(
@@ -344,13 +355,32 @@ class NotificationRun:
             return None
         return record
 
-    async def _settled(self, name: str) -> tuple[str, str]:
-        record = await self._record(name)
+    @staticmethod
+    def _result_of(record: dict[str, Any] | None) -> tuple[str, str]:
+        """A started pod's (scope state, reason) from its finished record (None: absent)."""
         if record is None:
             return scope.FAILED, records.INTERRUPTED
         if record["status"]["phase"] == records.SUCCEEDED:
             return scope.SUCCEEDED, records.COMPLETED
         return scope.FAILED, record["status"].get("reason") or records.INTERRUPTED
+
+    async def _rerun_unstored(self, pod: ScopedPod) -> None:
+        """Run a pod whose start was marked but whose record was never stored, as that record.
+        A create of the stopped server that lands late makes this one refused (the name
+        exists, or the pod's ledger lists the run): then that record's result stands, so the
+        pod is notified once either way."""
+        state, reason = await self._attempt(pod, self.spec["notifier"], pod.record,
+                                            notification_label(self.name))
+        if reason in (RunConflict.__name__, errors.AlreadyExists.reason):
+            for _ in range(UNSTORED_WAIT_ATTEMPTS):
+                record = await self._record(pod.record)
+                if record is not None:
+                    state, reason = self._result_of(record)
+                    break
+                await asyncio.sleep(RECORD_POLL_SECONDS)
+            else:
+                state, reason = scope.FAILED, records.INTERRUPTED
+        await self._record_result(pod, state, reason)
 
     async def _settled_rollback(self, name: str) -> str:
         """done | failed, or "" when the rollback must run again."""

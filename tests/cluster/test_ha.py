@@ -270,14 +270,18 @@ def test_a_client_loop_through_a_replica_kill_and_a_restart_sees_only_in_flight_
         for thread in threads:
             thread.join()
     statuses = Counter(status for _, status in outcomes)
-    failed = [(at, status) for at, status in outcomes if status != 201]
+    # A notify in flight on the killed replica fails (5xx or a dropped connection); its record
+    # stays Running until a survivor takes it over after the Lease expires, so that pod's next
+    # notifies are 409 meanwhile: not a failure of the service.
+    failed = [(at, status) for at, status in outcomes if status not in (201, 409)]
     when = [(round(at - killed_at, 2), status) for at, status in failed]
     print(f"\nHA: {len(outcomes)} notifies through a SIGKILL of replica 1 and a restart of "
           f"replica 0: {dict(statuses)}; failures (seconds after the kill, status) {when}")
     assert statuses[201] > 0
     assert not [s for _, s in failed if s not in (0, 500, 502, 503, 504)], failed
     killed_window = [at for at, _ in failed if killed_at <= at < killed_at + 10]
-    assert len(killed_window) <= callers, "only the requests in flight on the killed replica"
+    assert len(killed_window) == len(failed) <= callers, (
+        "only the requests in flight on the killed replica fail")
     assert not [at for at, _ in failed if at >= restarted_at], "a graceful restart fails nothing"
     assert not unavailable, "the APIService stayed Available"
 

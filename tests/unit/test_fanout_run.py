@@ -821,3 +821,31 @@ async def test_a_scope_interrupted_before_its_run_is_adopted_and_run(tmp_path: P
         assert second.fake.started == [("db-0", QUIESCE)]
     finally:
         await second.close()
+
+
+async def test_a_start_whose_record_was_never_stored_runs_once_on_resume(tmp_path: Path) -> None:
+    """The leader stopped after marking db-1 started and before creating its record (so db-1's
+    command never ran): the next leader runs db-1, under the record name the scope holds,
+    exactly once; db-0, whose record finished, keeps its result."""
+    data, names = tmp_path / "data", ["db-0", "db-1"]
+    first = await Server.open(data, lead=False)
+    first.fake.add(*names)
+    created = await first.create("snap", [("db-0", "uid-db-0"), ("db-1", "uid-db-1")])
+    uid = created["metadata"]["uid"]
+    await first.podnotifiers.create_bounded({
+        "apiVersion": records.API_VERSION, "kind": "PodNotifier",
+        "metadata": {"namespace": NS, "name": record_name("db-0", QUIESCE, uid, "uid-db-0")},
+        "spec": {"podName": "db-0", "notifier": QUIESCE},
+        "status": {"phase": records.SUCCEEDED, "reason": records.COMPLETED}}, max_per_pod=10)
+    for pod in names:
+        assert await first.scopes.start_pod(uid, f"uid-{pod}",
+                                            record_name(pod, QUIESCE, uid, f"uid-{pod}"))
+    await first.crash()
+
+    second = await restart(data, first, names)
+    try:
+        status = (await second.finished("snap"))["status"]
+        assert second.fake.started == [("db-1", QUIESCE)]
+        assert status["counts"] == counts(total=2, succeeded=2)
+    finally:
+        await second.close()
