@@ -147,6 +147,12 @@ class ServerOptions:
         help="bytes of stdout and of stderr kept per container, from the end")
     max_notification_parallelism: int = option(
         100, parse=parse_positive, help="upper bound of a Notification's spec.parallelism")
+    shutdown_delay_duration: float = option(
+        0.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        help="after the first SIGTERM, keep serving this long with /readyz failing and every "
+        "response closing its connection, so that load balancers and clients move to other "
+        "replicas before this one stops (as k8s.io/apiserver's flag); then shut down "
+        "gracefully. The deploy manifests set 10s, the local control plane 3s")
     leader_elect_lease_duration: float = option(
         15.0, parse=parse_duration, show=format_duration, metavar="DURATION",
         help="how long a candidate waits after the fan-out leader's last renewal before it takes "

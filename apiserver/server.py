@@ -54,7 +54,7 @@ from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import ObjectStore
 from apiserver.serving.app import create_app
-from apiserver.serving.health import Readiness
+from apiserver.serving.health import Draining, Readiness
 from apiserver.serving.metrics import Metrics
 from apiserver.serving.server import Server, uvicorn_config
 from apiserver.serving.tls import ServingTLS
@@ -100,14 +100,16 @@ async def serve(options: ServerOptions) -> None:
     else:
         database = await SqliteDatabase.open(options.data_dir)
     tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
-    watches = Watches()
-    app = build_app(options, kube, tls, database, watches, replica_name())
+    watches, draining = Watches(), Draining()
+    app = build_app(options, kube, tls, database, watches, draining, replica_name())
     await Server(uvicorn_config(app, tls, options.bind_address, options.secure_port),
-                 watches.stop).serve()
+                 watches.stop, draining=draining,
+                 shutdown_delay=options.shutdown_delay_duration).serve()
 
 
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
-              database: SqliteDatabase | None, watches: Watches, replica: str) -> FastAPI:
+              database: SqliteDatabase | None, watches: Watches, draining: Draining,
+              replica: str) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
     `kube` and `database` at the end. `replica` names this server in the Events it records
     and its heartbeat Lease, in the pods' ledgers (the runs it holds), and is its identity in
@@ -130,6 +132,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     readiness = Readiness()
     readiness.add("trust-material", lambda: trust_store.material is not None)
     readiness.add("kube-apiserver", lambda: kube.last_success is not None)
+    readiness.add("shutdown", lambda: not draining.active)
 
     stores: list[ObjectStore]
     caches: list[KubeObjectStore] = []

@@ -8,6 +8,18 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 
 
+class Draining:
+    """Whether the server is draining before it stops: from the first SIGTERM until the end of
+    --shutdown-delay-duration it serves every request as usual, but /readyz fails (check
+    ``shutdown``, as kube-apiserver's), so load balancers and endpoints take it out first."""
+
+    def __init__(self) -> None:
+        self.active = False
+
+    def begin(self) -> None:
+        self.active = True
+
+
 class Readiness:
     """Named checks that must all pass before the server is ready."""
 

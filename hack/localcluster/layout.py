@@ -107,10 +107,6 @@ class Layout:
         """The extension server's kubeconfig (its ServiceAccount's name, by client certificate)."""
         return self.root / "notifier.kubeconfig"
 
-    def notifier_data(self, replica: int) -> Path:
-        """Server replica `replica`'s own --data-dir (never shared between replicas)."""
-        return self.root / f"notifier-data-{replica}"
-
     @property
     def haproxy_config(self) -> Path:
         return self.root / "haproxy.cfg"

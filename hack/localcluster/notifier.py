@@ -35,8 +35,13 @@ def pod_name(replica: int) -> str:
     return f"{NOTIFIER_SERVICE}-{replica}"
 
 
+SHUTDOWN_DELAY = "3s"
+"""HAProxy checks every second and takes a replica out after two failures: a replica that is
+stopped drains for longer than that before it stops accepting connections."""
+
+
 def server_argv(layout: Layout, ports: Ports, replica: int) -> list[str]:
-    """Server replica `replica` on its own port and data directory, with Kubernetes storage;
+    """Server replica `replica` on its own port, with Kubernetes storage (no data directory);
     env(1) sets POD_NAME and POD_NAMESPACE as the downward API does and execs the server, so
     the recorded pid is the server's and a restart with the same argv is the same replica."""
     pki = layout.pki
@@ -49,8 +54,8 @@ def server_argv(layout: Layout, ports: Ports, replica: int) -> list[str]:
         f"--tls-cert-file={pki / 'notifier-serving.crt'}",
         f"--tls-private-key-file={pki / 'notifier-serving.key'}",
         f"--kubeconfig={layout.notifier_kubeconfig}",
-        f"--data-dir={layout.notifier_data(replica)}",
         "--storage=kubernetes",
+        f"--shutdown-delay-duration={SHUTDOWN_DELAY}",
     ]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -10,7 +9,7 @@ import ssl
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,16 +172,6 @@ class Cluster:
         wait_until(lambda: self.replica_ready(replica), f"server replica {replica} /readyz", 60)
         wait_until(lambda: haproxy.routes_to(self.layout, replica),
                    f"HAProxy to route to server replica {replica}", 30)
-
-    @contextlib.contextmanager
-    def notifier_stopped(self, replica: int = 0) -> Iterator[Path]:
-        """Stop server replica `replica` cleanly (SIGTERM) and yield its data directory, whose
-        database may then be read; start it again afterwards."""
-        plane.stop_replica(self.layout, replica)
-        try:
-            yield self.layout.notifier_data(replica)
-        finally:
-            self.restart_replica(replica)
 
     def served(self) -> bool:
         """Whether the aggregator reaches the extension server (its discovery answers)."""

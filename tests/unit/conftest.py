@@ -374,17 +374,19 @@ class InProcessServer:
         from apiserver.config import SQLITE, ServerOptions
         from apiserver.handlers.watch_response import Watches
         from apiserver.server import build_app
+        from apiserver.serving.health import Draining
         from apiserver.serving.tls import ServingTLS
 
         options = ServerOptions(tls_cert_file=self._data_dir / "tls.crt",
                                 tls_private_key_file=self._data_dir / "tls.key",
                                 data_dir=self._data_dir / "data", storage=SQLITE)
         self.database = await SqliteDatabase.open(options.data_dir)
+        self.draining = Draining()
         kube = KubeClient(Connection("https://kube.test", ssl.create_default_context()),
                           transport=httpx.MockTransport(self._kube))
         self.app = build_app(options, kube, ServingTLS(options.tls_cert_file,
                                                        options.tls_private_key_file),
-                             self.database, Watches(), replica="unit-test")
+                             self.database, Watches(), self.draining, replica="unit-test")
         self._lifespan = self.app.router.lifespan_context(self.app)
         await self._lifespan.__aenter__()
         async with asyncio.timeout(10):

@@ -104,6 +104,7 @@ def test_every_flag_sets_its_option():
         "--max-timeout-seconds", "60",
         "--default-ttl-seconds-after-finished", "120", "--max-concurrent-executions", "8",
         "--output-tail-bytes", "100", "--max-notification-parallelism", "7",
+        "--shutdown-delay-duration", "3s",
         "--leader-elect-lease-duration", "30s", "--leader-elect-renew-deadline", "20s",
         "--leader-elect-retry-period", "4s", "--leader-elect-resource-name", "elect",
         "--leader-elect-resource-namespace", "ns", "--log-level", "debug",
@@ -115,6 +116,7 @@ def test_every_flag_sets_its_option():
         data_dir=Path("/d"), storage="sqlite", max_records_per_pod=3, max_timeout_seconds=60,
         default_ttl_seconds_after_finished=120, max_concurrent_executions=8,
         output_tail_bytes=100, max_notification_parallelism=7,
+        shutdown_delay_duration=3.0,
         leader_elect_lease_duration=30.0, leader_elect_renew_deadline=20.0,
         leader_elect_retry_period=4.0, leader_elect_resource_name="elect",
         leader_elect_resource_namespace="ns", log_level="debug")

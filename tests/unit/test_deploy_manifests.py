@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from apiserver.config import parse_duration
+from apiserver.serving.server import GRACEFUL_SHUTDOWN_SECONDS
 from localcluster.layout import REPO_ROOT
 
 BASE = REPO_ROOT / "apiservice"
@@ -68,10 +70,18 @@ def test_kubernetes_storage_and_no_persistent_volume() -> None:
     (server,) = pod["containers"]
     assert "--storage=kubernetes" in server["args"]
     assert all("persistentVolumeClaim" not in volume for volume in pod["volumes"])
-    (data_dir,) = [a.split("=", 1)[1] for a in server["args"] if a.startswith("--data-dir=")]
-    (mount,) = [m for m in server["volumeMounts"] if m["mountPath"] == data_dir]
-    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
-    assert "emptyDir" in volume, "the root file system is read-only: --data-dir needs a volume"
+    assert not [a for a in server["args"] if a.startswith("--data-dir=")], "no local state"
+    assert [v["name"] for v in pod["volumes"]] == ["serving-cert"]
+
+
+def test_a_replica_drains_before_it_stops_within_its_grace_period() -> None:
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    (server,) = pod["containers"]
+    (delay,) = [a.split("=", 1)[1] for a in server["args"]
+                if a.startswith("--shutdown-delay-duration=")]
+    assert parse_duration(delay) + GRACEFUL_SHUTDOWN_SECONDS < pod[
+        "terminationGracePeriodSeconds"]
+    assert "--leader-elect-resource-namespace=$(POD_NAMESPACE)" in server["args"]
 
 
 def test_the_replica_knows_its_name_and_namespace_and_is_probed() -> None:

@@ -21,7 +21,7 @@ from apiserver.kube import Connection, KubeClient
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.server import build_app
 from apiserver.serving.app import create_app
-from apiserver.serving.health import Readiness
+from apiserver.serving.health import Draining, Readiness
 from apiserver.serving.metrics import Metrics
 from apiserver.serving.tls import ServingTLS
 from apiserver.ttlcache import ReviewCounters
@@ -179,7 +179,8 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
                             tls_private_key_file=tmp_path / "tls.key",
                             data_dir=tmp_path / "data", storage=SQLITE)
     app = build_app(options, kube, ServingTLS(options.tls_cert_file, options.tls_private_key_file),
-                    await SqliteDatabase.open(options.data_dir), Watches(), "replica-0")
+                    await SqliteDatabase.open(options.data_dir), Watches(), Draining(),
+                    "replica-0")
     async with app.router.lifespan_context(app), _client(app) as client:
         async with asyncio.timeout(5):
             while (await client.get("/readyz")).status_code != 200:
