@@ -122,14 +122,15 @@ class ServerOptions:
         help="how long 'denied' SubjectAccessReview answers are cached")
     data_dir: Path = option(
         Path("/var/lib/container-notifier"), parse=Path,
-        help="directory of the embedded SQLite store; one server process per directory")
+        help="directory of the embedded SQLite store (--storage=sqlite only); one server "
+        "process per directory")
     storage: str = option(
         KUBERNETES, choices=STORAGE_BACKENDS,
-        help="where PodNotifier and Notification records are kept: 'kubernetes' (custom "
-        "resources of storage.notifier.x-k8s.io, apiservice/storage-crds.yaml, which must be "
-        "Established; served from a cache; shared by every replica; docs/storage.md) or "
-        "'sqlite' (the database in --data-dir; one replica only). With 'kubernetes' the "
-        "Notification scopes still live in --data-dir")
+        help="where PodNotifier records, Notifications, their scopes and the pods' ledgers are "
+        "kept: 'kubernetes' (custom resources of storage.notifier.x-k8s.io, "
+        "apiservice/storage-crds.yaml, which must be Established; served from a cache; shared "
+        "by every replica; nothing on local disk; docs/storage.md) or 'sqlite' (the database "
+        "in --data-dir; one replica only)")
     max_records_per_pod: int = option(
         10, parse=parse_positive, metavar="K",
         help="PodNotifier records kept per pod; creating one more deletes the oldest finished "
