@@ -32,8 +32,6 @@ lint: venv
 	$(VENV)/bin/ruff check apiserver certs hack kubectl_notify tests
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy
 
 test: lint $(HAPROXY)
 	bash hack/build.sh >/dev/null
