@@ -24,8 +24,8 @@ from typing import Any
 from apiserver import errors
 from apiserver.api.model import APIModel
 from apiserver.api.schema import field_schema
-from apiserver.api.time import parse_timestamp
 from apiserver.api.types import FINISHED_PHASES, Notification, ObjectMeta, Phase, PodNotifier
+from apiserver.timestamps import parse_timestamp
 
 Object = Mapping[str, Any]
 

@@ -44,7 +44,6 @@ from typing import Any, Protocol, TypeVar
 
 from apiserver import errors
 from apiserver.api.resources import GROUP
-from apiserver.api.time import parse_timestamp
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes, denial_message
 from apiserver.authz.sar import Authorizer
@@ -62,6 +61,7 @@ from apiserver.notifier.request import NotifyRequest
 from apiserver.notifier.runner import retry_until_stored
 from apiserver.registry.errors import NotFound
 from apiserver.registry.store import ObjectStore
+from apiserver.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -35,12 +35,12 @@ from apiserver.api.patch import (
     patch_type,
 )
 from apiserver.api.resources import VERSION
-from apiserver.api.time import timestamp
 from apiserver.handlers.body import MAX_BODY_BYTES, read_limited
 from apiserver.handlers.negotiation import Renderer
 from apiserver.registry.errors import check_preconditions
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.store import Object, ObjectStore
+from apiserver.timestamps import timestamp
 
 """Bound on a patch body (before YAML or JSON parsing); objects here are a few KiB."""
 _FIELD_VALIDATION = ("", "Strict", "Warn", "Ignore")

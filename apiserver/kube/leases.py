@@ -31,12 +31,12 @@ import re
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from apiserver.kube import paths
 from apiserver.kube.client import KubeClient, KubeRejected, KubeUnavailable
 from apiserver.kube.informer import Informer
+from apiserver.timestamps import micro_time, parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -70,24 +70,6 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
-
-
-def micro_time(seconds: float) -> str:
-    """``metav1.MicroTime`` of `seconds` since the epoch: ``2006-01-02T15:04:05.000000Z``."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_micro_time(text: Any) -> float | None:
-    """Seconds since the epoch of a (Micro)Time; None if absent or unreadable."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 def whole_seconds(duration: float) -> int:
@@ -171,7 +153,7 @@ class ReplicaLease:
         now = self._clock.now()
         for lease in self.informer.by_index(HOLDER_INDEX, replica):
             spec = lease.get("spec") or {}
-            renewed = parse_micro_time(spec.get("renewTime"))
+            renewed = parse_timestamp(spec.get("renewTime"))
             duration = spec.get("leaseDurationSeconds")
             if renewed is not None and isinstance(duration, int) and renewed + duration > now:
                 return True

@@ -23,10 +23,10 @@ from typing import Any
 
 from apiserver.api.resources import GROUP_VERSION
 from apiserver.api.tables import run_length
-from apiserver.api.time import parse_timestamp
 from apiserver.kube.events import NORMAL, WARNING, EventSink, ObjectRef, Occurrence
 from apiserver.notifier import records
 from apiserver.notifier.exec_protocol import ExecReason
+from apiserver.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
-from apiserver.api.time import parse_timestamp
 from apiserver.notifier import records
 from apiserver.notifier.pods import PodDirectory
 from apiserver.registry.errors import NotFound
 from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from apiserver.api.resources import GROUP_VERSION
-from apiserver.api.time import parse_timestamp, timestamp
 from apiserver.registry.errors import AlreadyExists, Conflict, NotFound
 from apiserver.registry.objects import metadata
 from apiserver.registry.resources import PODLEDGERS
 from apiserver.registry.store import Object, ObjectStore
+from apiserver.timestamps import parse_timestamp, timestamp
 
 GRACE_SECONDS = 15.0
 """How long a run may be listed without its record being seen unfinished before the next change

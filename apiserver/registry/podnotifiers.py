@@ -26,7 +26,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from apiserver.api.time import parse_timestamp
 from apiserver.api.types import FINISHED_PHASES
 from apiserver.registry.errors import (
     AlreadyExists,
@@ -41,6 +40,7 @@ from apiserver.registry.objects import GENERATE_NAME_ATTEMPTS, generate_name, me
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import Cohort, ListResult, Object, ObjectStore
 from apiserver.registry.watch import Watch
+from apiserver.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from apiserver.api.time import timestamp
 from apiserver.registry import sqlite_database as db
 from apiserver.registry.errors import (
     AlreadyExists,
@@ -59,6 +58,7 @@ from apiserver.registry.watch import (
     WatchHub,
     selection,
 )
+from apiserver.timestamps import timestamp
 
 _LIST_BATCH = 500
 _CURRENT = "resource = ? AND superseded IS NULL"

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from apiserver.api.time import timestamp
 from apiserver.kube import Connection, KubeClient
+from apiserver.timestamps import timestamp
 
 _PATH = re.compile(r"/apis/storage\.notifier\.x-k8s\.io/v1alpha1/"
                    r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?")

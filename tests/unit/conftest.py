@@ -458,8 +458,8 @@ class InProcessServer:
     def create_finished(self, resource: ResourceType, obj: dict[str, Any]) -> None:
         """Store ``obj`` (a PodNotifier of IN_PROCESS_POD or a Notification) as a run that
         just succeeded and is kept 30 days: no background work of the server changes it."""
-        from apiserver.api.time import timestamp
         from apiserver.api.types import MAX_TTL_SECONDS
+        from apiserver.timestamps import timestamp
 
         now = timestamp()
         finished = {**obj, "status": {"phase": "Succeeded", "startTime": now,

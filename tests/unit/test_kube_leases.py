@@ -18,10 +18,9 @@ from apiserver.kube.leases import (
     REPLICA_LEASE_LABEL,
     LeaderElector,
     ReplicaLease,
-    micro_time,
-    parse_micro_time,
     replica_lease_name,
 )
+from apiserver.timestamps import micro_time, parse_timestamp
 
 NS = "container-notifier"
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
@@ -179,8 +178,8 @@ class Campaign:
 async def test_micro_time_has_microseconds_and_reads_back() -> None:
     text = micro_time(START + 0.123456)
     assert text == "2027-01-15T08:00:00.123456Z"
-    assert parse_micro_time(text) == pytest.approx(START + 0.123456)
-    assert parse_micro_time("") is None and parse_micro_time("soon") is None
+    assert parse_timestamp(text) == pytest.approx(START + 0.123456)
+    assert parse_timestamp("") is None and parse_timestamp("soon") is None
 
 
 def test_replica_lease_names_are_valid_and_distinct() -> None:
@@ -203,7 +202,7 @@ async def test_of_two_electors_only_one_leads() -> None:
     lease = kube.objects["fanout"]["spec"]
     assert lease["holderIdentity"] == leaders[0].elector.identity
     assert lease["leaseDurationSeconds"] == 15
-    assert parse_micro_time(lease["renewTime"]) >= clock.now() - 2
+    assert parse_timestamp(lease["renewTime"]) >= clock.now() - 2
     assert lease["leaseTransitions"] == 0
     assert leaders[0].elector.status().leading and leaders[0].elector.status().holder in "ab"
     await first.cancel()
@@ -222,7 +221,7 @@ async def test_when_the_leader_stops_renewing_the_other_takes_over_after_the_dur
     kube.down = True
     await settle()
     kube.down = False
-    last_renewal = parse_micro_time(kube.objects["fanout"]["spec"]["renewTime"])
+    last_renewal = parse_timestamp(kube.objects["fanout"]["spec"]["renewTime"])
     assert last_renewal is not None
     while clock.now() < last_renewal + 15 - 0.05:
         await clock.advance(0.1)
@@ -241,7 +240,7 @@ async def test_a_leader_that_loses_kube_apiserver_steps_down_within_the_renew_de
     await settle()
     await clock.advance(3)
     assert leader.elector.is_leader
-    renewed = parse_micro_time(kube.objects["fanout"]["spec"]["renewTime"])
+    renewed = parse_timestamp(kube.objects["fanout"]["spec"]["renewTime"])
     kube.down = True
     await clock.advance(renewed + 10 + 0.1 - clock.now())
     assert not leader.elector.is_leader
@@ -353,7 +352,7 @@ async def test_a_replica_lease_is_created_renewed_and_seen_alive_until_it_expire
     assert not mine.is_alive("container-notifier-9")  # no lease: dead
     tasks[1].cancel()  # dies without releasing
     await asyncio.gather(tasks[1], return_exceptions=True)
-    renewed = parse_micro_time(kube.objects[theirs.name]["spec"]["renewTime"])
+    renewed = parse_timestamp(kube.objects[theirs.name]["spec"]["renewTime"])
     await clock.advance(renewed + 15 - 0.2 - clock.now())
     assert mine.is_alive("container-notifier-1")
     await clock.advance(0.3)
@@ -372,7 +371,7 @@ async def test_a_failed_renewal_is_retried_and_a_restart_takes_over_its_own_leas
     assert not await first.renew()
     kube.down = False
     await clock.advance(2)
-    renewed = parse_micro_time(kube.objects[first.name]["spec"]["renewTime"])
+    renewed = parse_timestamp(kube.objects[first.name]["spec"]["renewTime"])
     assert renewed is not None and renewed >= START + 4  # renewed again once it came back
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)

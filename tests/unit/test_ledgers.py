@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import yaml
 
-from apiserver.api.time import timestamp
 from apiserver.kube import KubeClient
 from apiserver.notifier import records
 from apiserver.notifier.housekeeping import (
@@ -39,6 +38,7 @@ from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.store import Object
 from apiserver.server import STORED_RESOURCES
+from apiserver.timestamps import timestamp
 from localcluster.layout import REPO_ROOT
 from tests.support.fake_storage_api import FakeStorageAPI
 from tests.unit.conftest import Backend

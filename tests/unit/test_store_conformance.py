@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from apiserver.api.status import status_body
-from apiserver.api.time import timestamp
 from apiserver.registry.errors import (
     AlreadyExists,
     BadRequest,
@@ -39,6 +38,7 @@ from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.store import Cohort, Object, ObjectStore
 from apiserver.registry.watch import Watch, WatchEvent
+from apiserver.timestamps import timestamp
 from tests.support.stores import names_by_pages
 from tests.unit.conftest import Backend
 

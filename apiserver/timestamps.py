@@ -1,4 +1,5 @@
-"""``metav1.Time`` values: RFC 3339 timestamps, as objects carry them."""
+"""``metav1.Time`` and ``metav1.MicroTime`` values: RFC 3339 timestamps, as objects carry them
+(a leaf module: every layer, the kube client's Leases included, reads and writes them)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,8 @@ def parse_timestamp(text: Any) -> float | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+def micro_time(seconds: float) -> str:
+    """``metav1.MicroTime`` of `seconds` since the epoch: ``2006-01-02T15:04:05.000000Z``."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
