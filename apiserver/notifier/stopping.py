@@ -9,8 +9,8 @@ SIGTERM to that PID and its descendants, waits the grace period, then sends SIGK
 still alive (``KILL_SCRIPT``), and says which happened.
 
 A container without ``/bin/sh`` cannot start the wrapper: the exec fails before the marker,
-with exit code 126 or 127 or an error naming ``/bin/sh``. The command is then run as it is
-declared, without the wrapper, and a timeout records that it may still run.
+with a non-zero exit code (126 or 127) or an error naming ``/bin/sh``. The command is then run
+as it is declared, without the wrapper, and a timeout records that it may still run.
 """
 
 from __future__ import annotations
@@ -177,8 +177,11 @@ def _not_stopped(result: ExecResult, timeout_seconds: int, why: str) -> ExecResu
 
 
 def _wrapper_did_not_start(result: ExecResult) -> bool:
-    """Whether the exec failed before the wrapper printed its marker because the shell could
-    not run (the wrapper prints the marker before anything else, so the command did not run)."""
-    if result.exit_code in (126, 127):
+    """Whether an exec that printed no marker failed because the shell could not run it: a
+    non-zero exit (126 or 127 from a runtime that reports a missing program as one) or an exec
+    error naming the shell. The wrapper prints the marker before anything else, so the command
+    did not run. Other failures (refused, container not running) would fail the same way again.
+    """
+    if result.reason == ExecReason.NON_ZERO_EXIT_CODE:
         return True
     return result.reason == ExecReason.EXEC_FAILED and SHELL in result.message

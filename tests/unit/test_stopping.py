@@ -123,6 +123,7 @@ async def test_a_command_that_ends_in_time_is_not_signalled() -> None:
 @pytest.mark.parametrize("failed", [
     _result(ExecReason.NON_ZERO_EXIT_CODE, 127, message="exit status 127"),
     _result(ExecReason.NON_ZERO_EXIT_CODE, 126, message="exit status 126"),
+    _result(ExecReason.NON_ZERO_EXIT_CODE, 128, message="exit status 128"),
     _result(ExecReason.EXEC_FAILED, message=f'exec: "{SHELL}": stat {SHELL}: no such file'),
 ])
 async def test_no_shell_falls_back_to_the_plain_command(failed: ExecResult) -> None:
@@ -148,10 +149,14 @@ async def test_timeout_before_the_marker_is_not_stopped() -> None:
     assert result.stopped == Stop.NOT_STOPPED and "may still run" in result.message
 
 
-async def test_other_failures_without_marker_are_not_retried() -> None:
-    refused = _result(ExecReason.EXEC_FAILED, message="kube-apiserver refused the exec (HTTP 403)")
-    execute = FakeExec([(None, refused)])
-    assert await StoppingExec(execute)(ARGV, 2) == refused
+@pytest.mark.parametrize("failed", [
+    _result(ExecReason.EXEC_FAILED, message="kube-apiserver refused the exec (HTTP 403)"),
+    _result(ExecReason.CONTAINER_NOT_RUNNING, message="container db is not running"),
+    _result(ExecReason.POD_DELETED, message='pods "db-0" not found'),
+])
+async def test_other_failures_without_marker_are_not_retried(failed: ExecResult) -> None:
+    execute = FakeExec([(None, failed)])
+    assert await StoppingExec(execute)(ARGV, 2) == failed
     assert len(execute.calls) == 1
 
 
@@ -159,7 +164,8 @@ async def test_other_failures_without_marker_are_not_retried() -> None:
 # images).
 
 def _start(argv: Sequence[str]) -> tuple[subprocess.Popen[bytes], int]:
-    process = subprocess.Popen(wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               bufsize=0)  # unbuffered: readline takes only the marker line
     assert process.stdout is not None
     marker = PidMarker()
     assert marker.feed(process.stdout.readline()) == b""
