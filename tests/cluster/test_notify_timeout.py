@@ -78,6 +78,19 @@ def test_timeout_stops_the_command(cluster: Cluster, namespace: str, notifier_us
     print(f"{script!r}: {container['stopped']} after {elapsed:.1f}s: {container['message']}")
 
 
+def test_a_missing_program_fails_127_through_the_wrapper(
+        cluster: Cluster, namespace: str, notifier_user: User) -> None:
+    annotations = declare(app=[{"name": "missing",
+                                "action": {"exec": {"command": ["/no/such/program", "x"]}}}])
+    pod = cluster.deploy(namespace, "missing", annotations=annotations)[0]["metadata"]["name"]
+    with cluster.client_for(notifier_user) as client:
+        status = notify(client, namespace, pod, "missing").json()["status"]
+    (container,) = status["containers"]
+    assert (container["reason"], container.get("exitCode")) == ("NonZeroExitCode", 127), container
+    assert "/no/such/program" in container["stderr"] and "not found" in container["stderr"]
+    assert container["stdout"] == "" and "stopped" not in container
+
+
 def notify_wait(client: httpx.Client, name: str, namespace: str) -> dict[str, Any]:
     deadline = time.monotonic() + TIMEOUT_SECONDS + GRACE_SECONDS + 20
     while True:
