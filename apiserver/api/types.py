@@ -475,6 +475,12 @@ class ContainerNotifierStatus(APIModel):
                     "stopped) or InternalError.")] = None
     message: Annotated[str | None, Field(
         description="Human-readable details, from the runtime or the server.")] = None
+    stopped: Annotated[str | None, Field(
+        description="Set when the command outlived timeoutSeconds: Terminated (it exited after "
+                    "SIGTERM), Killed (still running after the grace period, so SIGKILL), "
+                    "Exited (it had exited before it was signalled) or NotStopped (it could "
+                    "not be signalled, e.g. the container has no /bin/sh: it may still run; "
+                    "message says why).")] = None
     stdout: Annotated[str | None, Field(
         description="The last bytes of standard output (at most a few KiB).")] = None
     stdout_truncated: Annotated[bool | None, Field(

@@ -37,6 +37,21 @@ class ExecReason(StrEnum):
     EXEC_FAILED = "ExecFailed"
 
 
+class Stop(StrEnum):
+    """What the server did to a command that outlived its timeout, named as the PodNotifier
+    container's ``stopped`` field."""
+
+    TERMINATED = "Terminated"
+    """It exited after SIGTERM, within the grace period."""
+    KILLED = "Killed"
+    """It was still running at the end of the grace period and got SIGKILL."""
+    EXITED = "Exited"
+    """It had already exited when SIGTERM was to be sent."""
+    NOT_STOPPED = "NotStopped"
+    """It could not be signalled (no shell in the container, no PID reported, the stop failed):
+    it may still run."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     reason: ExecReason

@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -30,6 +30,7 @@ from apiserver.notifier.exec_protocol import (
     Outcome,
     OutputTail,
     ProtocolError,
+    Stop,
     classify_failure,
     interpret_status,
     parse_frame,
@@ -71,6 +72,20 @@ class ExecResult:
     message: str
     started: datetime
     finished: datetime
+    stopped: Stop | None = None
+    """After a timeout: how the command was stopped; None if it did not time out."""
+
+
+class StdoutFilter(Protocol):
+    """Sees standard output before its tail is kept, and may hold back part of it."""
+
+    def feed(self, data: bytes) -> bytes:
+        """The part of ``data`` that belongs to the command's output."""
+        ...
+
+    def end(self) -> bytes:
+        """At the end of the stream: what was held back and belongs to the output after all."""
+        ...
 
 
 def exec_url(
@@ -102,19 +117,22 @@ async def exec_in_container(
     *,
     timeout_seconds: float,
     tail_bytes: int = DEFAULT_TAIL_BYTES,
+    stdout_filter: StdoutFilter | None = None,
 ) -> ExecResult:
     """Run ``command`` in the container and wait for it to exit, at most ``timeout_seconds``.
 
     On timeout the stream is closed and the result has reason ``Timeout``. Closing the stream
     does not stop the process in the container: it may still be running, and finish later.
-    The call returns at most ``CLOSE_TIMEOUT_SECONDS`` after the timeout.
+    The call returns at most ``CLOSE_TIMEOUT_SECONDS`` after the timeout. ``stdout_filter``,
+    if given, sees standard output first (``apiserver.notifier.stopping`` reads the wrapper's
+    PID marker with it).
     """
     started = datetime.now(UTC)
     stdout, stderr = OutputTail(tail_bytes), OutputTail(tail_bytes)
     url = exec_url(endpoint.url, namespace, pod, container, command)
     try:
         async with asyncio.timeout(timeout_seconds):
-            outcome = await _stream(endpoint, url, stdout, stderr)
+            outcome = await _stream(endpoint, url, _Filtered(stdout, stdout_filter), stderr)
     except TimeoutError:
         outcome = Outcome(
             ExecReason.TIMEOUT,
@@ -122,6 +140,8 @@ async def exec_in_container(
             f"no exit status within {timeout_seconds:g}s; the exec stream was closed, but the "
             "command may still be running in the container",
         )
+    if stdout_filter is not None:
+        stdout.write(stdout_filter.end())
     return ExecResult(
         exit_code=outcome.exit_code,
         stdout=stdout.value(),
@@ -135,8 +155,19 @@ async def exec_in_container(
     )
 
 
+class _Filtered:
+    """An output tail written through a ``StdoutFilter``."""
+
+    def __init__(self, tail: OutputTail, stdout_filter: StdoutFilter | None) -> None:
+        self._tail = tail
+        self._filter = stdout_filter
+
+    def write(self, data: bytes) -> None:
+        self._tail.write(data if self._filter is None else self._filter.feed(data))
+
+
 async def _stream(
-    endpoint: KubeEndpoint, url: str, stdout: OutputTail, stderr: OutputTail
+    endpoint: KubeEndpoint, url: str, stdout: _Filtered, stderr: OutputTail
 ) -> Outcome:
     tls: dict[str, Any] = {}
     if url.startswith("wss:") and endpoint.ssl_context is not None:
@@ -162,7 +193,7 @@ async def _stream(
         return Outcome(ExecReason.EXEC_FAILED, None, f"cannot open the exec stream: {error}")
 
 
-async def _read(connection: ClientConnection, stdout: OutputTail, stderr: OutputTail) -> Outcome:
+async def _read(connection: ClientConnection, stdout: _Filtered, stderr: OutputTail) -> Outcome:
     status = bytearray()
     try:
         async for message in connection:

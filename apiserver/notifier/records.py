@@ -146,6 +146,8 @@ def container_result(name: str, container_id: str, result: ExecResult) -> dict[s
         entry["containerID"] = container_id
     if result.exit_code is not None:
         entry["exitCode"] = result.exit_code
+    if result.stopped is not None:
+        entry["stopped"] = str(result.stopped)
     return entry
 
 

@@ -24,7 +24,13 @@ from typing import Any, Protocol, TypeVar
 from apiserver.notifier import records
 from apiserver.notifier.declarations import Notifier, SignalAction
 from apiserver.notifier.events import RunEvents
-from apiserver.notifier.exec_stream import ExecResult, KubeEndpoint, exec_in_container
+from apiserver.notifier.exec_stream import (
+    ExecResult,
+    KubeEndpoint,
+    StdoutFilter,
+    exec_in_container,
+)
+from apiserver.notifier.stopping import GRACE_SECONDS, StoppingExec
 from apiserver.registry.errors import NotFound
 from apiserver.registry.store import ObjectStore
 
@@ -60,23 +66,40 @@ async def retry_until_stored(write: Callable[[], Awaitable[T]], what: str, *,
 
 class ContainerExec(Protocol):
     """Runs a command in a container and reports how it ended (never raises for the command's
-    own failure: that is in the result)."""
+    own failure: that is in the result). With `stop_on_timeout`, a command that outlives its
+    timeout is stopped in the container, or the result says it could not be
+    (`ExecResult.stopped`)."""
 
     async def __call__(self, namespace: str, pod: str, container: str, argv: Sequence[str],
-                       *, timeout_seconds: int, tail_bytes: int) -> ExecResult: ...
+                       *, timeout_seconds: int, tail_bytes: int,
+                       stop_on_timeout: bool = False) -> ExecResult: ...
 
 
 class KubeExec:
-    """`ContainerExec` through kube-apiserver's pods/exec, as the server's own identity."""
+    """`ContainerExec` through kube-apiserver's pods/exec, as the server's own identity;
+    stopping a timed-out command is `apiserver.notifier.stopping`'s (SIGTERM, then SIGKILL after
+    `grace_seconds`)."""
 
-    def __init__(self, endpoint: Callable[[], KubeEndpoint]) -> None:
+    def __init__(self, endpoint: Callable[[], KubeEndpoint],
+                 grace_seconds: int = GRACE_SECONDS) -> None:
         self._endpoint = endpoint
         """Re-read for each exec: tokens rotate."""
+        self._grace_seconds = grace_seconds
 
     async def __call__(self, namespace: str, pod: str, container: str, argv: Sequence[str],
-                       *, timeout_seconds: int, tail_bytes: int) -> ExecResult:
-        return await exec_in_container(self._endpoint(), namespace, pod, container, argv,
-                                       timeout_seconds=timeout_seconds, tail_bytes=tail_bytes)
+                       *, timeout_seconds: int, tail_bytes: int,
+                       stop_on_timeout: bool = False) -> ExecResult:
+        endpoint = self._endpoint()
+
+        async def execute(command: Sequence[str], timeout: float,
+                          stdout_filter: StdoutFilter | None) -> ExecResult:
+            return await exec_in_container(endpoint, namespace, pod, container, command,
+                                           timeout_seconds=timeout, tail_bytes=tail_bytes,
+                                           stdout_filter=stdout_filter)
+
+        if not stop_on_timeout:
+            return await execute(argv, timeout_seconds, None)
+        return await StoppingExec(execute, self._grace_seconds)(argv, timeout_seconds)
 
 
 class PodDeletions(Protocol):
@@ -277,11 +300,13 @@ class Runner:
         return ending()
 
     async def _exec(self, plan: Plan, container: ContainerPlan) -> dict[str, Any]:
+        signal = isinstance(container.notifier.action, SignalAction)
         result = await self._execute(
             plan.namespace, plan.pod, container.name, container.notifier.argv,
-            timeout_seconds=plan.timeout_seconds[container.name], tail_bytes=plan.tail_bytes)
+            timeout_seconds=plan.timeout_seconds[container.name], tail_bytes=plan.tail_bytes,
+            stop_on_timeout=not signal)
         entry = records.container_result(container.name, container.container_id, result)
-        if isinstance(container.notifier.action, SignalAction):
+        if signal:
             return records.explain_signal_failure(entry)
         return entry
 

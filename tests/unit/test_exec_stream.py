@@ -217,6 +217,30 @@ async def test_status_spanning_frames(apiserver: FakeApiServer) -> None:
     assert result.exit_code == 4
 
 
+class HoldFirstBytes:
+    """A stdout filter that holds back the first `n` bytes and returns them at the end."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.held, self.fed = n, b"", []
+
+    def feed(self, data: bytes) -> bytes:
+        self.fed.append(data)
+        keep = data[: max(0, self.n - len(self.held))]
+        self.held += keep
+        return data[len(keep):]
+
+    def end(self) -> bytes:
+        return b"<" + self.held + b">"
+
+
+async def test_stdout_goes_through_the_filter_before_the_tail(apiserver: FakeApiServer) -> None:
+    held = HoldFirstBytes(3)
+    result = await run(apiserver, ["echo", "hello"], stdout_filter=held)
+    assert held.fed == [b"", b"hello\n"]
+    assert result.stdout == b"lo\n<hel>"
+    assert result.stderr == b"to stderr\n"
+
+
 async def test_timeout_closes_the_stream(apiserver: FakeApiServer) -> None:
     started = time.monotonic()
     result = await run(apiserver, ["sleep"], timeout=0.3)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import pytest
 from apiserver.notifier import records
 from apiserver.notifier.declarations import ExecAction, Notifier, SignalAction
 from apiserver.notifier.events import RunEvents
-from apiserver.notifier.exec_protocol import ExecReason
+from apiserver.notifier.exec_protocol import ExecReason, Stop
 from apiserver.notifier.exec_stream import ExecResult
 from apiserver.notifier.runner import ContainerPlan, Plan, Runner, retry_until_stored
 from apiserver.registry.errors import NotFound
@@ -47,13 +48,16 @@ class FakeExec:
     results: dict[str, ExecResult | Exception] = field(default_factory=dict)
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
     calls: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
+    stop_on_timeout: list[bool] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     running: int = 0
     peak: int = 0
 
     async def __call__(self, namespace: str, pod: str, container: str, argv: Sequence[str],
-                       *, timeout_seconds: int, tail_bytes: int) -> ExecResult:
+                       *, timeout_seconds: int, tail_bytes: int,
+                       stop_on_timeout: bool = False) -> ExecResult:
         self.calls.append((pod, container, tuple(argv)))
+        self.stop_on_timeout.append(stop_on_timeout)
         self.running += 1
         self.peak = max(self.peak, self.running)
         try:
@@ -197,6 +201,23 @@ async def test_a_signal_that_cannot_be_delivered_says_why(setup: Setup) -> None:
     setup.execute.results["app"] = result(127)
     status = (await setup.run(await setup.plan("app", signal=True)))["status"]
     assert records.NO_KILL_HINT in status["containers"][0]["message"]
+
+
+async def test_exec_notifiers_are_stopped_on_timeout_and_signals_are_not(setup: Setup) -> None:
+    await setup.run(await setup.plan("app"))
+    await setup.run(await setup.plan("app", signal=True))
+    assert setup.execute.stop_on_timeout == [True, False]
+
+
+async def test_how_a_timed_out_command_was_stopped_is_recorded(setup: Setup) -> None:
+    setup.execute.results["app"] = dataclasses.replace(
+        result(None, reason=ExecReason.TIMEOUT, message="stopped with SIGTERM"),
+        stopped=Stop.TERMINATED)
+    status = (await setup.run(await setup.plan("app")))["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout")
+    (container,) = status["containers"]
+    assert container["stopped"] == "Terminated"
+    assert container["message"] == "stopped with SIGTERM"
 
 
 async def test_a_pod_not_running_runs_nothing(setup: Setup) -> None:
