@@ -172,6 +172,24 @@ def select_containers(
     return Selection(selected, undeclared)
 
 
+def declared_names(annotation: str | None) -> frozenset[str]:
+    """The notifier names the annotation declares, for any container, read leniently: every
+    string ``name`` of an entry in a container's list, whether or not the rest validates (a pod
+    whose declaration of a notifier is wrong still fails its run, InvalidDeclaration, loudly).
+    Nothing if there is no annotation or it is not a JSON object of lists."""
+    if annotation is None:
+        return frozenset()
+    try:
+        document = json.loads(annotation, parse_int=json_input.integer)
+    except (ValueError, RecursionError):
+        return frozenset()
+    if not isinstance(document, dict):
+        return frozenset()
+    return frozenset(item["name"] for notifiers in document.values()
+                     if isinstance(notifiers, list) for item in notifiers
+                     if isinstance(item, dict) and isinstance(item.get("name"), str))
+
+
 def annotation_matches_template(pod_value: str | None, template_value: str | None) -> bool:
     """Trust rule 1: the pod's annotation is exactly its controlling owner's template's.
 
