@@ -45,6 +45,11 @@ from typing import Any, Protocol, TypeVar
 from apiserver import errors
 from apiserver.api.resources import GROUP
 from apiserver.api.time import parse_timestamp
+from apiserver.api.types import (
+    CONDITION_PODS_SKIPPED,
+    CONDITION_TYPES,
+    CONDITION_WAITING_FOR_PODS,
+)
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes, denial_message
 from apiserver.authz.sar import Authorizer
@@ -93,11 +98,8 @@ stopped during (or before storing) the previous one."""
 NOT_DECLARED = "NotifierNotDeclared"
 """A pod's reason when it does not declare the notifier (it is skipped), the reason of the
 PodsSkipped condition, and the outcome's when every pod that ran was skipped."""
-PODS_SKIPPED = "PodsSkipped"
-WAITING_FOR_PODS, PODS_JOINED = "WaitingForPods", "PodsJoined"
-"""An AllPods Notification created with no pod in scope has WaitingForPods True (set by the
-create handler) until its first pod joins: then False, reason PodsJoined."""
-FINAL_CONDITIONS = ("Complete", "Failed")
+NO_PODS_SELECTED, PODS_JOINED = "NoPodsSelected", "PodsJoined"
+"""The reasons of WaitingForPods True (see `waiting_for_pods`) and False."""
 MAX_PODS_IN_MESSAGE = 5
 SCOPE_NOT_RECORDED = "ScopeNotRecorded"
 DELETED = "Deleted"
@@ -173,6 +175,15 @@ def pod_outcome(error: Exception) -> tuple[str, str]:
     if isinstance(error, APIError):
         return scope.FAILED, error.reason
     return scope.FAILED, INTERNAL_ERROR
+
+
+def waiting_for_pods(namespace: str, selector: str) -> dict[str, Any]:
+    """The condition of an AllPods Notification created with no pod in scope; the run sets it
+    False (PodsJoined) when its first pod joins."""
+    return {"type": CONDITION_WAITING_FOR_PODS, "status": "True", "reason": NO_PODS_SELECTED,
+            "message": f'no pod in namespace "{namespace}" matches {selector or "{}"} yet; '
+                       "pods are notified as they start running",
+            "lastTransitionTime": records.now()}
 
 
 def _condition_now(current: dict[str, Any] | None, kind: str, reason: str, message: str, *,
@@ -275,16 +286,16 @@ class NotificationRun:
             names = ", ".join(skipped[:MAX_PODS_IN_MESSAGE]) + (
                 f" and {len(skipped) - MAX_PODS_IN_MESSAGE} more"
                 if len(skipped) > MAX_PODS_IN_MESSAGE else "")
-            current[PODS_SKIPPED] = _condition_now(
-                current.get(PODS_SKIPPED), PODS_SKIPPED, NOT_DECLARED,
+            current[CONDITION_PODS_SKIPPED] = _condition_now(
+                current.get(CONDITION_PODS_SKIPPED), CONDITION_PODS_SKIPPED, NOT_DECLARED,
                 f"{len(skipped)} of {len(self.pods)} pods do not declare notifier "
                 f'"{self.spec["notifier"]}" and were skipped: {names}')
-        waiting = current.get(WAITING_FOR_PODS)
+        waiting = current.get(CONDITION_WAITING_FOR_PODS)
         if waiting is not None and waiting["status"] == "True" and self.pods:
-            current[WAITING_FOR_PODS] = _condition_now(
-                waiting, WAITING_FOR_PODS, PODS_JOINED,
+            current[CONDITION_WAITING_FOR_PODS] = _condition_now(
+                waiting, CONDITION_WAITING_FOR_PODS, PODS_JOINED,
                 f"the first pods joined; {len(self.pods)} in scope", status="False")
-        return sorted(current.values(), key=lambda c: c["type"] not in FINAL_CONDITIONS)
+        return sorted(current.values(), key=lambda c: c["type"] not in CONDITION_TYPES)
 
     def _changed(self, pod: ScopedPod) -> None:
         """Keep the pod's new state; the status (counts) follows within
@@ -668,7 +679,7 @@ class NotificationRun:
         self.status.setdefault("startTime", now)
         condition = self._condition(outcome, reason, detail)
         others = [c for c in self.status.get("conditions") or []
-                  if c["type"] not in FINAL_CONDITIONS]
+                  if c["type"] not in CONDITION_TYPES]
         changes = {"phase": phase, "completionTime": now, "conditions": [condition, *others]}
         await self._stored("store the final status",
                            functools.partial(self._write_status, **changes))

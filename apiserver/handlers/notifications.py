@@ -30,7 +30,7 @@ from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
 from apiserver.fanout import spec as notification_spec
-from apiserver.fanout.controller import FanoutManager
+from apiserver.fanout.controller import FanoutManager, waiting_for_pods
 from apiserver.handlers.body import read_object
 from apiserver.handlers.caller import CurrentUser, current_user
 from apiserver.handlers.collection import Collection, collection_router
@@ -47,7 +47,6 @@ NAMESPACED = f"{API_PATH}/namespaces/{{namespace}}/notifications"
 LIST_PAGE_SIZE = "500"
 MAX_DECLARED_SHOWN = 20
 """How many declared notifier names a refusal lists."""
-WAITING_FOR_PODS, NO_PODS_SELECTED = "WaitingForPods", "NoPodsSelected"
 
 
 @dataclass(frozen=True)
@@ -144,11 +143,7 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
                                   "succeeded": 0, "failed": 0, "skipped": 0, "rolledBack": 0}},
         }
         if not pods:  # AllPods (scope_errors refuses any other empty scope)
-            obj["status"]["conditions"] = [{
-                "type": WAITING_FOR_PODS, "status": "True", "reason": NO_PODS_SELECTED,
-                "message": f'no pod in namespace "{namespace}" matches {selector or "{}"} yet; '
-                           "pods are notified as they start running",
-                "lastTransitionTime": records.now()}]
+            obj["status"]["conditions"] = [waiting_for_pods(namespace, selector)]
         if dry_run(http):
             return add_warnings(JSONResponse(obj, status_code=201), ask.warnings)
         created = await store.create(obj)

@@ -364,8 +364,7 @@ class InProcessServer:
 
     def _kube(self, request: httpx.Request) -> httpx.Response:
         """The trust ConfigMap, one pod (SCOPED_POD in its namespace's list), empty lists of
-        everything else; watches fail (the
-        informers back off and list again)."""
+        everything else; watches fail (the informers back off and list again)."""
         if request.method == "GET" and "watch" not in request.url.params:
             path = request.url.path
             items: list[Any] | None = None
