@@ -75,12 +75,12 @@ async def pods_in_scope(kube: KubeClient, namespace: str, selector: str) -> list
             return found
 
 
-def scope_errors(spec: dict[str, Any], namespace: str, pods: list[PodInScope]
+def scope_errors(spec: dict[str, Any], namespace: str, selector: str, pods: list[PodInScope]
                  ) -> list[FieldError]:
-    """Why a Notification over `pods` would do nothing (docs/notifications.md, "No silent
-    no-op"): a PreExistingPods scope that is empty, or any scope in which no pod declares the
-    notifier. An empty AllPods scope is allowed (it waits for pods, visibly)."""
-    selector = notification_spec.selector_string(spec["selector"])
+    """Why a Notification over `pods` (those `selector` matched) would do nothing
+    (docs/notifications.md, "No silent no-op"): a PreExistingPods scope that is empty, or any
+    scope in which no pod declares the notifier. An empty AllPods scope is allowed (it waits
+    for pods, visibly)."""
     if not pods:
         if spec.get("policy") == ALL_PODS:
             return []
@@ -125,7 +125,7 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
             raise status.forbidden_request(user.name, notify_pods, decision.reason)
         selector = notification_spec.selector_string(ask.spec["selector"])
         pods = await pods_in_scope(kube, namespace, selector)
-        problems = scope_errors(ask.spec, namespace, pods)
+        problems = scope_errors(ask.spec, namespace, selector, pods)
         if problems:
             raise invalid(Notification, body, problems)
         metadata = dict(ask.metadata)

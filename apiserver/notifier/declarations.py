@@ -62,7 +62,7 @@ from apiserver.api.model import (
 )
 from apiserver.api.schema import field_info, json_name, model_in
 from apiserver.api.types import qualified_name_problems
-from apiserver.api.validation import dns1123_label_errors
+from apiserver.api.validation import dns1123_label_errors, qualified_name_errors
 
 ANNOTATION = "notifier.x-k8s.io/notifiers"
 ANNOTATION_PATH = f"metadata.annotations[{ANNOTATION}]"
@@ -174,9 +174,10 @@ def select_containers(
 
 def declared_names(annotation: str | None) -> frozenset[str]:
     """The notifier names the annotation declares, for any container, read leniently: every
-    string ``name`` of an entry in a container's list, whether or not the rest validates (a pod
-    whose declaration of a notifier is wrong still fails its run, InvalidDeclaration, loudly).
-    Nothing if there is no annotation or it is not a JSON object of lists."""
+    ``name`` of an entry in a container's list that is a qualified name (the only kind a request
+    can ask for), whether or not the rest validates (a pod whose declaration of a notifier is
+    wrong still fails its run, InvalidDeclaration, loudly). Nothing if there is no annotation or
+    it is not a JSON object of lists."""
     if annotation is None:
         return frozenset()
     try:
@@ -187,7 +188,8 @@ def declared_names(annotation: str | None) -> frozenset[str]:
         return frozenset()
     return frozenset(item["name"] for notifiers in document.values()
                      if isinstance(notifiers, list) for item in notifiers
-                     if isinstance(item, dict) and isinstance(item.get("name"), str))
+                     if isinstance(item, dict) and isinstance(item.get("name"), str)
+                     and not qualified_name_errors(item["name"]))
 
 
 def annotation_matches_template(pod_value: str | None, template_value: str | None) -> bool:

@@ -335,6 +335,7 @@ def test_trust_compares_raw_strings() -> None:
     ('{"db": [{"name": "quiesce", "timeoutSeconds": "soon"}]}', {"quiesce"}),  # invalid, named
     ('{"db": {"name": "quiesce"}}', set()),
     ('{"db": [{"name": 7}, "quiesce"]}', set()),
+    ('{"db": [{"name": "bad\\nname"}, {"name": "a/b/c"}, {"name": "ok"}]}', {"ok"}),
     ("[1, 2]", set()),
     ("{not json", set()),
     ("[" * 100000, set()),
