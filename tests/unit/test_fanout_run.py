@@ -715,6 +715,7 @@ async def test_a_resumed_continue_runs_the_pending_pods(tmp_path: Path) -> None:
     created = await first.create("resumed", first.fake.add(*names), failurePolicy="Continue")
     await first.until(lambda: _states(first, created["metadata"]["uid"], succeeded=1,
                                       started=1))
+    await first.until(lambda: _started(first, "db-1"))  # its record is stored, not only marked
     await first.crash()
     second = await restart(data, first, names)
     try:
@@ -836,6 +837,7 @@ async def test_a_notification_deleted_while_the_server_was_down_is_rolled_back(
                                  rollback={"notifier": UNQUIESCE})
     uid = created["metadata"]["uid"]
     await first.until(lambda: _states(first, uid, succeeded=1, started=1))
+    await first.until(lambda: _started(first, "db-1"))  # its record is stored, not only marked
     await first.notifications.delete(NS, "snap")  # the server dies before it hears of it
     await first.crash()
     second = await restart(data, first, names)
