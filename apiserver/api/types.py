@@ -61,6 +61,12 @@ CONDITION_COMPLETE, CONDITION_FAILED = "Complete", "Failed"
 """The condition types of a finished run (PodNotifier, Notification), as a Job has them:
 ``kubectl wait --for=condition=Complete`` (or ``=Failed``)."""
 CONDITION_TYPES = (CONDITION_COMPLETE, CONDITION_FAILED)
+CONDITION_PODS_SKIPPED, CONDITION_WAITING_FOR_PODS = "PodsSkipped", "WaitingForPods"
+"""A Notification's conditions while it runs (docs/notifications.md): PodsSkipped True once a
+pod in scope was skipped for not declaring the notifier; WaitingForPods True while an AllPods
+Notification created with no pod in scope has none, False once pods joined."""
+NOTIFICATION_CONDITION_TYPES = (*CONDITION_TYPES, CONDITION_PODS_SKIPPED,
+                                CONDITION_WAITING_FOR_PODS)
 PODNOTIFIER_REASONS = ("Completed", "NonZeroExitCode", "Timeout", "ContainerNotRunning",
                        "PodNotRunning", "PodDeleted", "ExecFailed", "Interrupted",
                        "InternalError")
@@ -316,7 +322,8 @@ class Condition(APIModel):
     schema_name = f"{META}.Condition"
 
     type: Annotated[str, Field(description=(
-        f"Type of condition, in CamelCase: {_listed(CONDITION_TYPES)}."))]
+        f"Type of condition, in CamelCase: {_listed(CONDITION_TYPES)} (a finished run); a "
+        f"Notification may also have {_listed(NOTIFICATION_CONDITION_TYPES[2:])}."))]
     status: Annotated[str, Field(description="True, False or Unknown.")]
     observed_generation: Annotated[int | None, Field(
         description="Generation the condition was set for.", json_schema_extra=INT64)] = None
@@ -599,7 +606,8 @@ class NotificationCounts(APIModel):
     failed: Annotated[int | None, Field(
         description="Pods whose notifier failed (including deleted pods).")] = None
     skipped: Annotated[int | None, Field(
-        description="Pods that do not declare the notifier.")] = None
+        description="Pods that do not declare the notifier (see the PodsSkipped "
+                    "condition).")] = None
     rolled_back: Annotated[int | None, Field(
         description="Pods whose rollback notifier succeeded.")] = None
 
@@ -620,8 +628,13 @@ class NotificationStatus(APIModel):
     conditions: Annotated[list[Condition] | None, Field(
         description="Set when the Notification finishes: type Complete (reason PodsSucceeded) "
                     "or Failed (reason PodsFailed, FailFast, DeadlineExceeded, Deleted, "
-                    "ScopeNotRecorded or InternalError), status True. Wait for one with "
-                    "kubectl wait --for=condition=Complete notification/NAME.",
+                    "NotifierNotDeclared, ScopeNotRecorded or InternalError), status True, "
+                    "listed first. Wait for one with kubectl wait --for=condition=Complete "
+                    "notification/NAME. While it runs: PodsSkipped, True (reason "
+                    "NotifierNotDeclared) once pods were skipped for not declaring the "
+                    "notifier, its message counting and naming them; WaitingForPods, True "
+                    "(reason NoPodsSelected) while an AllPods Notification created with no pod "
+                    "in scope has none, False (reason PodsJoined) once pods joined.",
         json_schema_extra=_list_map("type"))] = None
 
 

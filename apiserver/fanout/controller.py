@@ -44,6 +44,11 @@ from typing import Any, Protocol, TypeVar
 
 from apiserver import errors
 from apiserver.api.resources import GROUP
+from apiserver.api.types import (
+    CONDITION_PODS_SKIPPED,
+    CONDITION_TYPES,
+    CONDITION_WAITING_FOR_PODS,
+)
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes, denial_message
 from apiserver.authz.sar import Authorizer
@@ -91,6 +96,11 @@ ROLLBACK_ATTEMPT_LABEL = "notifier.x-k8s.io/rollback-attempt"
 """On rollback records: 1 for the first run, 2 and more for a run again after the server
 stopped during (or before storing) the previous one."""
 NOT_DECLARED = "NotifierNotDeclared"
+"""A pod's reason when it does not declare the notifier (it is skipped), the reason of the
+PodsSkipped condition, and the outcome's when every pod that ran was skipped."""
+NO_PODS_SELECTED, PODS_JOINED = "NoPodsSelected", "PodsJoined"
+"""The reasons of WaitingForPods True (see `waiting_for_pods`) and False."""
+MAX_PODS_IN_MESSAGE = 5
 SCOPE_NOT_RECORDED = "ScopeNotRecorded"
 DELETED = "Deleted"
 FAIL_FAST, PODS_FAILED, DEADLINE_EXCEEDED = "FailFast", "PodsFailed", "DeadlineExceeded"
@@ -167,6 +177,25 @@ def pod_outcome(error: Exception) -> tuple[str, str]:
     return scope.FAILED, INTERNAL_ERROR
 
 
+def waiting_for_pods(namespace: str, selector: str) -> dict[str, Any]:
+    """The condition of an AllPods Notification created with no pod in scope; the run sets it
+    False (PodsJoined) when its first pod joins."""
+    return {"type": CONDITION_WAITING_FOR_PODS, "status": "True", "reason": NO_PODS_SELECTED,
+            "message": f'no pod in namespace "{namespace}" matches {selector or "{}"} yet; '
+                       "pods are notified as they start running",
+            "lastTransitionTime": records.now()}
+
+
+def _condition_now(current: dict[str, Any] | None, kind: str, reason: str, message: str, *,
+                   status: str = "True") -> dict[str, Any]:
+    """Condition `kind` as it is now; its lastTransitionTime is kept from `current` unless
+    the status changes."""
+    since = (current["lastTransitionTime"] if current is not None
+             and current.get("status") == status else records.now())
+    return {"type": kind, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": since}
+
+
 def _turn_done(running: set[asyncio.Task[None]], slots: asyncio.Semaphore,
                task: asyncio.Task[None]) -> None:
     running.discard(task)
@@ -234,6 +263,7 @@ class NotificationRun:
         if self.deleted.is_set():
             return
         self.status["counts"] = scope.counts(list(self.pods.values()))
+        self.status["conditions"] = self._conditions()
         snapshot = dict(self.status)
 
         def mutate(obj: dict[str, Any]) -> dict[str, Any]:
@@ -245,6 +275,27 @@ class NotificationRun:
             await self.parts.notifications.guaranteed_update(self.namespace, self.name, mutate)
         except (NotFound, _Gone):
             self.deleted.set()
+
+    def _conditions(self) -> list[dict[str, Any]]:
+        """The stored conditions with PodsSkipped and WaitingForPods brought up to date; the
+        final one (Complete or Failed) first. A condition's lastTransitionTime changes only
+        when its status does (Kubernetes' convention)."""
+        current = {c["type"]: c for c in self.status.get("conditions") or []}
+        skipped = [p.pod for p in self.pods.values() if p.state == scope.SKIPPED]
+        if skipped:
+            names = ", ".join(skipped[:MAX_PODS_IN_MESSAGE]) + (
+                f" and {len(skipped) - MAX_PODS_IN_MESSAGE} more"
+                if len(skipped) > MAX_PODS_IN_MESSAGE else "")
+            current[CONDITION_PODS_SKIPPED] = _condition_now(
+                current.get(CONDITION_PODS_SKIPPED), CONDITION_PODS_SKIPPED, NOT_DECLARED,
+                f"{len(skipped)} of {len(self.pods)} pods do not declare notifier "
+                f'"{self.spec["notifier"]}" and were skipped: {names}')
+        waiting = current.get(CONDITION_WAITING_FOR_PODS)
+        if waiting is not None and waiting["status"] == "True" and self.pods:
+            current[CONDITION_WAITING_FOR_PODS] = _condition_now(
+                waiting, CONDITION_WAITING_FOR_PODS, PODS_JOINED,
+                f"the first pods joined; {len(self.pods)} in scope", status="False")
+        return sorted(current.values(), key=lambda c: c["type"] not in CONDITION_TYPES)
 
     def _changed(self, pod: ScopedPod) -> None:
         """Keep the pod's new state; the status (counts) follows within
@@ -578,6 +629,8 @@ class NotificationRun:
         elif (deadline_passed or self.stopped == DEADLINE_EXCEEDED) and unfinished and (
                 self.spec.get("policy") != ALL_PODS):
             outcome, reason = scope.OUTCOME_FAILED, DEADLINE_EXCEEDED
+        elif counts["skipped"] and not counts["succeeded"]:  # no pod was notified
+            outcome, reason = scope.OUTCOME_FAILED, NOT_DECLARED
         else:
             outcome, reason = scope.OUTCOME_SUCCEEDED, "PodsSucceeded"
         decided = await self._stored("store the outcome", lambda: self.parts.scopes.decide(
@@ -602,6 +655,11 @@ class NotificationRun:
             message = f"{counts['succeeded']} pods succeeded, {counts['skipped']} skipped"
             return {"type": "Complete", "status": "True", "reason": reason, "message": message,
                     "lastTransitionTime": records.now()}
+        if reason == NOT_DECLARED:
+            message = (f'no pod declared notifier "{self.spec["notifier"]}" when its turn came: '
+                       f"{counts['skipped']} of {counts['total']} pods skipped")
+            return {"type": "Failed", "status": "True", "reason": reason, "message": message,
+                    "lastTransitionTime": records.now()}
         why = Counter(p.reason for p in self.pods.values() if p.state == scope.FAILED)
         reasons = ", ".join(f"{r}: {n}" for r, n in why.most_common(MAX_REASONS_IN_MESSAGE))
         message = (f"{counts['failed']} of {counts['total']} pods failed"
@@ -620,7 +678,9 @@ class NotificationRun:
         phase = records.SUCCEEDED if outcome == scope.OUTCOME_SUCCEEDED else records.FAILED
         self.status.setdefault("startTime", now)
         condition = self._condition(outcome, reason, detail)
-        changes = {"phase": phase, "completionTime": now, "conditions": [condition]}
+        others = [c for c in self.status.get("conditions") or []
+                  if c["type"] not in CONDITION_TYPES]
+        changes = {"phase": phase, "completionTime": now, "conditions": [condition, *others]}
         await self._stored("store the final status",
                            functools.partial(self._write_status, **changes))
         if not self.deleted.is_set():

@@ -3,7 +3,9 @@
 Creating one needs `create notifications` (checked by the access middleware) and `create
 pods/notify` in the namespace (checked here): a Notification notifies pods on its creator's
 behalf. The pod set is resolved here, once, before the object is stored (see docs/notifications.md
-for exactly which pods are in scope). Deleting a running Notification stops new starts and rolls
+for exactly which pods are in scope); a Notification that would notify nothing (an empty
+PreExistingPods scope, or no pod in scope declaring the notifier) is refused with 422 then, so a
+refused request stores nothing. Deleting a running Notification stops new starts and rolls
 back the pods whose notifier succeeded. A server-side apply of a missing Notification creates it
 through the same path, after checking `create notifications` too (the middleware checked
 `patch`).
@@ -11,21 +13,24 @@ through the same path, after checking `create notifications` too (the middleware
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from apiserver.api import status
-from apiserver.api.decoding import Body
+from apiserver.api.decoding import Body, invalid
+from apiserver.api.field_errors import FieldError
 from apiserver.api.resources import API_PATH
 from apiserver.api.tables import NOTIFICATION_TABLE
+from apiserver.api.types import ALL_PODS, Notification
 from apiserver.api.warning_headers import add_warnings
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
 from apiserver.fanout import spec as notification_spec
-from apiserver.fanout.controller import FanoutManager
+from apiserver.fanout.controller import FanoutManager, waiting_for_pods
 from apiserver.handlers.body import read_object
 from apiserver.handlers.caller import CurrentUser, current_user
 from apiserver.handlers.collection import Collection, collection_router
@@ -34,28 +39,69 @@ from apiserver.handlers.options import field_validation
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient, paths
 from apiserver.notifier import records
+from apiserver.notifier.declarations import ANNOTATION, declared_names
 from apiserver.registry.resources import NOTIFICATIONS
 from apiserver.registry.store import ObjectStore
 
 NAMESPACED = f"{API_PATH}/namespaces/{{namespace}}/notifications"
 LIST_PAGE_SIZE = "500"
+MAX_DECLARED_SHOWN = 20
+"""How many declared notifier names a refusal lists."""
 
 
-async def pods_in_scope(kube: KubeClient, namespace: str, selector: str
-                        ) -> list[tuple[str, str]]:
-    """(name, uid) of the pods the selector matches now, except those already terminating."""
-    found: list[tuple[str, str]] = []
+@dataclass(frozen=True)
+class PodInScope:
+    name: str
+    uid: str
+    declares: frozenset[str]
+    """The notifier names its annotation declares, for any container (trust is not checked
+    here: an untrusted pod fails its run, as a notify of it would)."""
+
+
+async def pods_in_scope(kube: KubeClient, namespace: str, selector: str) -> list[PodInScope]:
+    """The pods the selector matches now, except those already terminating."""
+    found: list[PodInScope] = []
     token = ""
     while True:
         params = {"labelSelector": selector, "limit": LIST_PAGE_SIZE}
         if token:
             params["continue"] = token
         page = await kube.get(paths.namespaced(paths.CORE, namespace, "pods"), params=params)
-        found += [(p["metadata"]["name"], p["metadata"]["uid"]) for p in page.get("items") or []
-                  if not p["metadata"].get("deletionTimestamp")]
+        found += [PodInScope(p["metadata"]["name"], p["metadata"]["uid"], declared_names(
+                      (p["metadata"].get("annotations") or {}).get(ANNOTATION)))
+                  for p in page.get("items") or [] if not p["metadata"].get("deletionTimestamp")]
         token = page["metadata"].get("continue", "")
         if not token:
             return found
+
+
+def scope_errors(spec: dict[str, Any], namespace: str, selector: str, pods: list[PodInScope]
+                 ) -> list[FieldError]:
+    """Why a Notification over `pods` (those `selector` matched) would do nothing
+    (docs/notifications.md, "No silent no-op"): a PreExistingPods scope that is empty, or any
+    scope in which no pod declares the notifier. An empty AllPods scope is allowed (it waits
+    for pods, visibly)."""
+    if not pods:
+        if spec.get("policy") == ALL_PODS:
+            return []
+        return [FieldError.invalid(
+            "spec.selector", selector,
+            f'selects no pod in namespace "{namespace}" (terminating pods do not count); check '
+            f"the pods' labels (kubectl get pods -n {namespace} -l '{selector}'), or use policy "
+            f"{ALL_PODS} to notify pods as they start")]
+    notifier = spec["notifier"]
+    if any(notifier in pod.declares for pod in pods):
+        return []
+    declared = sorted(set().union(*(pod.declares for pod in pods)))
+    shown = ", ".join(declared[:MAX_DECLARED_SHOWN]) + (
+        f" and {len(declared) - MAX_DECLARED_SHOWN} more"
+        if len(declared) > MAX_DECLARED_SHOWN else "")
+    which = f"selected by {selector}" if selector else "in the namespace"
+    return [FieldError.invalid(
+        "spec.notifier", notifier,
+        f"no pod {which} declares it; "
+        + (f"they declare: {shown}" if declared else "they declare no notifier")
+        + f" (in their {ANNOTATION} annotation)")]
 
 
 def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authorizer: Authorizer,
@@ -77,8 +123,11 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         decision = await authorizer.authorize(user, notify_pods)
         if not decision.allowed:
             raise status.forbidden_request(user.name, notify_pods, decision.reason)
-        pods = await pods_in_scope(kube, namespace, notification_spec.selector_string(
-            ask.spec["selector"]))
+        selector = notification_spec.selector_string(ask.spec["selector"])
+        pods = await pods_in_scope(kube, namespace, selector)
+        problems = scope_errors(ask.spec, namespace, selector, pods)
+        if problems:
+            raise invalid(Notification, body, problems)
         metadata = dict(ask.metadata)
         if managed_fields:
             metadata["managedFields"] = managed_fields
@@ -93,10 +142,12 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
                        "counts": {"total": len(pods), "pending": len(pods), "running": 0,
                                   "succeeded": 0, "failed": 0, "skipped": 0, "rolledBack": 0}},
         }
+        if not pods:  # AllPods (scope_errors refuses any other empty scope)
+            obj["status"]["conditions"] = [waiting_for_pods(namespace, selector)]
         if dry_run(http):
             return add_warnings(JSONResponse(obj, status_code=201), ask.warnings)
         created = await store.create(obj)
-        await fanout.begin(created, pods)
+        await fanout.begin(created, [(pod.name, pod.uid) for pod in pods])
         return add_warnings(JSONResponse(created, status_code=201), ask.warnings)
 
     async def apply_create(http: Request, namespace: str, config: dict[str, Any],

@@ -62,7 +62,7 @@ from apiserver.api.model import (
 )
 from apiserver.api.schema import field_info, json_name, model_in
 from apiserver.api.types import qualified_name_problems
-from apiserver.api.validation import dns1123_label_errors
+from apiserver.api.validation import dns1123_label_errors, qualified_name_errors
 
 ANNOTATION = "notifier.x-k8s.io/notifiers"
 ANNOTATION_PATH = f"metadata.annotations[{ANNOTATION}]"
@@ -170,6 +170,26 @@ def select_containers(
     }
     undeclared = tuple(dict.fromkeys(c for c in containers or () if c not in selected))
     return Selection(selected, undeclared)
+
+
+def declared_names(annotation: str | None) -> frozenset[str]:
+    """The notifier names the annotation declares, for any container, read leniently: every
+    ``name`` of an entry in a container's list that is a qualified name (the only kind a request
+    can ask for), whether or not the rest validates (a pod whose declaration of a notifier is
+    wrong still fails its run, InvalidDeclaration, loudly). Nothing if there is no annotation or
+    it is not a JSON object of lists."""
+    if annotation is None:
+        return frozenset()
+    try:
+        document = json.loads(annotation, parse_int=json_input.integer)
+    except (ValueError, RecursionError):
+        return frozenset()
+    if not isinstance(document, dict):
+        return frozenset()
+    return frozenset(item["name"] for notifiers in document.values()
+                     if isinstance(notifiers, list) for item in notifiers
+                     if isinstance(item, dict) and isinstance(item.get("name"), str)
+                     and not qualified_name_errors(item["name"]))
 
 
 def annotation_matches_template(pod_value: str | None, template_value: str | None) -> bool:

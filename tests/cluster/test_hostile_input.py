@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.support.kube import Cluster
-from tests.support.notify import API, body, notification
+from tests.support.notify import API, body, declare, exec_notifier, notification
 
 pytestmark = pytest.mark.cluster
 
@@ -63,6 +63,8 @@ def test_hostile_input_is_4xx_and_the_next_request_is_served(cluster: Cluster,
 
 
 def test_field_validation_warnings_reach_the_client(cluster: Cluster, namespace: str) -> None:
+    cluster.create_pod(namespace, "b", labels={"a": "b"}, annotations=declare(
+        app=[exec_notifier("quiesce", "true")]))  # a Notification of no pod is refused
     with cluster.admin() as kube:
         warned = kube.post(f"{API}/namespaces/{namespace}/notifications",
                            params={"fieldValidation": "Warn", "dryRun": "All"}, content=DUPLICATE,

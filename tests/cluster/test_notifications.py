@@ -104,8 +104,101 @@ def test_pod_without_the_notifier_is_skipped(
     cluster.create_pod(namespace, "cache", labels={"app": "db"})
     with cluster.client_for(operator) as client:
         create_notification(client, namespace, notification("q", "quiesce", {"app": "db"}))
-    counts = wait_finished(cluster, namespace, "q")["status"]["counts"]
+    status = wait_finished(cluster, namespace, "q")["status"]
+    counts = status["counts"]
     assert (counts["succeeded"], counts["skipped"], counts["failed"]) == (1, 1, 0)
+    assert status["phase"] == "Succeeded"
+    complete, skipped = status["conditions"]
+    assert (complete["type"], complete["status"]) == ("Complete", "True")
+    assert (skipped["type"], skipped["status"], skipped["reason"]) == (
+        "PodsSkipped", "True", "NotifierNotDeclared")
+    assert skipped["message"] == ('1 of 2 pods do not declare notifier "quiesce" and were '
+                                  "skipped: cache")
+
+
+def _refusal(answer) -> dict:
+    """The one cause of a 422 Invalid, as kube-apiserver's aggregator passed it on."""
+    assert answer.status_code == 422, answer.text
+    status = answer.json()
+    assert (status["kind"], status["reason"], status["code"]) == ("Status", "Invalid", 422)
+    (cause,) = status["details"]["causes"]
+    assert status["message"] == (f'Notification.notifier.x-k8s.io "{status["details"]["name"]}" '
+                                 f"is invalid: {cause['field']}: {cause['message']}")
+    return cause
+
+
+def _stored_notifications(cluster: Cluster, namespace: str) -> list[dict]:
+    with cluster.admin() as kube:
+        listed = kube.get(f"/apis/notifier.x-k8s.io/v1alpha1/namespaces/{namespace}/"
+                          "notifications")
+    assert listed.status_code == 200, listed.text
+    return listed.json()["items"]
+
+
+def test_a_misspelled_notifier_is_refused_naming_what_is_declared(
+        cluster: Cluster, namespace: str, operator: User) -> None:
+    """Issue 11: it used to end Succeeded/Complete with every pod skipped."""
+    _quiesce_pods(cluster, namespace, fail=set(), names=["db-0", "db-1"])
+    with cluster.client_for(operator) as client:
+        answer = create_notification(client, namespace, notification(
+            "snap", "quiesse", {"app": "db"}))
+    assert _refusal(answer) == {
+        "reason": "FieldValueInvalid", "field": "spec.notifier",
+        "message": 'Invalid value: "quiesse": no pod selected by app=db declares it; they '
+                   "declare: quiesce, unquiesce (in their notifier.x-k8s.io/notifiers "
+                   "annotation)"}
+    assert _stored_notifications(cluster, namespace) == []
+    assert records(cluster, namespace) == []
+
+
+def test_a_selector_that_matches_nothing_is_refused(
+        cluster: Cluster, namespace: str, operator: User) -> None:
+    """Issue 11: it used to end Succeeded with 0 of 0 pods."""
+    _quiesce_pods(cluster, namespace, fail=set(), names=["db-0"])
+    with cluster.client_for(operator) as client:
+        answer = create_notification(client, namespace, notification(
+            "snap", "quiesce", {"app": "dbb"}))
+    cause = _refusal(answer)
+    assert cause["field"] == "spec.selector"
+    assert cause["message"].startswith(
+        f'Invalid value: "app=dbb": selects no pod in namespace "{namespace}"'), cause
+    assert _stored_notifications(cluster, namespace) == []
+    result = cluster.kubectl("create", "--validate=false", "-n", namespace, "-f", "-",
+                             user=operator, check=False,
+                             input=json.dumps(notification("snap", "quiesse", {"app": "db"})))
+    assert result.returncode != 0
+    assert ('The Notification "snap" is invalid: spec.notifier: Invalid value: "quiesse": no '
+            "pod selected by app=db declares it; they declare: quiesce, unquiesce"
+            in result.stderr), result.stderr
+    assert _stored_notifications(cluster, namespace) == []
+
+
+def test_an_all_pods_notification_with_nothing_matching_waits_visibly(
+        cluster: Cluster, namespace: str, operator: User) -> None:
+    with cluster.client_for(operator) as client:
+        created = create_notification(client, namespace, notification(
+            "later", "reload", {"app": "web"}, policy="AllPods", activeDeadlineSeconds=15))
+    assert created.status_code == 201, created.text
+    (waiting,) = created.json()["status"]["conditions"]
+    assert (waiting["type"], waiting["status"], waiting["reason"]) == (
+        "WaitingForPods", "True", "NoPodsSelected")
+    assert waiting["message"] == (f'no pod in namespace "{namespace}" matches app=web yet; pods '
+                                  "are notified as they start running")
+    stored = get_notification(cluster, namespace, "later")["status"]["conditions"]
+    assert [c["type"] for c in stored] == ["WaitingForPods"]
+    cluster.create_pod(namespace, "web-0", labels={"app": "web"}, annotations=declare(
+        app=[exec_notifier("reload", "echo reloaded")]))
+
+    def joined() -> bool:
+        conditions = get_notification(cluster, namespace, "later")["status"]["conditions"]
+        return any(c["type"] == "WaitingForPods" and c["status"] == "False" for c in conditions)
+
+    wait_until(joined, "the WaitingForPods condition to turn False", 20)
+    status = wait_finished(cluster, namespace, "later", timeout=40)["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["counts"]["succeeded"] == 1
+    assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
+        ("Complete", "True", "PodsSucceeded"), ("WaitingForPods", "False", "PodsJoined")]
 
 
 def test_pre_existing_pods_scope_is_fixed(

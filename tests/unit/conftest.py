@@ -329,6 +329,12 @@ def strings(value: Any) -> list[str]:
 IN_PROCESS_POD = {"metadata": {"name": "db-0", "namespace": "default", "uid": "uid-db-0",
                                "resourceVersion": "1"},
                   "spec": {"containers": [{"name": "db"}]}, "status": {"phase": "Running"}}
+SCOPED_POD = {**IN_PROCESS_POD, "metadata": {**IN_PROCESS_POD["metadata"], "annotations": {
+    "notifier.x-k8s.io/notifiers": json.dumps({"db": [
+        {"name": "quiesce", "action": {"exec": {"command": ["true"]}}}]})}}}
+"""IN_PROCESS_POD as a Notification's scope listing (of its namespace) sees it: declaring
+quiesce, so that a Notification of it is not refused as a no-op. The pod cache and notify's
+reads see it without, so a pods/notify of it stores nothing."""
 
 
 class InProcessServer:
@@ -357,15 +363,17 @@ class InProcessServer:
         self._run(self._start())
 
     def _kube(self, request: httpx.Request) -> httpx.Response:
-        """The trust ConfigMap, one pod, empty lists of everything else; watches fail (the
-        informers back off and list again)."""
+        """The trust ConfigMap, one pod (SCOPED_POD in its namespace's list), empty lists of
+        everything else; watches fail (the informers back off and list again)."""
         if request.method == "GET" and "watch" not in request.url.params:
             path = request.url.path
             items: list[Any] | None = None
             if path.endswith("/configmaps"):
                 items = [self._configmap]
-            elif path in ("/api/v1/pods", "/api/v1/namespaces/default/pods"):
+            elif path == "/api/v1/pods":
                 items = [IN_PROCESS_POD]
+            elif path == "/api/v1/namespaces/default/pods":
+                items = [SCOPED_POD]
             return httpx.Response(200, json={"items": items,
                                              "metadata": {"resourceVersion": "1"}})
         return self.kube.handle(request)

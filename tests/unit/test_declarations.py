@@ -17,6 +17,7 @@ from apiserver.notifier.declarations import (
     Notifier,
     SignalAction,
     annotation_matches_template,
+    declared_names,
     parse_notifiers,
     select_containers,
 )
@@ -325,3 +326,19 @@ def test_trust_compares_raw_strings() -> None:
     assert not annotation_matches_template(raw, respaced)
     assert not annotation_matches_template(raw, None)
     assert not annotation_matches_template(None, None)
+
+
+@pytest.mark.parametrize(("annotation", "names"), [
+    (None, set()),
+    ('{"db": [{"name": "quiesce", "action": {"signal": "SIGHUP"}}], '
+     '"side": [{"name": "flush"}, {"name": "quiesce"}]}', {"quiesce", "flush"}),
+    ('{"db": [{"name": "quiesce", "timeoutSeconds": "soon"}]}', {"quiesce"}),  # invalid, named
+    ('{"db": {"name": "quiesce"}}', set()),
+    ('{"db": [{"name": 7}, "quiesce"]}', set()),
+    ('{"db": [{"name": "bad\\nname"}, {"name": "a/b/c"}, {"name": "ok"}]}', {"ok"}),
+    ("[1, 2]", set()),
+    ("{not json", set()),
+    ("[" * 100000, set()),
+])
+def test_declared_names_reads_names_leniently(annotation: str | None, names: set[str]) -> None:
+    assert declared_names(annotation) == names

@@ -24,6 +24,7 @@ from apiserver.fanout.controller import (
     FanoutParts,
     pod_outcome,
     record_name,
+    waiting_for_pods,
 )
 from apiserver.fanout.scope import ScopeStore
 from apiserver.kube import KubeRejected, KubeUnavailable
@@ -408,6 +409,114 @@ async def test_a_pod_without_the_notifier_is_skipped(server: Server) -> None:
     status = (await server.finished("q"))["status"]
     assert status["phase"] == "Succeeded"
     assert status["counts"] == counts(total=2, succeeded=1, skipped=1)
+    complete, skipped = status["conditions"]
+    assert complete["type"] == "Complete"
+    assert (skipped["type"], skipped["status"], skipped["reason"]) == (
+        "PodsSkipped", "True", "NotifierNotDeclared")
+    assert skipped["message"] == ('1 of 2 pods do not declare notifier "quiesce" and were '
+                                  "skipped: cache")
+
+
+async def test_the_skipped_condition_counts_and_names_a_few(server: Server) -> None:
+    names = [f"db-{i}" for i in range(8)]
+    pods = server.fake.add(*names)
+    for name in names[1:]:
+        server.fake.outcomes[(name, QUIESCE)] = NotDeclared(name, QUIESCE, [])
+    gate = server.fake.gates["db-0"] = asyncio.Event()
+    await server.create("many", pods, failurePolicy="Continue", parallelism=8)
+
+    async def skipped_condition() -> dict[str, Any] | None:
+        found = [c for c in (await server.get("many"))["status"].get("conditions") or []
+                 if c["type"] == "PodsSkipped"]
+        return found[0] if found else None
+
+    async def all_skipped() -> bool:
+        condition = await skipped_condition()
+        return condition is not None and condition["message"].startswith("7 of 8")
+
+    await server.until(all_skipped)  # visible while the run goes on
+    first = await skipped_condition()
+    assert first is not None
+    gate.set()
+    status = (await server.finished("many"))["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["counts"] == counts(total=8, succeeded=1, skipped=7)
+    final = status["conditions"][1]
+    assert final["message"] == ('7 of 8 pods do not declare notifier "quiesce" and were '
+                                "skipped: db-1, db-2, db-3, db-4, db-5 and 2 more")
+    assert final["lastTransitionTime"] == first["lastTransitionTime"]  # status unchanged
+
+
+async def test_a_run_where_every_pod_was_skipped_fails(server: Server) -> None:
+    """The create handler refuses a scope in which no pod declares the notifier; pods whose
+    declarations changed before their turn can still leave nothing notified: not Complete."""
+    pods = server.fake.add("db-0", "db-1")
+    for name in ("db-0", "db-1"):
+        server.fake.outcomes[(name, QUIESCE)] = NotDeclared(name, QUIESCE, ["flush"])
+    await server.create("none", pods, rollback={"notifier": UNQUIESCE})
+    status = (await server.finished("none"))["status"]
+    assert status["phase"] == "Failed"
+    assert status["counts"] == counts(total=2, skipped=2)
+    failed, skipped = status["conditions"]
+    assert (failed["type"], failed["reason"]) == ("Failed", "NotifierNotDeclared")
+    assert failed["message"] == ('no pod declared notifier "quiesce" when its turn came: 2 of '
+                                 "2 pods skipped")
+    assert skipped["type"] == "PodsSkipped"
+    assert server.fake.started == []  # nothing to roll back
+
+
+async def test_an_empty_all_pods_start_waits_visibly_until_a_pod_joins(server: Server) -> None:
+    waiting = waiting_for_pods(NS, "app=db")
+    created = await server.notifications.create({
+        "apiVersion": records.API_VERSION, "kind": "Notification",
+        "metadata": {"namespace": NS, "name": "later"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}, "notifier": QUIESCE,
+                 "policy": "AllPods", "parallelism": 1, "failurePolicy": "Abort",
+                 "activeDeadlineSeconds": 2,
+                 "requestedBy": {"username": CREATOR.name, "uid": CREATOR.uid,
+                                 "groups": CREATOR.groups, "extra": {}}},
+        "status": {"phase": records.PENDING, "conditions": [waiting]}})
+    await server.manager.begin(created, [])
+
+    async def conditions() -> dict[str, dict[str, Any]]:
+        return {c["type"]: c for c in (await server.get("later"))["status"]["conditions"]}
+
+    async def running() -> bool:
+        return (await server.get("later"))["status"]["phase"] == "Running"
+
+    await server.until(running)
+    assert (await conditions())["WaitingForPods"] == waiting  # still waiting, as created
+    await asyncio.sleep(0.02)  # so that the transition's time differs
+    for joined in server.fake.add("db-0"):
+        server.new_pods.queue.put_nowait(joined)
+
+    async def joined() -> bool:
+        return (await conditions())["WaitingForPods"]["status"] == "False"
+
+    await server.until(joined)
+    now = (await conditions())["WaitingForPods"]
+    assert (now["reason"], now["message"]) == ("PodsJoined", "the first pods joined; 1 in scope")
+    status = (await server.finished("later", timeout=5))["status"]
+    assert status["phase"] == "Succeeded"
+    assert [c["type"] for c in status["conditions"]] == ["Complete", "WaitingForPods"]
+    assert status["conditions"][1] == now
+
+
+async def test_an_all_pods_notification_nobody_joins_keeps_waiting_visible(server: Server
+                                                                          ) -> None:
+    created = await server.notifications.create({
+        "apiVersion": records.API_VERSION, "kind": "Notification",
+        "metadata": {"namespace": NS, "name": "never"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}, "notifier": QUIESCE,
+                 "policy": "AllPods", "activeDeadlineSeconds": 1,
+                 "requestedBy": {"username": CREATOR.name, "uid": CREATOR.uid,
+                                 "groups": CREATOR.groups, "extra": {}}},
+        "status": {"phase": records.PENDING, "conditions": [waiting_for_pods(NS, "app=db")]}})
+    await server.manager.begin(created, [])
+    status = (await server.finished("never", timeout=5))["status"]
+    assert status["counts"] == counts()
+    assert [(c["type"], c["status"]) for c in status["conditions"]] == [
+        ("Complete", "True"), ("WaitingForPods", "True")]
 
 
 async def test_a_pod_deleted_before_its_turn_is_podDeleted(server: Server) -> None:
@@ -453,7 +562,7 @@ async def test_every_admission_error_is_a_pod_result(
     status = (await server.finished("err"))["status"]
     assert status["counts"]["running"] == 0
     assert status["counts"][state] == 1
-    assert status["phase"] == ("Succeeded" if state == "skipped" else "Failed")
+    assert status["phase"] == "Failed"  # a lone skipped pod: nothing was notified
     (scoped,) = await server.scopes.pods(created["metadata"]["uid"])
     assert (scoped.state, scoped.reason) == (state, reason)
     assert pod_outcome(error) == (state, reason)
@@ -606,6 +715,7 @@ async def test_a_resumed_continue_runs_the_pending_pods(tmp_path: Path) -> None:
     created = await first.create("resumed", first.fake.add(*names), failurePolicy="Continue")
     await first.until(lambda: _states(first, created["metadata"]["uid"], succeeded=1,
                                       started=1))
+    await first.until(lambda: _started(first, "db-1"))  # its record is stored, not only marked
     await first.crash()
     second = await restart(data, first, names)
     try:
@@ -727,6 +837,7 @@ async def test_a_notification_deleted_while_the_server_was_down_is_rolled_back(
                                  rollback={"notifier": UNQUIESCE})
     uid = created["metadata"]["uid"]
     await first.until(lambda: _states(first, uid, succeeded=1, started=1))
+    await first.until(lambda: _started(first, "db-1"))  # its record is stored, not only marked
     await first.notifications.delete(NS, "snap")  # the server dies before it hears of it
     await first.crash()
     second = await restart(data, first, names)

@@ -52,9 +52,13 @@ class Access:
         return Decision((attributes.verb, resource) not in self.denied, "no RBAC rule")
 
 
-class NoPods:
+class OnePod:
+    """The pod list of kube-apiserver: one pod, which declares quiesce."""
+
     async def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
-        return {"items": [], "metadata": {}}
+        return {"items": [{"metadata": {"name": "db-0", "uid": "uid-db-0", "annotations": {
+            "notifier.x-k8s.io/notifiers": '{"db": [{"name": "quiesce", "action": '
+                                           '{"signal": "SIGHUP"}}]}'}}}], "metadata": {}}
 
 
 class Fanout:
@@ -119,7 +123,7 @@ async def client(records: SqliteObjectStore, stored_notifications: SqliteObjectS
     router = APIRouter()
     router.include_router(podnotifiers.router(records, Watches()))
     router.include_router(notifications.router(
-        stored_notifications, fanout, NoPods(), access, Watches(),  # type: ignore[arg-type]
+        stored_notifications, fanout, OnePod(), access, Watches(),  # type: ignore[arg-type]
         max_parallelism=10, max_timeout_seconds=60))
     app: FastAPI = create_app(authenticator=access, authorizer=access,  # type: ignore[arg-type]
                               readiness=Readiness(), resource_router=router)
