@@ -185,6 +185,17 @@ def _wait_for_children(pid: int) -> list[int]:
     return children
 
 
+def _gone(pids: list[int], timeout: float = 5) -> bool:
+    """Whether every pid has exited (zombies count as gone) within `timeout`: a signal is
+    delivered after kill(1) returns, not before."""
+    deadline = time.monotonic() + timeout
+    while any(_running(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _running(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -206,7 +217,7 @@ def test_stop_script_terminates_the_command_and_its_children() -> None:
     stop = subprocess.run(kill_argv(pid, 5), capture_output=True, timeout=20)
     assert stop.stdout == b"terminated\n", stop.stderr
     assert process.wait(timeout=5) == -15
-    assert not any(_running(child) for child in children)
+    assert _gone(children)
 
 
 def test_stop_script_kills_what_ignores_sigterm_after_the_grace_period() -> None:
@@ -217,7 +228,7 @@ def test_stop_script_kills_what_ignores_sigterm_after_the_grace_period() -> None
     assert stop.stdout == b"killed\n", stop.stderr
     assert time.monotonic() - started >= 1
     assert process.wait(timeout=5) == -9
-    assert not any(_running(child) for child in children)
+    assert _gone(children)
 
 
 def test_stop_script_reports_a_command_that_already_exited() -> None:
