@@ -232,8 +232,9 @@ class KubeObjectStore(ObjectStore):
         self._listed_once = False
         self._changed = asyncio.Event()
         self._hub = WatchHub()
-        self._cohort_lock = asyncio.Lock()
         self._key_locks: dict[Key, _Held] = {}
+        self._cohort_locks: dict[Key, _Held] = {}
+        """(namespace, cohort selector): creates into one cohort take turns on this replica."""
 
     @property
     def synced(self) -> bool:
@@ -257,7 +258,7 @@ class KubeObjectStore(ObjectStore):
             return await self._create(prepared)
         namespace = metadata(prepared)["namespace"]
         selector = parse_field_selector(cohort.field_selector, self.resource.selectable_fields)
-        async with self._cohort_lock:
+        async with _KeyLock(self._cohort_locks, (namespace, cohort.field_selector)):
             members = sorted((e for e in self._candidates(namespace, selector)
                               if selector.matches(e.object)),
                              key=lambda e: (e.sequence, _key(e.object)))
@@ -740,8 +741,9 @@ async def _to_the_end(write: Coroutine[Any, Any, T]) -> T:
 
 
 class _KeyLock:
-    """One asyncio.Lock per key while anyone holds or waits for it: updates of one object on
-    this replica take turns instead of conflicting in kube-apiserver."""
+    """One asyncio.Lock per key while anyone holds or waits for it: updates of one object (or
+    creates into one cohort) on this replica take turns instead of conflicting in
+    kube-apiserver."""
 
     def __init__(self, locks: dict[Key, _Held], key: Key) -> None:
         self._locks, self._key = locks, key
