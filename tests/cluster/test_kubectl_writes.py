@@ -12,11 +12,12 @@ import pytest
 import yaml
 
 from tests.support.kube import Cluster, User
-from tests.support.notify import declare, notify, signal_notifier
+from tests.support.notify import declare, notify, signal_notifier, wait_finished
 
 pytestmark = pytest.mark.cluster
 
 KIND = "notification"
+TARGET = "fleet-target"
 
 
 @pytest.fixture
@@ -34,14 +35,30 @@ def editor(cluster: Cluster, namespace: str) -> User:
     return user
 
 
+@pytest.fixture(autouse=True)
+def target(cluster: Cluster, namespace: str) -> None:
+    """The pod the manifest's Notification selects: it declares both notifiers (a
+    Notification no pod declares is refused), as signals, so a run ends at once."""
+    cluster.deploy(namespace, TARGET, annotations=declare(
+        app=[signal_notifier("quiesce", "SIGHUP"), signal_notifier("reload", "SIGHUP")]))
+
+
 def manifest(namespace: str, name: str = "fleet", labels: dict[str, str] | None = None,
              notifier: str = "quiesce") -> str:
-    """A Notification whose selector matches no pod (it succeeds at once), as YAML."""
+    """A Notification of the one `target` pod, as YAML."""
     return yaml.safe_dump({
         "apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
         "metadata": {"name": name, "namespace": namespace, "labels": labels or {"team": "a"}},
-        "spec": {"selector": {"matchLabels": {"app": "nothing-here"}}, "notifier": notifier},
+        "spec": {"selector": {"matchLabels": {"app": TARGET}}, "notifier": notifier},
     })
+
+
+def created(cluster: Cluster, user: User, *args: str, namespace: str) -> Any:
+    """kubectl that creates the manifest's Notification, once it has finished (its status no
+    longer changes, so resourceVersions compare)."""
+    done = kubectl(cluster, user, *args, stdin=manifest(namespace))
+    wait_finished(cluster, namespace, "fleet")
+    return done
 
 
 def kubectl(cluster: Cluster, user: User, *args: str, stdin: str | None = None,
@@ -60,7 +77,7 @@ def managers(obj: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def test_label_annotate_and_patch(cluster: Cluster, namespace: str, editor: User) -> None:
-    kubectl(cluster, editor, "create", "-f", "-", stdin=manifest(namespace))
+    created(cluster, editor, "create", "-f", "-", namespace=namespace)
     ns = ("-n", namespace)
     assert "labeled" in kubectl(cluster, editor, *ns, "label", KIND, "fleet", "tier=db").stdout
     assert "annotated" in kubectl(cluster, editor, *ns, "annotate", KIND, "fleet",
@@ -96,7 +113,7 @@ def test_label_annotate_and_patch(cluster: Cluster, namespace: str, editor: User
 
 def test_edit_changes_labels_and_keeps_the_spec(cluster: Cluster, namespace: str, editor: User,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    kubectl(cluster, editor, "create", "-f", "-", stdin=manifest(namespace))
+    created(cluster, editor, "create", "-f", "-", namespace=namespace)
     ns = ("-n", namespace)
     monkeypatch.setenv("KUBE_EDITOR", "sed -i -e s/team:\\ a/team:\\ edited/")
     assert "edited" in kubectl(cluster, editor, *ns, "edit", KIND, "fleet").stdout
@@ -109,7 +126,7 @@ def test_edit_changes_labels_and_keeps_the_spec(cluster: Cluster, namespace: str
 
 def test_client_side_apply_twice_and_diff(cluster: Cluster, namespace: str,
                                           editor: User) -> None:
-    first = kubectl(cluster, editor, "apply", "-f", "-", stdin=manifest(namespace))
+    first = created(cluster, editor, "apply", "-f", "-", namespace=namespace)
     assert "created" in first.stdout
     again = kubectl(cluster, editor, "apply", "-f", "-", stdin=manifest(namespace))
     assert "unchanged" in again.stdout
@@ -134,8 +151,7 @@ def test_client_side_apply_twice_and_diff(cluster: Cluster, namespace: str,
 def test_server_side_apply_twice_with_managed_fields_and_conflicts(
         cluster: Cluster, namespace: str, editor: User) -> None:
     ssa = ("apply", "--server-side", "-f", "-")
-    assert "serverside-applied" in kubectl(cluster, editor, *ssa,
-                                           stdin=manifest(namespace)).stdout
+    assert "serverside-applied" in created(cluster, editor, *ssa, namespace=namespace).stdout
     obj = live(cluster, editor, namespace)
     assert obj["spec"]["requestedBy"]["username"] == editor.name
     assert managers(obj)[("kubectl", "Apply")] == {"f:metadata": {"f:labels": {"f:team": {}}}}
