@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -242,11 +243,19 @@ def test_pod_deleted_mid_run_is_a_podDeleted_failure(
     with cluster.admin() as kube:
         kube.delete(f"/api/v1/namespaces/{namespace}/pods/doomed",
                     params={"gracePeriodSeconds": "0"})
+    # The finished record of a deleted pod is collected within seconds: read it as it ends.
+    ended: list[dict[str, Any]] = []
+
+    def record_ended() -> bool:
+        ended[:] = [r for r in records(cluster, namespace, labelSelector=f"{LABEL}=gone")
+                    if r["status"].get("phase") == "Failed"]
+        return bool(ended)
+
+    wait_until(record_ended, "the pod's record to end", 30, interval=0.1)
+    assert [r["status"]["reason"] for r in ended] == ["PodDeleted"]
     status = wait_finished(cluster, namespace, "gone", timeout=30)["status"]
     assert status["phase"] == "Failed"
     assert status["counts"]["failed"] == 1
-    (record,) = records(cluster, namespace, labelSelector=f"{LABEL}=gone")
-    assert record["status"]["reason"] == "PodDeleted"
 
 
 def _max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
