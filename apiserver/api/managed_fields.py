@@ -148,9 +148,16 @@ def apply(metadata: Mapping[str, Any], managed: list[dict[str, Any]], config: Ma
         result[kind][key] = value
     for kind, key in dropped:
         result[kind].pop(key, None)
+    maps = {kind: values for kind, values in result.items() if values or kind in metadata}
+    mine = next((entry for entry in managed
+                 if (entry.get("manager"), entry.get("operation")) == me), None)
+    unchanged = (mine is not None and not taken and not dropped and before == set(wanted)
+                 and mine.get("apiVersion") == api_version
+                 and all(maps.get(kind) == (metadata.get(kind) or {}) for kind in maps))
+    if unchanged:  # a no-op apply keeps its entry's time, so it writes nothing (as Kubernetes)
+        return Applied(maps, copy.deepcopy(managed))
     entries = others + ([_entry(manager, APPLY, api_version, time, wanted)] if wanted else [])
-    return Applied({kind: values for kind, values in result.items()
-                    if values or kind in metadata}, entries)
+    return Applied(maps, entries)
 
 
 def _conflict(conflicts: list[tuple[Field, str, str]], resource: str, group: str, name: str

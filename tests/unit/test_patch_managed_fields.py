@@ -124,3 +124,16 @@ def test_field_manager_checks(manager, apply_patch, wording):
 def test_an_update_needs_no_manager():
     check_manager("", apply=False)
     check_manager("kubectl-label", apply=True)
+
+
+def test_applying_the_same_configuration_again_changes_nothing_not_even_the_time():
+    first = run_apply({"labels": {"x": "1"}}, [], {"labels": {"team": "a"}})
+    again = apply(first.metadata, first.managed_fields, {"labels": {"team": "a"}},
+                  manager="me", api_version=V, time="t2", force=False, resource="notifications",
+                  group="notifier.x-k8s.io", name="n")
+    assert again.managed_fields == first.managed_fields  # "t1" kept: a no-op writes nothing
+    assert again.metadata == first.metadata
+    changed = apply(first.metadata, first.managed_fields, {"labels": {"team": "b"}},
+                    manager="me", api_version=V, time="t2", force=False,
+                    resource="notifications", group="notifier.x-k8s.io", name="n")
+    assert [entry["time"] for entry in changed.managed_fields] == ["t2"]
