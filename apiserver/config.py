@@ -137,6 +137,10 @@ class ServerOptions:
         "ones, or answers 429 if K are unfinished")
     max_timeout_seconds: int = option(
         600, parse=parse_positive, help="upper bound of a notifier's timeoutSeconds")
+    max_hold_seconds: int = option(
+        3600, parse=parse_positive,
+        help="upper bound of a held notifier's maxHoldSeconds and of a Notification's "
+        "spec.release.maxHoldSeconds: the longest any pod stays quiesced")
     default_ttl_seconds_after_finished: int = option(
         3600, parse=parse_positive, help="how long finished records are kept when the request "
         "sets no spec.ttlSecondsAfterFinished")

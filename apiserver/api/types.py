@@ -49,6 +49,8 @@ class Phase(StrEnum):
 
     PENDING = "Pending"
     RUNNING = "Running"
+    HELD = "Held"
+    """A held notifier's command reported ready and keeps running until it is released."""
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 

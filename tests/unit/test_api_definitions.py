@@ -75,7 +75,7 @@ def test_required_bounds_and_choices_come_from_the_markers() -> None:
     assert spec["properties"]["activeDeadlineSeconds"]["maximum"] == types.MAX_DEADLINE_SECONDS
     assert spec["properties"]["failurePolicy"]["enum"] == ["Abort", "Continue"]
     assert SCHEMAS[f"{types.OURS}.PodNotifierStatus"]["properties"]["phase"]["enum"] == [
-        "Pending", "Running", "Succeeded", "Failed"]
+        "Pending", "Running", "Held", "Succeeded", "Failed"]
     owner = SCHEMAS[f"{types.META}.OwnerReference"]
     assert owner["required"] == ["apiVersion", "kind", "name", "uid"]
     assert owner["x-kubernetes-map-type"] == "atomic"

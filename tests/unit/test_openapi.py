@@ -90,7 +90,7 @@ def test_schemas_have_the_contract_fields():
     assert {"podName", "podUID", "notifier", "containers", "timeoutSeconds",
             "ttlSecondsAfterFinished", "requestedBy"} <= set(spec["properties"])
     status = schemas[f"{OURS}.PodNotifierStatus"]["properties"]
-    assert status["phase"]["enum"] == ["Pending", "Running", "Succeeded", "Failed"]
+    assert status["phase"]["enum"] == ["Pending", "Running", "Held", "Succeeded", "Failed"]
     container = schemas[f"{OURS}.ContainerNotifierStatus"]["properties"]
     assert {"name", "containerID", "exitCode", "stdout", "stderr", "stdoutTruncated"} <= set(
         container)
