@@ -200,7 +200,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     routes.include_router(notifications.router(
         notification_store, fanout, kube, authorizer, watches,
         max_parallelism=options.max_notification_parallelism,
-        max_timeout_seconds=options.max_timeout_seconds))
+        max_timeout_seconds=options.max_timeout_seconds,
+        max_hold_seconds=options.max_hold_seconds))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -23,6 +23,7 @@ from apiserver.api.resources import (
     API_PATH,
     GROUP,
     GROUP_VERSION,
+    NOTIFICATION_RELEASE,
     NOTIFICATIONS,
     POD_NOTIFY,
     PODNOTIFIERS,
@@ -233,8 +234,18 @@ def _operations() -> tuple[_Operation, ...]:
         (*_WRITE, _WAIT_SECONDS), body=f"{OURS}.PodNotifier", success=201,
         path_params=(_NAMESPACE, _NAME), failures=(*_BODY, 404, 409, 429),
         consumes=BODY_MEDIA_TYPES, explained=_NOTIFY_RESPONSES)
+    release = _Operation(
+        "post", f"{_NAMESPACED}/notifications/{{name}}/release", "post",
+        f"create{_OPERATION_PREFIX}NamespacedNotificationRelease", NOTIFICATION_RELEASE.kind,
+        f"{OURS}.Notification",
+        "End the quiesce window of a Notification with spec.release: every quiesced pod is "
+        "released (once). Idempotent; any body is ignored. The answer is the Notification "
+        "with status.window.releaseRequestedTime (a finished one as it is).", _WRITE,
+        path_params=(_NAMESPACE, _NAME), failures=(404, 409), explained={
+            409: "Conflict: the Notification has no spec.release, or no recorded run yet"})
     return (
         notify,
+        release,
         *_resource_operations(PODNOTIFIERS.kind, PODNOTIFIERS, ", ".join(
             (*_METADATA_FIELDS, "spec.podName", "spec.notifier", "status.phase"))),
         *_resource_operations(NOTIFICATIONS.kind, NOTIFICATIONS, ", ".join(

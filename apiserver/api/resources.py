@@ -32,4 +32,6 @@ NOTIFICATIONS = Resource(
     "notifications", "Notification", ("create", "delete", "get", "list", "patch", "watch"),
     singular="notification", categories=("notifier",),
 )
-RESOURCES = (NOTIFICATIONS, PODNOTIFIERS, POD_NOTIFY)
+NOTIFICATION_RELEASE = Resource("notifications/release", "Notification", ("create",))
+"""Ends a Notification's quiesce window (spec.release)."""
+RESOURCES = (NOTIFICATIONS, NOTIFICATION_RELEASE, PODNOTIFIERS, POD_NOTIFY)

@@ -67,8 +67,11 @@ CONDITION_PODS_SKIPPED, CONDITION_WAITING_FOR_PODS = "PodsSkipped", "WaitingForP
 """A Notification's conditions while it runs (docs/notifications.md): PodsSkipped True once a
 pod in scope was skipped for not declaring the notifier; WaitingForPods True while an AllPods
 Notification created with no pod in scope has none, False once pods joined."""
+CONDITION_QUIESCED = "Quiesced"
+"""A Notification with spec.release: True (reason AllPodsQuiesced) while its quiesce window is
+open, False (reason Released, or ReleasedAfterMaxHold) once its release started."""
 NOTIFICATION_CONDITION_TYPES = (*CONDITION_TYPES, CONDITION_PODS_SKIPPED,
-                                CONDITION_WAITING_FOR_PODS)
+                                CONDITION_WAITING_FOR_PODS, CONDITION_QUIESCED)
 PODNOTIFIER_REASONS = ("Completed", "NonZeroExitCode", "Timeout", "ContainerNotRunning",
                        "PodNotRunning", "PodDeleted", "ExecFailed", "Interrupted",
                        "InternalError")
@@ -78,6 +81,9 @@ PRE_EXISTING_PODS, ALL_PODS = "PreExistingPods", "AllPods"
 POLICIES = (PRE_EXISTING_PODS, ALL_PODS)
 ABORT, CONTINUE = "Abort", "Continue"
 FAILURE_POLICIES = (ABORT, CONTINUE)
+FORBID, WAIT = "Forbid", "Wait"
+CONCURRENCY_POLICIES = (FORBID, WAIT)
+ConcurrencyPolicy = Annotated[str, OneOf(CONCURRENCY_POLICIES)]
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 MAX_TTL_SECONDS = 30 * 24 * 3600
@@ -555,6 +561,52 @@ class NotificationRollback(APIModel):
         Check(qualified_name_problems), Invalid(A_STRING), Required(NOTIFIER_NAME_REQUIRED)] = None
 
 
+class NotificationRelease(APIModel):
+    """The quiesce window: every pod stays quiesced until the release, which unquiesces each
+    pod that was quiesced exactly once (docs/notifications.md, "Quiesce windows")."""
+
+    schema_name = f"{OURS}.NotificationRelease"
+
+    notifier: Annotated[str | None, Field(
+        description="Name of the notifier that unquiesces a pod, e.g. unquiesce. Optional "
+                    "for a held quiesce notifier (ending its hold unquiesces)."),
+        Check(qualified_name_problems), Invalid(A_STRING)] = None
+    after_seconds: Annotated[int | None, Field(
+        description="Release this long after every pod is quiesced; at most maxHoldSeconds. "
+                    "Default: only on the release action (or maxHoldSeconds).",
+        json_schema_extra=INT64),
+        Bounds(0, "max_hold_seconds"), Invalid(WHOLE_NUMBER)] = None
+    max_hold_seconds: Annotated[int | None, Field(
+        description="The longest window: release this long after the Notification started "
+                    "even if nobody released it (its orchestrator presumed dead). Default and "
+                    "bound: the server's --max-hold-seconds.", json_schema_extra=INT64),
+        Bounds(1, "max_hold_seconds"), Invalid(WHOLE_NUMBER)] = None
+
+
+def _release_rules(value: NotificationRelease) -> Iterator[Problem]:
+    if (value.after_seconds is not None and value.max_hold_seconds is not None
+            and value.after_seconds > value.max_hold_seconds):
+        yield invalid(f"must be at most maxHoldSeconds ({value.max_hold_seconds}): the window "
+                      "never outlasts it; lower afterSeconds or raise maxHoldSeconds",
+                      at=".afterSeconds", value=value.after_seconds)
+
+
+def _spec_rules(value: NotificationSpec) -> Iterator[Problem]:
+    """Rules across fields of a NotificationSpec."""
+    if value.release is None:
+        return
+    if value.rollback is not None:
+        yield invalid("may not be set with spec.rollback: the release notifier already runs "
+                      "on every quiesced pod when the Notification fails; drop rollback (or "
+                      "move its notifier to release.notifier)", at=".release",
+                      value=value.release.model_dump(by_alias=True, exclude_none=True))
+    if value.policy != PRE_EXISTING_PODS:
+        yield invalid(f"needs policy {PRE_EXISTING_PODS}: a quiesce window opens when every "
+                      "pod of a fixed set is quiesced; drop release or the policy",
+                      at=".release",
+                      value=value.release.model_dump(by_alias=True, exclude_none=True))
+
+
 class NotificationSpec(APIModel):
     """NotificationSpec says which pods get which notifier."""
 
@@ -584,6 +636,19 @@ class NotificationSpec(APIModel):
     rollback: Annotated[NotificationRollback | None, Field(
         description="Optional notifier that undoes the notifier on pods where it succeeded."),
         Invalid('must be {"notifier": NAME}')] = None
+    release: Annotated[NotificationRelease | None, Field(
+        description="Opens a quiesce window once every pod is quiesced, and ends it by the "
+                    "release action (the release subresource), afterSeconds, maxHoldSeconds, "
+                    "the deadline, deletion or a failure: then every quiesced pod is "
+                    "unquiesced exactly once. Not with rollback."),
+        Check(_release_rules),
+        Invalid('must be {"notifier": NAME, "afterSeconds": N, "maxHoldSeconds": N}')] = None
+    concurrency_policy: Annotated[ConcurrencyPolicy | None, Field(
+        description="When another Notification is quiescing one of its pods with the same "
+                    "notifier (from that pod's start until its release, or the end of its run "
+                    "without release): Forbid (default) fails the pod with reason "
+                    "QuiesceConflict; Wait holds it (and its parallelism slot) until the "
+                    "other released it, within the deadline.")] = None
     timeout_seconds: Annotated[int | None, Field(
         description="Per-pod timeout; bounded by the server's maximum."),
         Bounds(1, "max_timeout_seconds"), Invalid(WHOLE_NUMBER)] = None
@@ -612,6 +677,30 @@ class NotificationCounts(APIModel):
                     "condition).")] = None
     rolled_back: Annotated[int | None, Field(
         description="Pods whose rollback notifier succeeded.")] = None
+    released: Annotated[int | None, Field(
+        description="With spec.release: quiesced pods released successfully.")] = None
+
+
+class NotificationWindow(APIModel):
+    """The quiesce window of a Notification with spec.release: a snapshot taken between
+    quiescedTime and releaseTime was taken while every pod was quiesced."""
+
+    schema_name = f"{OURS}.NotificationWindow"
+
+    quiesced_time: Annotated[str | None, Field(
+        description="When the last pod became quiesced; set only if every pod did."),
+        SchemaRef(TIME)] = None
+    release_requested_time: Annotated[str | None, Field(
+        description="When the release action was first requested."), SchemaRef(TIME)] = None
+    release_time: Annotated[str | None, Field(
+        description="When the release started (no pod was unquiesced before)."),
+        SchemaRef(TIME)] = None
+    unquiesced_time: Annotated[str | None, Field(
+        description="When the last quiesced pod was released."), SchemaRef(TIME)] = None
+    release_reason: Annotated[str | None, Field(
+        description="Why the window ended: ReleaseRequested, AfterSeconds, "
+                    "ReleasedAfterMaxHold, DeadlineExceeded, Deleted, HoldEnded, or the "
+                    "failure that ended the run (FailFast, PodsFailed, ...).")] = None
 
 
 class NotificationStatus(APIModel):
@@ -623,6 +712,8 @@ class NotificationStatus(APIModel):
         description="Pending, Running, Succeeded or Failed.")] = None
     counts: Annotated[NotificationCounts | None, Field(
         description="Pods by state of their run.")] = None
+    window: Annotated[NotificationWindow | None, Field(
+        description="With spec.release: the quiesce window's times.")] = None
     start_time: Annotated[str | None, Field(description="When the run started."),
                           SchemaRef(TIME)] = None
     completion_time: Annotated[str | None, Field(description="When the run finished."),
@@ -630,13 +721,18 @@ class NotificationStatus(APIModel):
     conditions: Annotated[list[Condition] | None, Field(
         description="Set when the Notification finishes: type Complete (reason PodsSucceeded) "
                     "or Failed (reason PodsFailed, FailFast, DeadlineExceeded, Deleted, "
-                    "NotifierNotDeclared, ScopeNotRecorded or InternalError), status True, "
+                    "NotifierNotDeclared, ScopeNotRecorded, InternalError, or with "
+                    "spec.release ReleaseFailed, HoldEnded or ReleasedAfterMaxHold), status "
+                    "True, "
                     "listed first. Wait for one with kubectl wait --for=condition=Complete "
                     "notification/NAME. While it runs: PodsSkipped, True (reason "
                     "NotifierNotDeclared) once pods were skipped for not declaring the "
                     "notifier, its message counting and naming them; WaitingForPods, True "
                     "(reason NoPodsSelected) while an AllPods Notification created with no pod "
-                    "in scope has none, False (reason PodsJoined) once pods joined.",
+                    "in scope has none, False (reason PodsJoined) once pods joined; with "
+                    "spec.release, Quiesced, True (reason AllPodsQuiesced) while the window "
+                    "is open, False (reason Released or ReleasedAfterMaxHold) once the "
+                    "release started.",
         json_schema_extra=_list_map("type"))] = None
 
 
@@ -655,7 +751,7 @@ class Notification(TopLevel):
     metadata: Annotated[ObjectMeta, Field(default_factory=ObjectMeta,
                                           description="Standard object's metadata."),
                         Check(_name_or_generate_name)]
-    spec: Annotated[NotificationSpec, Field(description=SPEC_DESCRIPTION)]
+    spec: Annotated[NotificationSpec, Field(description=SPEC_DESCRIPTION), Check(_spec_rules)]
     status: Annotated[NotificationStatus | None, Field(description=STATUS_DESCRIPTION),
                       ServerSet()] = None
 

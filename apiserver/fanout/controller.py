@@ -37,7 +37,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -46,8 +46,11 @@ from apiserver import errors
 from apiserver.api.resources import GROUP
 from apiserver.api.types import (
     CONDITION_PODS_SKIPPED,
+    CONDITION_QUIESCED,
     CONDITION_TYPES,
     CONDITION_WAITING_FOR_PODS,
+    WAIT,
+    Phase,
 )
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes, denial_message
@@ -55,6 +58,7 @@ from apiserver.authz.sar import Authorizer
 from apiserver.errors import APIError
 from apiserver.fanout import scope
 from apiserver.fanout.pod_feed import NewPods
+from apiserver.fanout.quiesce_locks import Holder, Key, QuiesceLocks
 from apiserver.fanout.scope import ScopedPod, ScopeRun, ScopeStore
 from apiserver.fanout.spec import ABORT, ALL_PODS, selector_string
 from apiserver.kube import KubeRejected, KubeUnavailable
@@ -106,6 +110,21 @@ DELETED = "Deleted"
 FAIL_FAST, PODS_FAILED, DEADLINE_EXCEEDED = "FailFast", "PodsFailed", "DeadlineExceeded"
 INTERNAL_ERROR = "InternalError"
 MAX_REASONS_IN_MESSAGE = 5
+HELD = "Held"
+"""A pod's reason when its quiesce record is Held (a held notifier): it counts as quiesced."""
+QUIESCE_CONFLICT = "QuiesceConflict"
+"""A pod's reason when another Notification is quiescing it with the same notifier (Forbid)."""
+RELEASE_REQUESTED, AFTER_SECONDS = "ReleaseRequested", "AfterSeconds"
+RELEASED_AFTER_MAX_HOLD, HOLD_ENDED = "ReleasedAfterMaxHold", "HoldEnded"
+RELEASE_FAILED = "ReleaseFailed"
+WINDOW_FAILURES = (RELEASED_AFTER_MAX_HOLD, HOLD_ENDED, DEADLINE_EXCEEDED, DELETED)
+"""Reasons a window ends with that make the Notification fail (even with every pod quiesced
+and released): nobody released it in time, a hold ended on its own, the deadline, deletion."""
+ALL_PODS_QUIESCED, RELEASED = "AllPodsQuiesced", "Released"
+"""The reasons of the Quiesced condition, True and False (or ReleasedAfterMaxHold)."""
+RELEASE_ATTEMPT = 1
+"""The attempt of a release record (its name's digest, its rollback-attempt label): a release
+runs once, never again (unlike a rollback)."""
 
 
 class PodAdmission(Protocol):
@@ -126,6 +145,13 @@ class FanoutMetrics(Protocol):
     def notification_finished(self, phase: str) -> None: ...
 
 
+class HoldReleases(Protocol):
+    """What the fan-out needs of held notifiers (``apiserver.notifier.holds.HoldReleases``):
+    store a release request on a Held record (idempotent; NotFound if the record is gone)."""
+
+    async def request(self, namespace: str, name: str, by: UserInfo) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class FanoutParts:
     """What Notification runs use."""
@@ -140,6 +166,9 @@ class FanoutParts:
     new_pods: NewPods
     """Pods that start to match an AllPods Notification's selector."""
     events: NotificationEvents
+    holds: HoldReleases | None = None
+    """Releases Held records; None where no held notifier runs (a Held record then cannot be
+    released by the fan-out and its pod's release fails)."""
 
 
 def requester(spec: dict[str, Any]) -> UserInfo:
@@ -196,6 +225,20 @@ def _condition_now(current: dict[str, Any] | None, kind: str, reason: str, messa
             "lastTransitionTime": since}
 
 
+def _is_held(record: dict[str, Any]) -> bool:
+    return (record.get("status") or {}).get("phase") == Phase.HELD
+
+
+def _keep_release_request(stored: dict[str, Any] | None, status: dict[str, Any]
+                          ) -> dict[str, Any]:
+    """`status` with the releaseRequestedTime that the release action (on any replica) wrote
+    to the stored object, if the run has not heard of it yet."""
+    requested = ((stored or {}).get("window") or {}).get("releaseRequestedTime")
+    if not requested or "window" not in status or "releaseRequestedTime" in status["window"]:
+        return status
+    return {**status, "window": {**status["window"], "releaseRequestedTime": requested}}
+
+
 def _turn_done(running: set[asyncio.Task[None]], slots: asyncio.Semaphore,
                task: asyncio.Task[None]) -> None:
     running.discard(task)
@@ -210,8 +253,8 @@ class NotificationRun:
     """One Notification's fan-out, from its run row (and its status, None once the object is
     gone: then only what is due after a deletion is left to do)."""
 
-    def __init__(self, parts: FanoutParts, run: ScopeRun, status: dict[str, Any] | None
-                 ) -> None:
+    def __init__(self, parts: FanoutParts, run: ScopeRun, status: dict[str, Any] | None,
+                 locks: QuiesceLocks) -> None:
         self.parts = parts
         self.spec = run.spec
         self.namespace, self.name, self.uid = run.namespace, run.name, run.notification_uid
@@ -228,6 +271,16 @@ class NotificationRun:
         self.queue: asyncio.Queue[ScopedPod] = asyncio.Queue()
         self.requester = requester(self.spec)
         self._pending_flush: asyncio.Task[None] | None = None
+        self.release: dict[str, Any] | None = self.spec.get("release")
+        """spec.release: a quiesce window (docs/notifications.md, "Quiesce windows")."""
+        self.window: dict[str, str] = dict(run.window)
+        self.woken = asyncio.Event()
+        """Set when a release was requested through this replica: look at once."""
+        self.locks = locks
+        self.holder = Holder(self.uid, self.namespace, self.name)
+        self.conflicts: dict[str, str] = {}
+        """Pod -> the Notification that was quiescing it (Forbid), for the Failed message."""
+        self._release_detail = ""
 
     def _note_stopped(self, reason: str) -> None:
         """Keep the stored stop reason; Deleted (written by whichever replica the deletion
@@ -262,14 +315,16 @@ class NotificationRun:
     async def _flush_status(self) -> None:
         if self.deleted.is_set():
             return
-        self.status["counts"] = scope.counts(list(self.pods.values()))
+        self.status["counts"] = self._counts()
+        if self.release is not None:
+            self.status["window"] = dict(self.window)
         self.status["conditions"] = self._conditions()
         snapshot = dict(self.status)
 
         def mutate(obj: dict[str, Any]) -> dict[str, Any]:
             if obj["metadata"].get("uid") != self.uid:
                 raise _Gone
-            return {**obj, "status": snapshot}
+            return {**obj, "status": _keep_release_request(obj.get("status"), snapshot)}
 
         try:
             await self.parts.notifications.guaranteed_update(self.namespace, self.name, mutate)
@@ -295,7 +350,32 @@ class NotificationRun:
             current[CONDITION_WAITING_FOR_PODS] = _condition_now(
                 waiting, CONDITION_WAITING_FOR_PODS, PODS_JOINED,
                 f"the first pods joined; {len(self.pods)} in scope", status="False")
+        quiesced = self._quiesced_condition(current.get(CONDITION_QUIESCED))
+        if quiesced is not None:
+            current[CONDITION_QUIESCED] = quiesced
         return sorted(current.values(), key=lambda c: c["type"] not in CONDITION_TYPES)
+
+    def _counts(self) -> dict[str, int]:
+        return scope.counts(list(self.pods.values()), released=self.release is not None)
+
+    def _quiesced_condition(self, current: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Quiesced: True while the window is open, False once the release started."""
+        if self.release is None:
+            return None
+        total = sum(p.state != scope.SKIPPED for p in self.pods.values())
+        if self.window.get("releaseTime"):
+            why = self.window.get("releaseReason", "")
+            reason = RELEASED_AFTER_MAX_HOLD if why == RELEASED_AFTER_MAX_HOLD else RELEASED
+            return _condition_now(current, CONDITION_QUIESCED, reason, (
+                f"released ({why}) at {self.window['releaseTime']}: "
+                + (f"every pod was quiesced from {self.window['quiescedTime']}"
+                   if self.window.get("quiescedTime") else "not every pod was quiesced")),
+                status="False")
+        if self.window.get("quiescedTime"):
+            return _condition_now(current, CONDITION_QUIESCED, ALL_PODS_QUIESCED,
+                                  f"all {total} pods quiesced at {self.window['quiescedTime']}; "
+                                  "they stay quiesced until the release")
+        return None
 
     def _changed(self, pod: ScopedPod) -> None:
         """Keep the pod's new state; the status (counts) follows within
@@ -330,6 +410,7 @@ class NotificationRun:
                               "the server starts again", extra={
                                   "namespace": self.namespace, "notification": self.name})
         finally:
+            self.locks.release_all(self.uid)
             if self._pending_flush is not None:
                 self._pending_flush.cancel()
                 await asyncio.gather(self._pending_flush, return_exceptions=True)
@@ -358,6 +439,8 @@ class NotificationRun:
             if watcher is not None:
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)
+        if self.release is not None and not deadline_passed and self._all_quiesced():
+            await self._hold_window(started)
         await self._finish(deadline_passed)
 
     async def _settle(self) -> None:
@@ -370,7 +453,7 @@ class NotificationRun:
         unstored = []
         for pod in list(self.pods.values()):
             if pod.state == scope.STARTED:
-                record = await self._record(pod.record)
+                record = await self._record(pod.record, held=self.release is not None)
                 if record is None and not self.stopped:
                     unstored.append(pod)
                 else:
@@ -388,18 +471,22 @@ class NotificationRun:
             self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes.stop(
                 self.uid, FAIL_FAST)))
 
-    async def _record(self, name: str) -> dict[str, Any] | None:
+    async def _record(self, name: str, *, held: bool = False) -> dict[str, Any] | None:
         """The record, once finished (waiting for a run of this process, or re-reading one that
-        another replica runs: a replica that dies has its records ended by a survivor); None
-        if absent."""
+        another replica runs: a replica that dies has its records ended by a survivor), or
+        with `held` once Held; None if absent."""
         if not name:
             return None
+
+        def settled(record: dict[str, Any]) -> bool:
+            return records.is_finished(record) or (held and _is_held(record))
+
         try:
             record = await self.parts.podnotifiers.get(self.namespace, name)
-            if not records.is_finished(record):
+            if not settled(record):
                 await self.parts.runner.wait(self.namespace, name, RUN_WAIT_SECONDS)
                 record = await self.parts.podnotifiers.get(self.namespace, name)
-            while not records.is_finished(record):
+            while not settled(record):
                 await asyncio.sleep(RECORD_POLL_SECONDS)
                 record = await self.parts.podnotifiers.get(self.namespace, name)
         except NotFound:
@@ -413,6 +500,8 @@ class NotificationRun:
             return scope.FAILED, records.INTERRUPTED
         if record["status"]["phase"] == records.SUCCEEDED:
             return scope.SUCCEEDED, records.COMPLETED
+        if _is_held(record):
+            return scope.SUCCEEDED, HELD
         return scope.FAILED, record["status"].get("reason") or records.INTERRUPTED
 
     async def _rerun_unstored(self, pod: ScopedPod) -> None:
@@ -420,18 +509,26 @@ class NotificationRun:
         A create of the stopped server that lands late makes this one refused (the name
         exists, or the pod's ledger lists the run): then that record's result stands, so the
         pod is notified once either way."""
-        state, reason = await self._attempt(pod, self.spec["notifier"], pod.record,
-                                            notification_label(self.name))
+        state, reason = await self._run_once(pod, self.spec["notifier"], pod.record,
+                                             notification_label(self.name))
+        await self._record_result(pod, state, reason)
+        if not self._holds_after(state):
+            self.locks.release(self._key(pod), self.holder)
+
+    async def _run_once(self, pod: ScopedPod, notifier: str, name: str, labels: dict[str, str]
+                        ) -> tuple[str, str]:
+        """Run `notifier` on the pod as record `name`, whose start was stored before a stop:
+        if a create of the stopped server lands late, ours is refused and that record's result
+        stands, so it runs once either way."""
+        state, reason = await self._attempt(pod, notifier, name, labels)
         if reason in (RunConflict.__name__, errors.AlreadyExists.reason):
             for _ in range(UNSTORED_WAIT_ATTEMPTS):
-                record = await self._record(pod.record)
+                record = await self._record(name, held=self.release is not None)
                 if record is not None:
-                    state, reason = self._result_of(record)
-                    break
+                    return self._result_of(record)
                 await asyncio.sleep(RECORD_POLL_SECONDS)
-            else:
-                state, reason = scope.FAILED, records.INTERRUPTED
-        await self._record_result(pod, state, reason)
+            return scope.FAILED, records.INTERRUPTED
+        return state, reason
 
     async def _settled_rollback(self, name: str) -> str:
         """done | failed, or "" when the rollback must run again."""
@@ -487,10 +584,21 @@ class NotificationRun:
                 slots.release()  # the deadline passed while waiting for a slot
                 self.queue.put_nowait(pod)
                 continue
+            other = self.locks.try_acquire(self._key(pod), self.holder)
+            if other is not None and self.spec.get("concurrencyPolicy") != WAIT:
+                slots.release()
+                await self._conflict(pod, other)
+                continue
+            if other is not None:  # Wait: in its own task, holding the slot
+                task = asyncio.create_task(self._wait_turn(pod, deadline))
+                running.add(task)
+                task.add_done_callback(functools.partial(_turn_done, running, slots))
+                continue
             name = record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
             if self._halted() or not await self._stored("start a pod", functools.partial(
                     self.parts.scopes.start_pod, self.uid, pod.pod_uid, name)):
                 slots.release()
+                self.locks.release(self._key(pod), self.holder)
                 if self._halted():
                     break
                 stored = await self.parts.scopes.run(self.uid)
@@ -537,6 +645,42 @@ class NotificationRun:
         state, reason = await self._attempt(pod, self.spec["notifier"], name,
                                             notification_label(self.name))
         await self._record_result(pod, state, reason)
+        if not self._holds_after(state):
+            self.locks.release(self._key(pod), self.holder)
+
+    # one quiesce at a time
+
+    def _key(self, pod: ScopedPod) -> Key:
+        return (self.namespace, pod.pod_uid, self.spec["notifier"])
+
+    def _holds_after(self, state: str) -> bool:
+        """Whether the pod's lock stays held after its run ended in `state`: a quiesced pod of
+        a window, until its release."""
+        return self.release is not None and state == scope.SUCCEEDED
+
+    async def _conflict(self, pod: ScopedPod, other: Holder) -> None:
+        """Forbid: the pod fails QuiesceConflict (under Abort that stops the run)."""
+        self.conflicts[pod.pod] = other.name
+        log.info("pod not notified: another notification is quiescing it", extra={
+            "namespace": self.namespace, "notification": self.name, "pod": pod.pod,
+            "other": other.name, "notifier": self.spec["notifier"]})
+        await self._record_result(pod, scope.FAILED, QUIESCE_CONFLICT)
+
+    async def _wait_turn(self, pod: ScopedPod, deadline: float | None) -> None:
+        """Wait: the pod's turn once the other Notification released it; it stays pending if
+        the run stops or the deadline passes first."""
+        other = await self.locks.acquire_waiting(self._key(pod), self.holder,
+                                                 give_up=self._halted, deadline=deadline)
+        if other is not None:
+            return
+        name = record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
+        if self._halted() or (deadline is not None and time.monotonic() >= deadline) or (
+                not await self._stored("start a pod", functools.partial(
+                    self.parts.scopes.start_pod, self.uid, pod.pod_uid, name))):
+            self.locks.release(self._key(pod), self.holder)
+            return
+        self._changed(replace(pod, state=scope.STARTED, record=name))
+        await self._turn(pod, name)
 
     async def _attempt(self, pod: ScopedPod, notifier: str, name: str,
                        labels: dict[str, str]) -> tuple[str, str]:
@@ -578,11 +722,14 @@ class NotificationRun:
                             ttl_seconds_after_finished=None)
         await admission.start(await admission.admit(self.requester, pod_object, ask))
         await self.parts.runner.wait(self.namespace, name, RUN_WAIT_SECONDS)
-        record = await self._record(name)
+        record = await self._record(name, held=self.release is not None and notifier ==
+                                    self.spec["notifier"])
         if record is None:
             return scope.FAILED, "RecordDeleted"
         if record["status"]["phase"] == records.SUCCEEDED:
             return scope.SUCCEEDED, records.COMPLETED
+        if _is_held(record):
+            return scope.SUCCEEDED, HELD
         return scope.FAILED, record["status"].get("reason") or records.FAILED
 
     async def _follow_new_pods(self) -> None:
@@ -633,6 +780,8 @@ class NotificationRun:
             outcome, reason = scope.OUTCOME_FAILED, NOT_DECLARED
         else:
             outcome, reason = scope.OUTCOME_SUCCEEDED, "PodsSucceeded"
+        if self.release is not None:
+            outcome, reason = await self._release_window(outcome, reason)
         decided = await self._stored("store the outcome", lambda: self.parts.scopes.decide(
             self.uid, outcome, reason))
         if decided is not None:
@@ -642,17 +791,223 @@ class NotificationRun:
                 self.pods[pod.pod_uid] = pod
             await self._rollback()
         if not self.deleted.is_set():
-            await self._write_final(outcome, reason, failure[1] if failure else "")
+            await self._write_final(outcome, reason,
+                                    failure[1] if failure else self._release_detail)
         if self.deleted.is_set():
             await self._stored("forget the scope", lambda: self.parts.scopes.forget(self.uid))
         else:
             await self._stored("mark the run finished",
                                lambda: self.parts.scopes.mark_finished(self.uid))
 
+    # the quiesce window
+
+    def _all_quiesced(self) -> bool:
+        """Every pod that was not skipped is quiesced (and at least one is)."""
+        states = {p.state for p in self.pods.values()} - {scope.SKIPPED}
+        return states == {scope.SUCCEEDED}
+
+    async def _hold_window(self, started: str) -> None:
+        """Every pod is quiesced: store quiescedTime (once), show the window (Quiesced True),
+        and wait until it ends; store why (the release is then due)."""
+        if self.window.get("releaseReason"):
+            return  # resumed after the window ended: release what is due
+        quiesced = self.window.get("quiescedTime") or records.now()
+        stored = await self._stored("store the window", lambda: self.parts.scopes.note_window(
+            self.uid, quiescedTime=quiesced))
+        if stored is not None:
+            self.window = dict(stored.window)
+        log.info("every pod quiesced: the window is open", extra={
+            "namespace": self.namespace, "notification": self.name, "quiesced": quiesced})
+        await self._stored("store the status", self._write_status)
+        why = await self._window_end(started)
+        await self._end_window(why)
+
+    async def _window_end(self, started: str) -> str:
+        """Wait for the first end of the window and say which (see WINDOW_FAILURES)."""
+        release = self.release or {}
+        start = parse_timestamp(started) or time.time()
+        quiesced = parse_timestamp(self.window.get("quiescedTime")) or time.time()
+        ends = [(start + release.get("maxHoldSeconds", RUN_WAIT_SECONDS),
+                 RELEASED_AFTER_MAX_HOLD)]
+        if release.get("afterSeconds") is not None:
+            ends.append((quiesced + release["afterSeconds"], AFTER_SECONDS))
+        if self.spec.get("activeDeadlineSeconds") is not None:
+            ends.append((start + self.spec["activeDeadlineSeconds"], DEADLINE_EXCEEDED))
+        while True:
+            if self.deleted.is_set():
+                return DELETED
+            stored = await self._stored("read the run", lambda: self.parts.scopes.run(self.uid))
+            if stored is None or stored.stopped == DELETED:
+                self._note_stopped(DELETED)
+                self.deleted.set()
+                return DELETED
+            due = list(ends)
+            requested = parse_timestamp(stored.window.get("releaseRequestedTime"))
+            if requested is not None:
+                self.window["releaseRequestedTime"] = stored.window["releaseRequestedTime"]
+                due.append((requested, RELEASE_REQUESTED))
+            now = time.time()
+            passed = sorted(end for end in due if end[0] <= now)
+            if passed:
+                return passed[0][1]
+            ended = await self._hold_ended()
+            if ended:
+                self._release_detail = ended
+                return HOLD_ENDED
+            self.woken.clear()
+            wait = min(RECORD_POLL_SECONDS, min(at for at, _ in ends) - now)
+            waiters = [asyncio.create_task(self.deleted.wait()),
+                       asyncio.create_task(self.woken.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=max(0.0, wait),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
+    async def _hold_ended(self) -> str:
+        """Why the window must end because a held pod's hold ended on its own (its record
+        finished: HoldExpired, HoldEnded, PodDeleted, Interrupted ...), or ""."""
+        for pod in list(self.pods.values()):
+            if pod.state != scope.SUCCEEDED or pod.reason != HELD:
+                continue
+            try:
+                record = await self.parts.podnotifiers.get(self.namespace, pod.record)
+            except NotFound:
+                return f"the held record {pod.record} of pod {pod.pod} was deleted"
+            if records.is_finished(record):
+                return (f"the hold of pod {pod.pod} ended on its own "
+                        f"({record['status'].get('reason') or record['status']['phase']})")
+        return ""
+
+    async def _end_window(self, why: str) -> str:
+        """Store that the window ended (the first reason stands) and that the release of every
+        quiesced pod is due; returns the reason that stands."""
+        stored = await self._stored("end the window", lambda: self.parts.scopes.end_window(
+            self.uid, why, records.now()))
+        if stored is None:
+            return why
+        self.window = dict(stored.window)
+        for pod in await self.parts.scopes.pods(self.uid):
+            self.pods[pod.pod_uid] = pod
+        log.info("the window ends: releasing", extra={
+            "namespace": self.namespace, "notification": self.name,
+            "reason": self.window.get("releaseReason")})
+        await self._stored("store the status", self._write_status)
+        return self.window.get("releaseReason", why)
+
+    async def _release_window(self, outcome: str, reason: str) -> tuple[str, str]:
+        """End the window (if it has not ended: the forward phase failed, or it was deleted),
+        release every quiesced pod, and return the outcome with the release's say."""
+        why = self.window.get("releaseReason") or (reason if outcome == scope.OUTCOME_FAILED
+                                                   else RELEASE_REQUESTED)
+        why = await self._end_window(why)
+        await self._release_pods()
+        if outcome == scope.OUTCOME_FAILED:
+            return outcome, reason
+        if why in WINDOW_FAILURES:
+            if why == RELEASED_AFTER_MAX_HOLD:
+                self._release_detail = (
+                    f"nobody released the window within maxHoldSeconds "
+                    f"({self.release.get('maxHoldSeconds') if self.release else '?'} s), so "
+                    "its orchestrator is presumed dead; a snapshot it meant to take is suspect")
+            return scope.OUTCOME_FAILED, why
+        failed = [p.pod for p in self.pods.values() if p.release == scope.RELEASE_FAILED]
+        if failed:
+            self._release_detail = (f"{len(failed)} releases failed: "
+                                    + ", ".join(failed[:MAX_PODS_IN_MESSAGE]))
+            return scope.OUTCOME_FAILED, RELEASE_FAILED
+        return outcome, reason
+
+    async def _release_pods(self) -> None:
+        """Release every pod whose release is due, at the run's parallelism, exactly once;
+        then store unquiescedTime."""
+        targets = [p for p in self.pods.values()
+                   if p.release in (scope.RELEASE_PENDING, scope.RELEASE_STARTED)]
+        slots = asyncio.Semaphore(self.spec.get("parallelism", 1))
+
+        async def release(pod: ScopedPod) -> None:
+            async with slots:
+                outcome = await self._release_pod(pod)
+                await self._stored("store a release result", lambda: self.parts.scopes
+                                   .finish_release(self.uid, pod.pod_uid, outcome))
+                self._changed(replace(self.pods[pod.pod_uid], release=outcome))
+                self.locks.release(self._key(pod), self.holder)
+
+        await asyncio.gather(*(release(pod) for pod in targets))
+        done = sum(p.release in scope.RELEASE_FINAL for p in self.pods.values())
+        if done and not self.window.get("unquiescedTime"):
+            stored = await self._stored("store the window", lambda: self.parts.scopes
+                                        .note_window(self.uid, unquiescedTime=records.now()))
+            if stored is not None:
+                self.window = dict(stored.window)
+        if targets:
+            outcomes = Counter(self.pods[p.pod_uid].release for p in targets)
+            log.info("released", extra={
+                "namespace": self.namespace, "notification": self.name,
+                "released": outcomes[scope.RELEASE_DONE],
+                "failed": outcomes[scope.RELEASE_FAILED]})
+
+    async def _release_pod(self, pod: ScopedPod) -> str:
+        """Release one quiesced pod: end its hold (a Held record) and run release.notifier,
+        once; a release marked started is never run again if its record exists, whatever
+        its outcome (its command may have run), and runs once under that name if not."""
+        notifier = (self.release or {}).get("notifier")
+        labels = {**notification_label(self.name), ROLLBACK_ATTEMPT_LABEL: str(RELEASE_ATTEMPT)}
+        if pod.release == scope.RELEASE_STARTED and notifier:
+            record = await self._record(pod.release_record)
+            if record is None:
+                state, _ = await self._run_once(pod, notifier, pod.release_record, labels)
+            else:
+                state, _ = self._result_of(record)
+            return scope.RELEASE_DONE if state == scope.SUCCEEDED else scope.RELEASE_FAILED
+        held = pod.reason == HELD
+        if held and not await self._end_hold(pod):
+            return scope.RELEASE_FAILED
+        if not notifier:
+            if held:
+                return scope.RELEASE_DONE
+            log.error("a quiesced pod has nothing that unquiesces it: spec.release has no "
+                      "notifier and its quiesce was not held", extra={
+                          "namespace": self.namespace, "notification": self.name,
+                          "pod": pod.pod})
+            return scope.RELEASE_FAILED
+        name = record_name(pod.pod, notifier, self.uid, pod.pod_uid, RELEASE_ATTEMPT)
+        if not await self._stored("start a release", lambda: self.parts.scopes.start_release(
+                self.uid, pod.pod_uid, name)):
+            return scope.RELEASE_FAILED
+        self.pods[pod.pod_uid] = replace(pod, release=scope.RELEASE_STARTED, release_record=name)
+        state, _ = await self._attempt(pod, notifier, name, labels)
+        return scope.RELEASE_DONE if state == scope.SUCCEEDED else scope.RELEASE_FAILED
+
+    async def _end_hold(self, pod: ScopedPod) -> bool:
+        """Release a Held record (idempotent) and wait until it finished; False if this
+        server cannot release holds."""
+        try:
+            record = await self.parts.podnotifiers.get(self.namespace, pod.record)
+        except NotFound:
+            return True  # gone: its command is over
+        if records.is_finished(record):
+            return True
+        if self.parts.holds is None:
+            log.error("cannot release a held record: this server has no hold releases", extra={
+                "namespace": self.namespace, "notification": self.name, "pod": pod.pod,
+                "record": pod.record})
+            return False
+        try:
+            await self.parts.holds.request(self.namespace, pod.record, self.requester)
+        except NotFound:
+            return True
+        await self._record(pod.record)
+        return True
+
     def _condition(self, outcome: str, reason: str, detail: str) -> dict[str, Any]:
-        counts = scope.counts(list(self.pods.values()))
+        counts = self._counts()
+        released = (f"; released {counts['released']} of {counts['succeeded']}"
+                    if self.release is not None else "")
         if outcome == scope.OUTCOME_SUCCEEDED:
-            message = f"{counts['succeeded']} pods succeeded, {counts['skipped']} skipped"
+            message = (f"{counts['succeeded']} pods succeeded, {counts['skipped']} skipped"
+                       + released)
             return {"type": "Complete", "status": "True", "reason": reason, "message": message,
                     "lastTransitionTime": records.now()}
         if reason == NOT_DECLARED:
@@ -666,7 +1021,11 @@ class NotificationRun:
                    + (f" ({reasons})" if reasons else "")
                    + (f"; {counts['pending']} not started" if counts["pending"] else "")
                    + (f"; rolled back {counts['rolledBack']}" if self.spec.get("rollback")
-                      else ""))
+                      else "") + released)
+        conflicts = [f"{pod} by {other}" for pod, other in self.conflicts.items()]
+        if conflicts:
+            message += ("; being quiesced by another Notification: "
+                        + ", ".join(conflicts[:MAX_PODS_IN_MESSAGE]))
         if detail:
             message = f"{detail}; {message}"
         return {"type": "Failed", "status": "True", "reason": reason, "message": message,
@@ -749,6 +1108,9 @@ class FanoutManager:
         however stale the listing a reconcile pass works from."""
         self._absent_since: dict[str, float] = {}
         """UID of a scope: time.monotonic() when its Notification was first missing."""
+        self.locks = QuiesceLocks()
+        """One quiesce at a time, across this leader's runs (rebuilt when it starts leading)."""
+        self._locks_rebuilt = False
 
     @property
     def leading(self) -> bool:
@@ -763,6 +1125,7 @@ class FanoutManager:
         self._leading = True
         self._ended.clear()
         self._absent_since.clear()
+        self._locks_rebuilt = False
         log.info("leading the notification fan-out: resuming unfinished notifications")
         await self._reconcile_logged()
         if self._leading and self._reconciler is None:
@@ -833,7 +1196,7 @@ class FanoutManager:
         uid = run.notification_uid
         if not self._leading or uid in self._runs or uid in self._ended:
             return False
-        runner = NotificationRun(self.parts, run, status)
+        runner = NotificationRun(self.parts, run, status, self.locks)
         task = asyncio.create_task(runner.run(), name=f"notification {run.name}")
         self._runs[uid] = (runner, task)
         task.add_done_callback(functools.partial(self._run_ended, uid))
@@ -887,6 +1250,9 @@ class FanoutManager:
         objects = await self._all_notifications()
         scopes = self.parts.scopes
         runs = {run.notification_uid: run for run in await scopes.runs()}
+        if not self._locks_rebuilt:
+            await self._rebuild_locks(runs.values())
+            self._locks_rebuilt = True
         for uid in await scopes.orphan_uids():
             if uid in objects:
                 await scopes.adopt(objects[uid])
@@ -927,6 +1293,35 @@ class FanoutManager:
                     "phase") not in records.FINISHED_PHASES and self._scope_overdue(obj):
                 await self._fail_unrecorded(obj)
         return started
+
+    async def _rebuild_locks(self, runs: Iterable[ScopeRun]) -> None:
+        """Before a new leader starts any pod: the quiesce locks its unfinished runs hold, from
+        their stored scopes (a pod started, or quiesced in a window and not yet released)."""
+        self.locks.clear()
+        held = 0
+        for run in runs:
+            if run.finished:
+                continue
+            holder = Holder(run.notification_uid, run.namespace, run.name)
+            for pod in await self.parts.scopes.pods(run.notification_uid):
+                if pod.state == scope.STARTED or (
+                        run.spec.get("release") is not None and pod.state == scope.SUCCEEDED
+                        and pod.release not in scope.RELEASE_FINAL):
+                    self.locks.hold((run.namespace, pod.pod_uid, run.spec["notifier"]), holder)
+                    held += 1
+        if held:
+            log.info("quiesce locks rebuilt from the stored scopes", extra={"locks": held})
+
+    async def request_release(self, notification: dict[str, Any], at: str) -> bool:
+        """The release action, on any replica: store the request in the run (the leader's run
+        reads it within about a second; this replica's own run at once). False if the
+        Notification has no run (never recorded, or forgotten)."""
+        uid = notification["metadata"]["uid"]
+        stored = await self.parts.scopes.note_window(uid, releaseRequestedTime=at)
+        entry = self._runs.get(uid)
+        if entry is not None:
+            entry[0].woken.set()
+        return stored is not None
 
     async def _stop_deleted(self, uid: str, run: NotificationRun) -> None:
         """What `deleted` does to a run this replica runs, for a deletion seen by reconciling."""

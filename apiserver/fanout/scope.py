@@ -12,7 +12,12 @@ storage custom resources in kube-apiserver), in the Notification's namespace:
   ``POD_SET_SIZE`` pods in the order they joined, like EndpointSlices. A pod's fan-out
   ``state`` only moves forward, pending -> started -> succeeded | failed | skipped, and a pod is
   started only while the run is not stopped. Rollback has its own state (pending -> started ->
-  done | failed) and record, never touching the pod's.
+  done | failed) and record, never touching the pod's; so has the release of a quiesce window
+  (spec.release: the same states, a release started only from pending, never again).
+
+With spec.release the run also holds its quiesce window (``ScopeRun.window``): when every pod
+was quiesced, when a release was requested (by whichever replica got the request), and why and
+when the window ended (after which release is due), each stored once.
 
 No backend gives a transaction across objects, so the order of writes carries the crash
 safety: ``create`` writes every pod set first and the run last, and the run counts its pod
@@ -53,6 +58,10 @@ FINAL_STATES = (SUCCEEDED, FAILED, SKIPPED)
 ROLLBACK_PENDING, ROLLBACK_STARTED = "pending", "started"
 ROLLBACK_DONE, ROLLBACK_FAILED = "done", "failed"
 
+RELEASE_PENDING, RELEASE_STARTED = "pending", "started"
+RELEASE_DONE, RELEASE_FAILED = "done", "failed"
+RELEASE_FINAL = (RELEASE_DONE, RELEASE_FAILED)
+
 OUTCOME_SUCCEEDED, OUTCOME_FAILED = "Succeeded", "Failed"
 
 POD_SET_SIZE = 100
@@ -77,12 +86,17 @@ class ScopedPod:
     rollback: str = ""
     rollback_record: str = ""
     rollback_attempts: int = 0
+    release: str = ""
+    """With spec.release: pending once the window ended for a quiesced pod, started (with
+    release_record) before its release notifier's record is created, then done | failed."""
+    release_record: str = ""
 
     @classmethod
     def of(cls, entry: dict[str, Any]) -> ScopedPod:
         return cls(entry["pod"], entry["podUID"], entry["state"], entry.get("record", ""),
                    entry.get("reason", ""), entry.get("rollback", ""),
-                   entry.get("rollbackRecord", ""), entry.get("rollbackAttempts", 0))
+                   entry.get("rollbackRecord", ""), entry.get("rollbackAttempts", 0),
+                   entry.get("release", ""), entry.get("releaseRecord", ""))
 
 
 @dataclass(frozen=True)
@@ -100,13 +114,17 @@ class ScopeRun:
     outcome_reason: str = ""
     finished: bool = False
     """The final status was stored."""
+    window: dict[str, str] = field(default_factory=dict)
+    """With spec.release, the quiesce window as decided (the names of status.window):
+    quiescedTime, releaseRequestedTime (by any replica), releaseReason and releaseTime (the
+    window ended: release is due), unquiescedTime. Each is written once."""
 
     @classmethod
     def of(cls, obj: Object) -> ScopeRun:
         meta, spec, status = obj["metadata"], obj["spec"], obj["status"]
         return cls(meta["name"], meta["namespace"], spec["notificationName"],
                    spec["notification"], status["stopped"], status["outcome"],
-                   status["outcomeReason"], status["finished"])
+                   status["outcomeReason"], status["finished"], dict(status.get("window") or {}))
 
 
 class ScopeStore:
@@ -344,6 +362,53 @@ class ScopeStore:
 
         await self._change_pod(notification_uid, pod_uid, finish)
 
+    async def note_window(self, notification_uid: str, **times: str) -> ScopeRun | None:
+        """Store window fields not stored yet (the first value of each stands); returns the
+        run as it now stands (None if it is gone). Any replica may call it (a release
+        request)."""
+        async with self._turn(notification_uid):
+            return await self._note_window(notification_uid, times)
+
+    async def end_window(self, notification_uid: str, reason: str, at: str
+                         ) -> ScopeRun | None:
+        """The window ends (the first reason stands): store releaseReason and releaseTime,
+        then make the release of every quiesced (succeeded) pod due, written after, so that
+        ending it again after an interruption completes it. Returns the run as it stands."""
+        async with self._turn(notification_uid):
+            run = await self._note_window(notification_uid,
+                                          {"releaseReason": reason, "releaseTime": at})
+            if run is None:
+                return None
+            stored = await self._run_object(notification_uid)
+            for index in range(0 if stored is None else stored["status"]["podSets"]):
+                await self._mark_release_due(run.namespace, notification_uid, index)
+            return run
+
+    async def start_release(self, notification_uid: str, pod_uid: str, record: str) -> bool:
+        """Release pending -> started with its record's name, stored before the record is
+        created. Only from pending: a started release is never started again."""
+
+        def start(entry: dict[str, Any]) -> bool:
+            if entry.get("release") != RELEASE_PENDING:
+                return False
+            entry.update(release=RELEASE_STARTED, releaseRecord=record)
+            return True
+
+        return await self._change_pod(notification_uid, pod_uid, start)
+
+    async def finish_release(self, notification_uid: str, pod_uid: str, outcome: str) -> None:
+        """Release pending | started -> done | failed."""
+        if outcome not in RELEASE_FINAL:
+            raise ValueError(f"{outcome!r} is not a final release state")
+
+        def finish(entry: dict[str, Any]) -> bool:
+            if entry.get("release") not in (RELEASE_PENDING, RELEASE_STARTED):
+                return False
+            entry["release"] = outcome
+            return True
+
+        await self._change_pod(notification_uid, pod_uid, finish)
+
     async def mark_finished(self, notification_uid: str) -> None:
         """The final status is stored: nothing of this run remains to do."""
         async with self._turn(notification_uid):
@@ -566,6 +631,27 @@ class ScopeStore:
             return [False] * len(changes)
         return results
 
+    async def _note_window(self, uid: str, times: dict[str, str]) -> ScopeRun | None:
+        def note(obj: Object) -> Object:
+            window = obj["status"].setdefault("window", {})
+            for key, value in times.items():
+                window.setdefault(key, value)
+            return obj
+
+        namespace = await self._namespace(uid)
+        stored = None if namespace is None else await self._update_run(namespace, uid, note)
+        return None if stored is None else ScopeRun.of(stored)
+
+    async def _mark_release_due(self, namespace: str, uid: str, index: int) -> None:
+        def mutate(obj: Object) -> Object:
+            for entry in obj["pods"]:
+                if entry["state"] == SUCCEEDED and not entry.get("release"):
+                    entry["release"] = RELEASE_PENDING
+            return obj
+
+        with contextlib.suppress(NotFound):
+            await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
+
     async def _mark_rollback_due(self, namespace: str, uid: str, index: int) -> None:
         def mutate(obj: Object) -> Object:
             for entry in obj["pods"]:
@@ -653,10 +739,11 @@ class _Change:
     done: asyncio.Future[bool]
 
 
-def counts(pods: list[ScopedPod]) -> dict[str, int]:
-    """The Notification's status.counts from its scope."""
+def counts(pods: list[ScopedPod], *, released: bool = False) -> dict[str, int]:
+    """The Notification's status.counts from its scope; `released` (a Notification with
+    spec.release) adds the count of pods released successfully."""
     states = Counter(p.state for p in pods)
-    return {
+    found = {
         "total": len(pods),
         "pending": states[PENDING],
         "running": states[STARTED],
@@ -665,3 +752,6 @@ def counts(pods: list[ScopedPod]) -> dict[str, int]:
         "skipped": states[SKIPPED],
         "rolledBack": sum(p.rollback == ROLLBACK_DONE for p in pods),
     }
+    if released:
+        found["released"] = sum(p.release == RELEASE_DONE for p in pods)
+    return found

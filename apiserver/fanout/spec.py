@@ -43,11 +43,15 @@ def selector_string(selector: dict[str, Any]) -> str:
 
 
 def validate(body: Body, namespace: str, *, max_parallelism: int, max_timeout_seconds: int,
-             field_validation: FieldValidation = FieldValidation.STRICT) -> NotificationRequest:
-    """The request, or an APIError (400 or 422) saying what is wrong and how to fix it."""
+             max_hold_seconds: int, field_validation: FieldValidation = FieldValidation.STRICT
+             ) -> NotificationRequest:
+    """The request, or an APIError (400 or 422) saying what is wrong and how to fix it.
+    `max_hold_seconds` bounds spec.release's afterSeconds and maxHoldSeconds, and is the
+    default of maxHoldSeconds (filled in, so the run keeps the bound it was created with)."""
     decoded = decode(Notification, body, namespace=namespace,
                      limits={"max_parallelism": max_parallelism,
-                             "max_timeout_seconds": max_timeout_seconds},
+                             "max_timeout_seconds": max_timeout_seconds,
+                             "max_hold_seconds": max_hold_seconds},
                      field_validation=field_validation)
     if decoded.obj is None:
         raise invalid(Notification, body, decoded.errors)
@@ -62,4 +66,6 @@ def validate(body: Body, namespace: str, *, max_parallelism: int, max_timeout_se
     clean = spec.model_dump(by_alias=True, exclude_none=True)
     clean["selector"] = {"matchLabels": clean["selector"].get("matchLabels", {}),
                          "matchExpressions": clean["selector"].get("matchExpressions", [])}
+    if "release" in clean:
+        clean["release"].setdefault("maxHoldSeconds", max_hold_seconds)
     return NotificationRequest(metadata, clean, decoded.warnings)

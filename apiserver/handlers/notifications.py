@@ -8,7 +8,9 @@ PreExistingPods scope, or no pod in scope declaring the notifier) is refused wit
 refused request stores nothing. Deleting a running Notification stops new starts and rolls
 back the pods whose notifier succeeded. A server-side apply of a missing Notification creates it
 through the same path, after checking `create notifications` too (the middleware checked
-`patch`).
+`patch`). The release action (`POST .../notifications/{name}/release`, authorized by the access
+middleware as `create notifications/release`) ends a quiesce window: any replica stores the
+request in the Notification's run, where the fan-out leader reads it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from apiserver import errors
 from apiserver.api import status
 from apiserver.api.decoding import Body, invalid
 from apiserver.api.field_errors import FieldError
@@ -105,9 +108,11 @@ def scope_errors(spec: dict[str, Any], namespace: str, selector: str, pods: list
 
 
 def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authorizer: Authorizer,
-           watches: Watches, *, max_parallelism: int, max_timeout_seconds: int) -> APIRouter:
-    """The notifications routes: create (and the create of a server-side apply) and delete
-    here, the rest (get, list, watch, patch) from the generic collection."""
+           watches: Watches, *, max_parallelism: int, max_timeout_seconds: int,
+           max_hold_seconds: int) -> APIRouter:
+    """The notifications routes: create (and the create of a server-side apply), delete and
+    the release action here, the rest (get, list, watch, patch) from the generic
+    collection."""
     routes = APIRouter()
 
     async def create_notification(http: Request, namespace: str, body: Body,
@@ -116,7 +121,8 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         """The one create path, for a POST and for a server-side apply of a missing object."""
         ask = notification_spec.validate(
             body, namespace, max_parallelism=max_parallelism,
-            max_timeout_seconds=max_timeout_seconds, field_validation=field_validation(http))
+            max_timeout_seconds=max_timeout_seconds, max_hold_seconds=max_hold_seconds,
+            field_validation=field_validation(http))
         notify_pods = RequestAttributes.for_resource(
             "create", group=NOTIFICATIONS.group, version="v1alpha1", resource="pods",
             subresource="notify", namespace=namespace)
@@ -175,6 +181,40 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
     @routes.post(NAMESPACED, status_code=201)
     async def create(namespace: str, http: Request, user: CurrentUser) -> JSONResponse:
         return await create_notification(http, namespace, await read_object(http), user, [])
+
+    @routes.post(f"{NAMESPACED}/{{name}}/release")
+    async def release(namespace: str, name: str, http: Request) -> JSONResponse:
+        """End the quiesce window: 200 with the Notification (its status.window
+        .releaseRequestedTime set); a finished one is answered as it is; with dryRun nothing
+        is stored."""
+        obj = await store.get(namespace, name)
+        if not (obj.get("spec") or {}).get("release"):
+            raise errors.Conflict(
+                f'Notification "{name}" has no spec.release, so it has no quiesce window to '
+                "release; only a Notification created with spec.release can be released",
+                group=NOTIFICATIONS.group, resource=NOTIFICATIONS.plural, name=name)
+        if (obj.get("status") or {}).get("phase") in records.FINISHED_PHASES:
+            return JSONResponse(obj)
+        at = records.now()
+        if dry_run(http):
+            state = dict(obj.get("status") or {})
+            state["window"] = {"releaseRequestedTime": at, **(state.get("window") or {})}
+            return JSONResponse({**obj, "status": state})
+        if not await fanout.request_release(obj, at):
+            raise errors.Conflict(
+                f'Notification "{name}" has no recorded run (it is being created, or its '
+                "server stopped before recording its pods); retry in a few seconds",
+                group=NOTIFICATIONS.group, resource=NOTIFICATIONS.plural, name=name)
+        uid = obj["metadata"]["uid"]
+
+        def requested(current: dict[str, Any]) -> dict[str, Any]:
+            if current["metadata"].get("uid") != uid:
+                raise errors.not_found(NOTIFICATIONS.plural, NOTIFICATIONS.group, name)
+            state = dict(current.get("status") or {})
+            state["window"] = {"releaseRequestedTime": at, **(state.get("window") or {})}
+            return {**current, "status": state}
+
+        return JSONResponse(await store.guaranteed_update(namespace, name, requested))
 
     routes.include_router(collection_router(collection, watches))
     return routes

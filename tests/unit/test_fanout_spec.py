@@ -14,6 +14,7 @@ from apiserver.fanout.spec import NotificationRequest, selector_string, validate
 
 MAX_PARALLELISM = 100
 MAX_TIMEOUT = 600
+MAX_HOLD = 3600
 
 
 def body(name: str = "pre-snapshot", **spec: Any) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def body(name: str = "pre-snapshot", **spec: Any) -> dict[str, Any]:
 
 def check(obj: dict[str, Any], namespace: str = "prod") -> NotificationRequest:
     return validate(Body(obj), namespace, max_parallelism=MAX_PARALLELISM,
-                    max_timeout_seconds=MAX_TIMEOUT)
+                    max_timeout_seconds=MAX_TIMEOUT, max_hold_seconds=MAX_HOLD)
 
 
 def rejected(obj: dict[str, Any], code: int = 422) -> dict[str, Any]:

@@ -93,7 +93,8 @@ async def served(database: SqliteDatabase) -> AsyncIterator[Served]:
         AllowAll())
     router = APIRouter()
     router.include_router(notifications.router(  # type: ignore[arg-type]
-        store, fanout, kube, access, Watches(), max_parallelism=10, max_timeout_seconds=60))
+        store, fanout, kube, access, Watches(), max_parallelism=10, max_timeout_seconds=60,
+        max_hold_seconds=3600))
     app = create_app(authenticator=access, authorizer=access,  # type: ignore[arg-type]
                      readiness=Readiness(), resource_router=router)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),

@@ -43,7 +43,7 @@ async def served(database: SqliteDatabase) -> AsyncIterator[tuple[httpx.AsyncCli
     router = APIRouter()
     router.include_router(notifications.router(  # type: ignore[arg-type]
         store, fanout, None, access, Watches(), max_parallelism=1,
-        max_timeout_seconds=1))
+        max_timeout_seconds=1, max_hold_seconds=3600))
     app = create_app(authenticator=access, authorizer=access,  # type: ignore[arg-type]
                      readiness=Readiness(), resource_router=router)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),

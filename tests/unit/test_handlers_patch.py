@@ -124,7 +124,7 @@ async def client(records: SqliteObjectStore, stored_notifications: SqliteObjectS
     router.include_router(podnotifiers.router(records, Watches()))
     router.include_router(notifications.router(
         stored_notifications, fanout, OnePod(), access, Watches(),  # type: ignore[arg-type]
-        max_parallelism=10, max_timeout_seconds=60))
+        max_parallelism=10, max_timeout_seconds=60, max_hold_seconds=3600))
     app: FastAPI = create_app(authenticator=access, authorizer=access,  # type: ignore[arg-type]
                               readiness=Readiness(), resource_router=router)
     transport = httpx.ASGITransport(app=app)
