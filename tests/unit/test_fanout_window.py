@@ -1,0 +1,435 @@
+"""Quiesce windows (spec.release) and one quiesce at a time (spec.concurrencyPolicy), with the
+fakes of test_fanout_run over the real SQLite stores: the window opens once every pod is
+quiesced and ends on request, afterSeconds, maxHoldSeconds, the deadline, deletion or a failure;
+every quiesced pod is released exactly once, also across a crash mid-window and mid-release."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apiserver.authn.user import UserInfo
+from apiserver.fanout import scope
+from apiserver.fanout.controller import ROLLBACK_ATTEMPT_LABEL, record_name
+from apiserver.notifier import records
+from tests.unit.test_fanout_run import NS, QUIESCE, UNQUIESCE, Server, counts, restart
+
+RELEASE = {"notifier": UNQUIESCE, "maxHoldSeconds": 3600}
+NAMES = ["db-0", "db-1", "db-2"]
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> Any:
+    opened = await Server.open(tmp_path / "data")
+    yield opened
+    await opened.close()
+
+
+async def window_open(server: Server, name: str, timeout: float = 5) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = (await server.get(name))["status"]
+        if (status.get("window") or {}).get("quiescedTime"):
+            return status
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{name}'s window did not open: {(await server.get(name))['status']}")
+
+
+async def finished_one(server: Server, name: str, timeout: float = 5) -> dict[str, Any]:
+    """The Notification once finished, while others may still run."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        obj = await server.get(name)
+        if obj["status"].get("phase") in records.FINISHED_PHASES:
+            return obj
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{name} did not finish: {(await server.get(name))['status']}")
+
+
+async def release(server: Server, name: str) -> None:
+    assert await server.manager.request_release(await server.get(name), records.now())
+
+
+def quiesced(status: dict[str, Any]) -> dict[str, Any]:
+    (condition,) = [c for c in status["conditions"] if c["type"] == "Quiesced"]
+    return condition
+
+
+def started(server: Server, notifier: str) -> list[str]:
+    return sorted(pod for pod, n in server.fake.started if n == notifier)
+
+
+async def test_the_window_holds_until_the_release_is_requested(server: Server) -> None:
+    await server.create("snap", server.fake.add(*NAMES), parallelism=2, release=RELEASE)
+    status = await window_open(server, "snap")
+    assert status["phase"] == "Running"
+    condition = quiesced(status)
+    assert (condition["status"], condition["reason"]) == ("True", "AllPodsQuiesced")
+    assert "all 3 pods quiesced" in condition["message"]
+    await asyncio.sleep(0.3)
+    assert started(server, UNQUIESCE) == []  # nobody released: every pod stays quiesced
+    await release(server, "snap")
+    status = (await server.finished("snap"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Succeeded", "PodsSucceeded")
+    assert status["counts"] == {**counts(total=3, succeeded=3), "released": 3}
+    window = status["window"]
+    assert window["releaseReason"] == "ReleaseRequested"
+    assert (window["quiescedTime"] <= window["releaseRequestedTime"] <= window["releaseTime"]
+            <= window["unquiescedTime"])
+    assert (quiesced(status)["status"], quiesced(status)["reason"]) == ("False", "Released")
+    assert started(server, UNQUIESCE) == NAMES
+    assert server.fake.started[:3] == [(pod, QUIESCE) for pod in NAMES]  # quiesce all first
+    assert {labels.get(ROLLBACK_ATTEMPT_LABEL) for labels in server.fake.labels[3:]} == {"1"}
+    assert "released 3 of 3" in status["conditions"][0]["message"]
+
+
+async def test_after_seconds_releases_by_itself(server: Server) -> None:
+    await server.create("snap", server.fake.add(*NAMES), release={**RELEASE, "afterSeconds": 1})
+    status = await window_open(server, "snap")
+    opened = time.monotonic()
+    status = (await server.finished("snap", timeout=5))["status"]
+    assert time.monotonic() - opened >= 0.8
+    assert status["phase"] == "Succeeded"
+    assert status["window"]["releaseReason"] == "AfterSeconds"
+    assert started(server, UNQUIESCE) == NAMES
+
+
+async def test_max_hold_seconds_releases_when_nobody_does(server: Server) -> None:
+    await server.create("snap", server.fake.add(*NAMES),
+                        release={"notifier": UNQUIESCE, "maxHoldSeconds": 1})
+    status = (await server.finished("snap", timeout=5))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == (
+        "Failed", "ReleasedAfterMaxHold")
+    assert "nobody released the window within maxHoldSeconds (1 s)" in (
+        status["conditions"][0]["message"])
+    assert (quiesced(status)["status"], quiesced(status)["reason"]) == (
+        "False", "ReleasedAfterMaxHold")
+    assert status["counts"]["released"] == 3
+    assert started(server, UNQUIESCE) == NAMES
+
+
+async def test_the_deadline_ends_the_window(server: Server) -> None:
+    await server.create("snap", server.fake.add(*NAMES), release=RELEASE,
+                        activeDeadlineSeconds=1)
+    status = (await server.finished("snap", timeout=5))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "DeadlineExceeded")
+    assert status["window"]["releaseReason"] == "DeadlineExceeded"
+    assert started(server, UNQUIESCE) == NAMES
+
+
+async def test_deleting_the_notification_releases(server: Server) -> None:
+    created = await server.create("snap", server.fake.add(*NAMES), release=RELEASE)
+    await window_open(server, "snap")
+    await server.notifications.delete(NS, "snap")
+    await server.manager.deleted(created["metadata"]["uid"])
+    await server.idle()
+    assert started(server, UNQUIESCE) == NAMES
+    assert await server.scopes.run(created["metadata"]["uid"]) is None  # forgotten
+
+
+async def test_a_failed_quiesce_releases_what_was_quiesced(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1", "db-2", "db-3")
+    server.fake.outcomes[("db-1", QUIESCE)] = "fail"
+    await server.create("snap", pods, release=RELEASE)
+    status = (await server.finished("snap"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "FailFast")
+    assert "quiescedTime" not in status["window"]  # not every pod was quiesced
+    assert status["window"]["releaseReason"] == "FailFast"
+    assert status["counts"] == {**counts(total=4, pending=2, succeeded=1, failed=1),
+                                "released": 1}
+    assert started(server, UNQUIESCE) == ["db-0"]
+    assert "not every pod was quiesced" in quiesced(status)["message"]
+
+
+async def test_a_failed_release_fails_the_notification(server: Server) -> None:
+    server.fake.outcomes[("db-1", UNQUIESCE)] = "fail"
+    await server.create("snap", server.fake.add(*NAMES), release={**RELEASE, "afterSeconds": 0})
+    status = (await server.finished("snap"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "ReleaseFailed")
+    assert "1 releases failed: db-1" in status["conditions"][0]["message"]
+    assert status["counts"]["released"] == 2
+
+
+async def test_a_release_without_a_notifier_of_an_ordinary_quiesce_fails_loudly(
+        server: Server) -> None:
+    await server.create("snap", server.fake.add("db-0"), release={"afterSeconds": 0,
+                                                                  "maxHoldSeconds": 60})
+    status = (await server.finished("snap"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "ReleaseFailed")
+
+
+async def test_without_release_nothing_changes(server: Server) -> None:
+    await server.create("plain", server.fake.add(*NAMES))
+    status = (await server.finished("plain"))["status"]
+    assert "window" not in status and "released" not in status["counts"]
+    assert [c["type"] for c in status["conditions"]] == ["Complete"]
+
+
+# crashes
+
+
+async def test_a_crash_mid_window_continues_the_window_and_releases_once(
+        tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = await Server.open(data)
+    await first.create("snap", first.fake.add(*NAMES), parallelism=3, release=RELEASE)
+    before = (await window_open(first, "snap"))["window"]
+    await first.crash()
+
+    second = await restart(data, first, NAMES)
+    try:
+        status = await window_open(second, "snap")
+        assert status["window"]["quiescedTime"] == before["quiescedTime"]
+        await asyncio.sleep(0.3)
+        assert second.fake.started == []  # still held: nothing re-quiesced, nothing released
+        await release(second, "snap")
+        status = (await second.finished("snap"))["status"]
+        assert status["phase"] == "Succeeded"
+        assert sorted(second.fake.started) == [(pod, UNQUIESCE) for pod in NAMES]
+    finally:
+        await second.close()
+
+
+async def test_a_release_requested_while_the_leader_was_down_happens_at_once(
+        tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = await Server.open(data)
+    created = await first.create("snap", first.fake.add(*NAMES), release=RELEASE)
+    await window_open(first, "snap")
+    await first.crash()
+    second = await Server.open(data, lead=False)  # another replica takes the request
+    await second.scopes.note_window(created["metadata"]["uid"],
+                                    releaseRequestedTime=records.now())
+    second.fake.add(*NAMES)
+    try:
+        await second.manager.lead()
+        status = (await second.finished("snap"))["status"]
+        assert status["window"]["releaseReason"] == "ReleaseRequested"
+        assert started(second, UNQUIESCE) == NAMES
+    finally:
+        await second.close()
+
+
+async def test_a_crash_mid_release_never_runs_a_release_twice(tmp_path: Path) -> None:
+    """db-0's release finished, db-1's record was created and is running, db-2's was never
+    started: after the restart db-0 and db-1 are not released again (db-1's record ended
+    Interrupted: its command ran, or may have), db-2 is released once."""
+    data = tmp_path / "data"
+    first = await Server.open(data)
+    created = await first.create("snap", first.fake.add(*NAMES), release=RELEASE)
+    uid = created["metadata"]["uid"]
+    await window_open(first, "snap")
+
+    async def hold_db1(pod: str, notifier: str) -> None:
+        if (pod, notifier) == ("db-1", UNQUIESCE):
+            first.fake.gates[pod] = asyncio.Event()
+
+    first.fake.on_start = hold_db1
+    await release(first, "snap")
+    await first.until(lambda: _true(("db-1", UNQUIESCE) in first.fake.started))
+    await first.crash()
+
+    second = await restart(data, first, NAMES)
+    try:
+        status = (await second.finished("snap"))["status"]
+        assert second.fake.started == [("db-2", UNQUIESCE)]
+        assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed",
+                                                                       "ReleaseFailed")
+        pods = {p.pod: p for p in await second.scopes.pods(uid)}
+        assert [pods[n].release for n in NAMES] == [scope.RELEASE_DONE, scope.RELEASE_FAILED,
+                                                     scope.RELEASE_DONE]
+        interrupted = await second.podnotifiers.get(NS, pods["db-1"].release_record)
+        assert interrupted["status"]["reason"] == records.INTERRUPTED
+    finally:
+        await second.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_release_marked_started_but_never_stored_runs_once(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = await Server.open(data)
+    created = await first.create("snap", first.fake.add("db-0"), release=RELEASE)
+    uid = created["metadata"]["uid"]
+    await window_open(first, "snap")
+    await first.crash()
+    # what a leader that stopped between storing the start and creating the record left
+    second = await Server.open(data, lead=False)
+    second.fake.add("db-0")
+    name = record_name("db-0", UNQUIESCE, uid, "uid-db-0", 1)
+    await second.scopes.end_window(uid, "ReleaseRequested", records.now())
+    assert await second.scopes.start_release(uid, "uid-db-0", name)
+    assert not await second.scopes.start_release(uid, "uid-db-0", name)  # never twice
+    try:
+        await second.manager.lead()
+        status = (await second.finished("snap"))["status"]
+        assert second.fake.started == [("db-0", UNQUIESCE)]
+        assert status["phase"] == "Succeeded"
+        assert (await second.podnotifiers.get(NS, name))["status"]["phase"] == "Succeeded"
+    finally:
+        await second.close()
+
+
+# held quiesce records
+
+
+class FakeHolds:
+    """The hold releases of held notifiers: a request ends the Held record Succeeded."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.requested: list[str] = []
+
+    async def request(self, namespace: str, name: str, by: UserInfo) -> dict[str, Any]:
+        self.requested.append(name)
+        return await self.server.podnotifiers.guaranteed_update(
+            namespace, name, lambda r: records.finish(records.set_container(r, {
+                "name": "app", "phase": "Succeeded", "reason": "Completed", "exitCode": 0}),
+                records.now()))
+
+
+async def held_server(tmp_path: Path) -> tuple[Server, FakeHolds]:
+    """A server whose quiesce runs become Held (and stay so until released)."""
+    server = await Server.open(tmp_path / "data", lead=False)
+    holds = FakeHolds(server)
+    server.manager.parts = replace(server.manager.parts, holds=holds)
+    real_run = server.fake._run
+
+    async def run(pod: str, notifier: str, name: str) -> None:
+        if notifier != QUIESCE:
+            await real_run(pod, notifier, name)
+            return
+
+        def hold(record: dict[str, Any]) -> dict[str, Any]:
+            return {**record, "status": {**record["status"], "phase": "Held",
+                                         "heldTime": records.now()}}
+
+        await server.podnotifiers.guaranteed_update(NS, name, hold)
+
+    server.fake._run = run  # type: ignore[method-assign]
+    await server.manager.lead()
+    return server, holds
+
+
+async def test_held_records_are_quiesced_and_released_through_their_hold(
+        tmp_path: Path) -> None:
+    server, holds = await held_server(tmp_path)
+    try:
+        await server.create("snap", server.fake.add(*NAMES), release={"maxHoldSeconds": 60})
+        status = await window_open(server, "snap")
+        assert status["counts"]["succeeded"] == 3
+        assert holds.requested == []
+        await release(server, "snap")
+        status = (await server.finished("snap"))["status"]
+        assert status["phase"] == "Succeeded"
+        assert status["counts"]["released"] == 3
+        assert len(holds.requested) == 3
+        assert started(server, UNQUIESCE) == []  # no release notifier: the hold's end is it
+    finally:
+        await server.close()
+
+
+async def test_a_hold_ending_on_its_own_ends_the_window(tmp_path: Path) -> None:
+    server, holds = await held_server(tmp_path)
+    try:
+        created = await server.create("snap", server.fake.add(*NAMES),
+                                      release={"notifier": UNQUIESCE, "maxHoldSeconds": 60})
+        await window_open(server, "snap")
+        uid = created["metadata"]["uid"]
+        expired = record_name("db-1", QUIESCE, uid, "uid-db-1")
+        await server.podnotifiers.guaranteed_update(NS, expired, lambda r: records.finish(
+            records.set_container(r, {"name": "app", "phase": "Failed",
+                                      "reason": "HoldExpired"}), records.now()))
+        status = (await server.finished("snap"))["status"]
+        assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "HoldEnded")
+        assert "the hold of pod db-1 ended on its own" in status["conditions"][0]["message"]
+        assert len(holds.requested) == 2  # the expired one needs no release request
+        assert started(server, UNQUIESCE) == NAMES  # every quiesced pod is unquiesced
+    finally:
+        await server.close()
+
+
+# one quiesce at a time
+
+
+async def test_forbid_fails_the_second_notification_fast(server: Server) -> None:
+    pods = server.fake.add(*NAMES)
+    await server.create("first", pods, release=RELEASE)
+    await window_open(server, "first")
+    await server.create("second", pods, release=RELEASE, parallelism=3)
+    status = (await finished_one(server, "second"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "FailFast")
+    assert "QuiesceConflict" in status["conditions"][0]["message"]
+    assert "db-0 by first" in status["conditions"][0]["message"]
+    assert sum(n == QUIESCE for _, n in server.fake.started) == 3  # only the first's
+    await release(server, "first")
+    assert (await server.finished("first"))["status"]["phase"] == "Succeeded"
+    assert started(server, UNQUIESCE) == NAMES
+
+
+async def test_wait_runs_the_second_after_the_first_released(server: Server) -> None:
+    pods = server.fake.add(*NAMES)
+    await server.create("first", pods, release=RELEASE)
+    await window_open(server, "first")
+    await server.create("second", pods, release={**RELEASE, "afterSeconds": 0},
+                        concurrencyPolicy="Wait", parallelism=3)
+    await asyncio.sleep(0.5)
+    assert sum(n == QUIESCE for _, n in server.fake.started) == 3  # the second waits
+    await release(server, "first")
+    await server.finished("second")
+    for name in ("first", "second"):
+        assert (await server.get(name))["status"]["phase"] == "Succeeded"
+    # every quiesce of the second came after the first's unquiesce of that pod
+    for pod in NAMES:
+        runs = [n for p, n in server.fake.started if p == pod]
+        assert runs == [QUIESCE, UNQUIESCE, QUIESCE, UNQUIESCE]
+
+
+async def test_wait_is_bounded_by_the_deadline(server: Server) -> None:
+    pods = server.fake.add("db-0")
+    await server.create("first", pods, release=RELEASE)
+    await window_open(server, "first")
+    await server.create("second", pods, concurrencyPolicy="Wait", activeDeadlineSeconds=1)
+    status = (await finished_one(server, "second"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "DeadlineExceeded")
+    assert status["counts"]["pending"] == 1
+
+
+async def test_a_new_leader_rebuilds_the_locks_before_any_pod_starts(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = await Server.open(data)
+    await first.create("first", first.fake.add(*NAMES), release=RELEASE)
+    await window_open(first, "first")
+    await first.crash()
+    second = await restart(data, first, NAMES)
+    try:
+        await second.create("second", [(n, f"uid-{n}") for n in NAMES])
+        status = (await finished_one(second, "second"))["status"]
+        assert status["conditions"][0]["reason"] == "FailFast"
+        assert "QuiesceConflict" in status["conditions"][0]["message"]
+        assert second.fake.started == []
+        await release(second, "first")
+        await second.finished("first")
+        assert started(second, UNQUIESCE) == NAMES
+    finally:
+        await second.close()
+
+
+async def test_without_release_the_lock_lasts_the_run_of_the_pod(server: Server) -> None:
+    pods = server.fake.add("db-0")
+    gate = server.fake.gates["db-0"] = asyncio.Event()
+    await server.create("first", pods)
+    await server.until(lambda: _true(bool(server.fake.started)))
+    await server.create("second", pods, concurrencyPolicy="Wait")
+    await asyncio.sleep(0.2)
+    assert len(server.fake.started) == 1
+    gate.set()
+    await server.finished("second")
+    assert server.fake.started == [("db-0", QUIESCE), ("db-0", QUIESCE)]
