@@ -15,6 +15,7 @@ request in the Notification's run, where the fan-out leader reads it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,23 @@ class PodInScope:
     declares: frozenset[str]
     """The notifier names its annotation declares, for any container (trust is not checked
     here: an untrusted pod fails its run, as a notify of it would)."""
+    holds: frozenset[str] = frozenset()
+    """Those it declares with ``hold`` (held notifiers: ending the hold unquiesces)."""
+
+
+def held_names(annotation: str | None) -> frozenset[str]:
+    """The names the annotation declares with a ``hold`` object, read as leniently as
+    ``declared_names`` (a wrong declaration fails its pod's run later, loudly)."""
+    try:
+        document = json.loads(annotation) if annotation else None
+    except (ValueError, RecursionError):
+        return frozenset()
+    if not isinstance(document, dict):
+        return frozenset()
+    return frozenset(item["name"] for notifiers in document.values()
+                     if isinstance(notifiers, list) for item in notifiers
+                     if isinstance(item, dict) and isinstance(item.get("name"), str)
+                     and isinstance(item.get("hold"), dict))
 
 
 async def pods_in_scope(kube: KubeClient, namespace: str, selector: str) -> list[PodInScope]:
@@ -70,9 +88,13 @@ async def pods_in_scope(kube: KubeClient, namespace: str, selector: str) -> list
         if token:
             params["continue"] = token
         page = await kube.get(paths.namespaced(paths.CORE, namespace, "pods"), params=params)
-        found += [PodInScope(p["metadata"]["name"], p["metadata"]["uid"], declared_names(
-                      (p["metadata"].get("annotations") or {}).get(ANNOTATION)))
-                  for p in page.get("items") or [] if not p["metadata"].get("deletionTimestamp")]
+        for pod in page.get("items") or []:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            annotation = (meta.get("annotations") or {}).get(ANNOTATION)
+            found.append(PodInScope(meta["name"], meta["uid"], declared_names(annotation),
+                                    held_names(annotation)))
         token = page["metadata"].get("continue", "")
         if not token:
             return found
@@ -94,7 +116,7 @@ def scope_errors(spec: dict[str, Any], namespace: str, selector: str, pods: list
             f"{ALL_PODS} to notify pods as they start")]
     notifier = spec["notifier"]
     if any(notifier in pod.declares for pod in pods):
-        return []
+        return release_errors(spec, pods)
     declared = sorted(set().union(*(pod.declares for pod in pods)))
     shown = ", ".join(declared[:MAX_DECLARED_SHOWN]) + (
         f" and {len(declared) - MAX_DECLARED_SHOWN} more"
@@ -105,6 +127,27 @@ def scope_errors(spec: dict[str, Any], namespace: str, selector: str, pods: list
         f"no pod {which} declares it; "
         + (f"they declare: {shown}" if declared else "they declare no notifier")
         + f" (in their {ANNOTATION} annotation)")]
+
+
+def release_errors(spec: dict[str, Any], pods: list[PodInScope]) -> list[FieldError]:
+    """A window without a release notifier can only end a held quiesce: refuse one over pods
+    that declare the notifier without ``hold`` (nothing would unquiesce them)."""
+    release = spec.get("release")
+    if release is None or release.get("notifier"):
+        return []
+    notifier = spec["notifier"]
+    ordinary = [pod.name for pod in pods
+                if notifier in pod.declares and notifier not in pod.holds]
+    if not ordinary:
+        return []
+    shown = ", ".join(ordinary[:MAX_DECLARED_SHOWN]) + (
+        f" and {len(ordinary) - MAX_DECLARED_SHOWN} more"
+        if len(ordinary) > MAX_DECLARED_SHOWN else "")
+    return [FieldError.required(
+        "spec.release.notifier",
+        f'notifier "{notifier}" is not held (no hold in its declaration) in pods {shown}, so '
+        "nothing would unquiesce them when the window ends; name the notifier that "
+        "unquiesces, e.g. unquiesce")]
 
 
 def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authorizer: Authorizer,
