@@ -459,6 +459,8 @@ class NotificationRun:
                 else:
                     state, reason = self._result_of(record)
                     await self._record_result(pod, state, reason)
+                    if not self._holds_after(state):
+                        self.locks.release(self._key(pod), self.holder)
             if pod.rollback == scope.ROLLBACK_STARTED:
                 outcome = await self._settled_rollback(pod.rollback_record)
                 if outcome:
