@@ -24,6 +24,14 @@ leader that steps down cancels its runs without writing anything final (as a cra
 the next leader resumes them; a pod whose record another replica is still running takes that
 record's result once it finishes.
 
+With spec.release (docs/notifications.md, "Quiesce windows") the run holds a window once every
+pod is quiesced (its run Succeeded, or its record is Held), until the release action (stored in
+the run by any replica), afterSeconds, maxHoldSeconds, the deadline, deletion or a failure; then
+it releases every quiesced pod exactly once: the window's end and each pod's release start are
+stored before they take effect, and a release whose record exists is never run again. Every
+run takes the leader's quiesce locks (``quiesce_locks``, spec.concurrencyPolicy) for its pods
+while it quiesces them.
+
 No exception leaves a pod counted running: every error of a pod's run becomes that pod's
 reason (see `pod_outcome`), and a failure of the run itself ends the Notification Failed.
 """
