@@ -21,9 +21,10 @@ from kubectl_notify.cli import (
     ListNotifiers,
     NotifyPod,
     NotifySelector,
+    Release,
     parse,
 )
-from kubectl_notify.commands import access, fanout, listing, notify
+from kubectl_notify.commands import access, fanout, listing, notify, release
 from kubectl_notify.errors import SUCCEEDED, PluginError
 from kubectl_notify.impersonation import Impersonating
 from kubectl_notify.terminal import Terminal
@@ -80,6 +81,8 @@ async def run_command(api: NotifierAPI, command: Command, terminal: Terminal) ->
         return await listing.run(api, command, terminal)
     if isinstance(command, CanI):
         return await access.run(api, command, terminal)
+    if isinstance(command, Release):
+        return await release.run(api, command, terminal)
     raise AssertionError(f"no runner for {command!r}")
 
 

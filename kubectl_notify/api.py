@@ -70,6 +70,10 @@ class NotifierAPI:
         params = {"dryRun": "All"} if dry_run else None
         return await answered(self._kube.post(self._path("notifications"), body, params))
 
+    async def release(self, resource: str, name: str) -> dict[str, Any]:
+        """POST the ``release`` subresource of a podnotifier or notification: the object."""
+        return await answered(self._kube.post(f"{self._path(resource, name)}/release", {}))
+
     async def get(self, resource: str, name: str) -> dict[str, Any]:
         return await answered(self._kube.get(self._path(resource, name)))
 

@@ -2,8 +2,8 @@
 
 kubectl passes every argument after ``notify`` to the plugin, its global flags included, so
 the plugin parses ``--kubeconfig``, ``--context`` and ``-n/--namespace`` itself, anywhere on
-the line. The first word that is not an option picks the command: ``list``, ``can-i`` and
-``completion`` are commands, anything else is a pod (``pod/NAME`` also names a pod, for a pod
+the line. The first word that is not an option picks the command: ``list``, ``can-i``, ``release``
+and ``completion`` are commands, anything else is a pod (``pod/NAME`` also names a pod, for a pod
 called like a command). Flags with an optional value (``--wait[=30s]``, ``--dry-run[=server]``)
 take it only after ``=``, as kubectl's do, so ``--wait POD`` never reads the pod as the value.
 """
@@ -27,7 +27,11 @@ DEFAULT_WAIT = "30s"
 NOTIFY_OUTPUTS = ("wide", "yaml", "json", "name")
 LIST_OUTPUTS = ("wide", "yaml", "json")
 SHELLS = ("bash", "zsh")
-COMMANDS = ("list", "can-i", "completion")
+COMMANDS = ("list", "can-i", "release", "completion")
+RELEASABLE = {"podnotifier": "podnotifiers", "podnotifiers": "podnotifiers",
+              "notification": "notifications", "notifications": "notifications"}
+"""What ``release KIND/NAME`` accepts, to the resource it POSTs ``release`` to."""
+CONCURRENCY_POLICIES = ("Forbid", "Wait")
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,11 @@ class NotifySelector:
     parallelism: int | None = None
     rollback: str | None = None
     continue_on_failure: bool = False
+    release: str | None = None
+    """``spec.release.notifier``."""
+    release_after_seconds: int | None = None
+    max_hold_seconds: int | None = None
+    concurrency_policy: str | None = None
     wait: float | None = None
     dry_run: bool = False
     output: str = ""
@@ -77,6 +86,17 @@ class ListNotifiers:
 
     pod: str | None = None
     selector: str | None = None
+    output: str = ""
+
+
+@dataclass(frozen=True)
+class Release:
+    """``kubectl notify release podnotifier/NAME`` (end a held run) or ``notification/NAME``
+    (end a Notification's quiesce window). `resource` is the plural it POSTs to."""
+
+    resource: str
+    name: str
+    wait: float | None = None
     output: str = ""
 
 
@@ -97,7 +117,7 @@ class Completion:
     words: tuple[str, ...] | None = None
 
 
-Command = NotifyPod | NotifySelector | ListNotifiers | CanI | Completion
+Command = NotifyPod | NotifySelector | ListNotifiers | CanI | Release | Completion
 
 
 @dataclass(frozen=True)
@@ -158,6 +178,8 @@ def _notify_parser(scan: bool = False) -> argparse.ArgumentParser:
                "them\n"
                "  can-i POD [NOTIFIER]     may you create pods/notify on POD (and run "
                "NOTIFIER)?\n"
+               "  release podnotifier/NAME | notification/NAME\n"
+               "                           end a held run, or a Notification's quiesce window\n"
                "  completion bash|zsh      a shell completion script\n\n"
                "Exit codes: 0 succeeded, 1 failed (or not finished in --wait, or the server "
                "could not take it now), 2 usage, permission, not found or invalid.\n"
@@ -177,6 +199,20 @@ def _notify_parser(scan: bool = False) -> argparse.ArgumentParser:
                         help="run this notifier on the pods that succeeded if the run fails")
     fanout.add_argument("--continue-on-failure", action="store_true",
                         help="notify every pod even after a failure (failurePolicy Continue)")
+    window = parser.add_argument_group(
+        "quiesce window (with -l; any of these sets spec.release: the command returns once "
+        "every pod is quiesced, and the pods stay quiesced until released)")
+    window.add_argument("--release", metavar="NOTIFIER",
+                        help="run this notifier on every quiesced pod when the window ends "
+                             "(e.g. unquiesce; not needed for a held notifier)")
+    window.add_argument("--release-after", metavar="DURATION",
+                        help="end the window this long after every pod is quiesced")
+    window.add_argument("--max-hold", metavar="DURATION",
+                        help="the longest the window may last (default: the server's "
+                             "--max-hold-seconds)")
+    fanout.add_argument("--concurrency-policy", choices=CONCURRENCY_POLICIES, metavar="POLICY",
+                        help="Forbid (default) or Wait: when another Notification quiesces the "
+                             "same pod with the same notifier")
     _add_globals(parser)
     return parser
 
@@ -211,6 +247,26 @@ def _can_i_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _release_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=f"{PROG} release", command="release",
+                     usage=f"{PROG} release podnotifier/NAME | notification/NAME [flags]",
+                     description="End a held notifier's run (podnotifier/NAME: its command is "
+                                 "stopped) or a Notification's quiesce window "
+                                 "(notification/NAME: every quiesced pod is released), then "
+                                 "wait until it has ended. Needs create on podnotifiers/release "
+                                 "(and pods/notify on the pod) or notifications/release.")
+    parser.add_argument("command", choices=["release"], help=argparse.SUPPRESS)
+    parser.add_argument("target", metavar="KIND/NAME",
+                        help="podnotifier/NAME or notification/NAME")
+    parser.add_argument("--wait", metavar="DURATION",
+                        help=f"wait at most this long for the end (bare --wait: {DEFAULT_WAIT}; "
+                             "default: until it ends; --wait=0: do not wait)")
+    parser.add_argument("-o", "--output", metavar="FORMAT", default="",
+                        help="wide, yaml, json or name")
+    _add_globals(parser)
+    return parser
+
+
 def _completion_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=f"{PROG} completion", command="completion",
                      usage=f"{PROG} completion bash|zsh",
@@ -224,7 +280,8 @@ def _completion_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_PARSERS = {"list": _list_parser, "can-i": _can_i_parser, "completion": _completion_parser}
+_PARSERS = {"list": _list_parser, "can-i": _can_i_parser, "release": _release_parser,
+            "completion": _completion_parser}
 
 
 def parse(argv: Sequence[str]) -> Invocation:
@@ -273,6 +330,14 @@ def _subcommand(name: str, parsed: argparse.Namespace) -> Command:
                              selector=parsed.selector, output=parsed.output)
     if name == "can-i":
         return CanI(pod=_pod_name(parsed.pod), notifier=parsed.notifier)
+    if name == "release":
+        _check_output(parsed.output, NOTIFY_OUTPUTS, "release")
+        kind, slash, target = parsed.target.partition("/")
+        if not slash or kind not in RELEASABLE or not target:
+            raise UsageError(f"{parsed.target!r}: give podnotifier/NAME or notification/NAME",
+                             "release")
+        return Release(resource=RELEASABLE[kind], name=target,
+                       wait=_wait_seconds(parsed.wait), output=parsed.output)
     return Completion(shell=parsed.shell)
 
 
@@ -285,7 +350,7 @@ def _notify(parsed: argparse.Namespace) -> NotifyPod | NotifySelector:
     common = {
         "notifier": words[-1] if words else "",
         "containers": tuple(parsed.container),
-        "timeout_seconds": _timeout_seconds(parsed.timeout),
+        "timeout_seconds": _whole_seconds("--timeout", parsed.timeout, 1),
         "wait": _wait_seconds(parsed.wait),
         "dry_run": parsed.dry_run == "server",
         "output": parsed.output,
@@ -298,11 +363,22 @@ def _notify(parsed: argparse.Namespace) -> NotifyPod | NotifySelector:
             raise UsageError("-l needs a non-empty label selector, e.g. -l app=db")
         if parsed.parallelism is not None and parsed.parallelism < 1:
             raise UsageError(f"--parallelism must be at least 1 (got {parsed.parallelism})")
+        if parsed.rollback and parsed.release:
+            raise UsageError("--rollback and --release are exclusive: the release notifier "
+                             "also runs when the run fails")
         return NotifySelector(selector=parsed.selector, parallelism=parsed.parallelism,
                               rollback=parsed.rollback,
-                              continue_on_failure=parsed.continue_on_failure, **common)
+                              continue_on_failure=parsed.continue_on_failure,
+                              release=parsed.release,
+                              release_after_seconds=_whole_seconds(
+                                  "--release-after", parsed.release_after, 0),
+                              max_hold_seconds=_whole_seconds("--max-hold", parsed.max_hold, 1),
+                              concurrency_policy=parsed.concurrency_policy, **common)
     for flag, value in (("--parallelism", parsed.parallelism), ("--rollback", parsed.rollback),
-                        ("--continue-on-failure", parsed.continue_on_failure or None)):
+                        ("--continue-on-failure", parsed.continue_on_failure or None),
+                        ("--release", parsed.release), ("--release-after", parsed.release_after),
+                        ("--max-hold", parsed.max_hold),
+                        ("--concurrency-policy", parsed.concurrency_policy)):
         if value is not None:
             raise UsageError(f"{flag} applies to -l SELECTOR only")
     if len(words) != 2:
@@ -328,12 +404,13 @@ def _check_output(output: str, allowed: tuple[str, ...], command: str) -> None:
                          f"{output!r}, allowed formats are: {','.join(allowed)}", command)
 
 
-def _timeout_seconds(text: str | None) -> int | None:
+def _whole_seconds(flag: str, text: str | None, least: int) -> int | None:
+    """A duration flag as whole seconds, rounded up; at least `least`."""
     if text is None:
         return None
-    seconds = _duration("--timeout", text)
-    if seconds < 1:
-        raise UsageError(f"--timeout must be at least 1s (got {text!r})")
+    seconds = _duration(flag, text)
+    if seconds < least:
+        raise UsageError(f"{flag} must be at least {least}s (got {text!r})")
     return math.ceil(seconds)
 
 

@@ -89,6 +89,8 @@ def _value_flags(parser: argparse.ArgumentParser) -> set[str]:
 def _positional(command: str, positional: list[str], scanned: argparse.Namespace) -> list[str]:
     if command == "completion":
         return list(cli.SHELLS) if len(positional) == 1 else []
+    if command == "release":
+        return ["podnotifier/", "notification/"] if len(positional) == 1 else []
     if command in ("list", "can-i"):
         index = len(positional) - 1
     elif scanned.selector:

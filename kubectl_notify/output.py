@@ -138,7 +138,8 @@ def notification_name(obj: Mapping[str, Any]) -> str:
 def _counts(obj: Mapping[str, Any]) -> dict[str, int]:
     counts = (obj.get("status") or {}).get("counts") or {}
     return {key: int(counts.get(key) or 0) for key in
-            ("total", "pending", "running", "succeeded", "failed", "skipped", "rolledBack")}
+            ("total", "pending", "running", "succeeded", "failed", "skipped", "rolledBack",
+             "released")}
 
 
 def progress_line(obj: Mapping[str, Any]) -> str:
@@ -175,13 +176,42 @@ def notification_summary(obj: Mapping[str, Any]) -> str:
             f"failed, {c['skipped']} skipped of {c['total']} pod{'s' if c['total'] != 1 else ''}")
     if c["rolledBack"]:
         line += f", {c['rolledBack']} rolled back"
+    if c["released"]:
+        line += f", {c['released']} released"
     took = seconds_between(status.get("startTime"), status.get("completionTime"))
     if took is not None:
         line += f" in {format_duration(took)}"
+    window = status.get("window") or {}
+    if window:
+        line += "\nwindow: " + ", ".join(
+            f"{label} {window[key]}" for key, label in WINDOW_TIMES if window.get(key))
     failed = [cond for cond in status.get("conditions") or []
               if cond.get("type") == "Failed" and cond.get("status") == "True"]
     if failed:
         line += f"\n{failed[0].get('reason', '')}: {failed[0].get('message', '')}"
+    return line
+
+
+WINDOW_TIMES = (("quiescedTime", "quiesced"), ("releaseRequestedTime", "release requested"),
+                ("releaseTime", "release started"), ("unquiescedTime", "unquiesced"))
+"""``status.window``'s times, in order, as the summary names them."""
+
+
+def window_summary(obj: Mapping[str, Any]) -> str:
+    """``notification/NAME Quiesced: 3 pods quiesced at T`` and when the window ends by itself
+    (``spec.release.afterSeconds``, else ``maxHoldSeconds``)."""
+    c = _counts(obj)
+    status = obj.get("status") or {}
+    release = (obj.get("spec") or {}).get("release") or {}
+    quiesced = (status.get("window") or {}).get("quiescedTime") or "?"
+    line = (f"{notification_name(obj)} Quiesced: {c['succeeded']} pod"
+            f"{'s' if c['succeeded'] != 1 else ''} quiesced at {quiesced}")
+    if c["skipped"]:
+        line += f", {c['skipped']} skipped"
+    if release.get("afterSeconds") is not None:
+        line += f"; released automatically after {release['afterSeconds']}s"
+    elif release.get("maxHoldSeconds") is not None:
+        line += f"; released at the latest after {release['maxHoldSeconds']}s"
     return line
 
 

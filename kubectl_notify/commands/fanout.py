@@ -21,8 +21,29 @@ PLAIN_INTERVAL = 1.0
 """Seconds between plain progress lines while the phase stays the same."""
 
 
+QUIESCED = "Quiesced"
+
+
 def is_finished(obj: dict[str, Any]) -> bool:
     return (obj.get("status") or {}).get("phase") in FINISHED
+
+
+def is_quiesced(obj: dict[str, Any]) -> bool:
+    """In its quiesce window: every pod quiesced (condition Quiesced True)."""
+    return any(c.get("type") == QUIESCED and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def release_spec(command: NotifySelector) -> dict[str, Any] | None:
+    """``spec.release`` from --release, --release-after and --max-hold; None without them."""
+    release: dict[str, Any] = {}
+    if command.release:
+        release["notifier"] = command.release
+    if command.release_after_seconds is not None:
+        release["afterSeconds"] = command.release_after_seconds
+    if command.max_hold_seconds is not None:
+        release["maxHoldSeconds"] = command.max_hold_seconds
+    return release or None
 
 
 def generate_name(notifier: str) -> str:
@@ -48,6 +69,11 @@ def request_body(command: NotifySelector) -> dict[str, Any]:
         spec["rollback"] = {"notifier": command.rollback}
     if command.continue_on_failure:
         spec["failurePolicy"] = "Continue"
+    release = release_spec(command)
+    if release:
+        spec["release"] = release
+    if command.concurrency_policy:
+        spec["concurrencyPolicy"] = command.concurrency_policy
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Notification",
             "metadata": {"generateName": generate_name(command.notifier)}, "spec": spec}
 
@@ -63,8 +89,13 @@ async def run(api: NotifierAPI, command: NotifySelector, terminal: Terminal,
     if progress:
         terminal.line(f"{output.notification_name(obj)} created")
         progress.show(obj)
+    windowed = "release" in obj.get("spec", {})
+
+    def settled(version: dict[str, Any]) -> bool:
+        return is_finished(version) or (windowed and is_quiesced(version))
+
     try:
-        versions = api.follow("notifications", obj, is_finished, command.wait)
+        versions = api.follow("notifications", obj, settled, command.wait)
         async with aclosing(versions):
             async for version in versions:
                 obj = version
@@ -75,6 +106,10 @@ async def run(api: NotifierAPI, command: NotifySelector, terminal: Terminal,
             progress.end(obj)
     if structured:
         _print_object(obj, command, terminal, created=False)
+    elif not is_finished(obj) and is_quiesced(obj):
+        terminal.line(output.window_summary(obj))
+        terminal.line(f"quiesced until released: kubectl notify -n {api.namespace} release "
+                      f"{output.notification_name(obj)}")
     else:
         terminal.line(output.notification_summary(obj))
         failed = _counts_failed(obj)
@@ -83,6 +118,8 @@ async def run(api: NotifierAPI, command: NotifySelector, terminal: Terminal,
                 f"{NOTIFICATION_LABEL}={obj['metadata']['name']},!{ROLLBACK_LABEL}"),
                 fieldSelector="status.phase=Failed")
             terminal.line(output.failed_pods(records, failed))
+    if not is_finished(obj) and is_quiesced(obj):
+        return SUCCEEDED
     if not is_finished(obj):
         raise PluginError(
             f"error: timed out waiting for {output.notification_name(obj)} to finish; it goes "

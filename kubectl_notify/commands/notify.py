@@ -15,10 +15,17 @@ from kubectl_notify.errors import FAILED, SUCCEEDED, PluginError
 from kubectl_notify.terminal import Terminal
 
 FINISHED = ("Succeeded", "Failed")
+HELD = "Held"
 
 
 def is_finished(record: dict[str, Any]) -> bool:
     return (record.get("status") or {}).get("phase") in FINISHED
+
+
+def is_settled(record: dict[str, Any]) -> bool:
+    """Finished, or a held notifier's run that reported ready: it stays Held until released,
+    so the command returns there (exit 0) and says how to release it."""
+    return is_finished(record) or (record.get("status") or {}).get("phase") == HELD
 
 
 def request_body(command: NotifyPod) -> dict[str, Any]:
@@ -45,14 +52,19 @@ async def run(api: NotifierAPI, command: NotifyPod, terminal: Terminal,
     if command.dry_run or command.wait == 0:
         _print_created(record, command, terminal)
         return SUCCEEDED
-    if not is_finished(record):
+    if not is_settled(record):
         remaining = None if deadline is None else max(0.0, deadline - clock())
-        versions = api.follow("podnotifiers", record, is_finished, remaining)
+        versions = api.follow("podnotifiers", record, is_settled, remaining)
         async with aclosing(versions):
             async for version in versions:
                 record = version
     _print_result(record, command.output, terminal)
-    if not is_finished(record):
+    if record["status"]["phase"] == HELD:
+        if command.output not in ("yaml", "json", "name"):
+            terminal.line(f"held until released: kubectl notify -n {api.namespace} release "
+                          f"{output.record_name(record)}")
+        return SUCCEEDED
+    if not is_settled(record):
         raise PluginError(
             f"error: timed out waiting for {output.record_name(record)} to finish (phase "
             f"{(record.get('status') or {}).get('phase', 'Pending')}); it goes on: kubectl -n "

@@ -12,6 +12,7 @@ from kubectl_notify.cli import (
     ListNotifiers,
     NotifyPod,
     NotifySelector,
+    Release,
     parse,
 )
 from kubectl_notify.durations import format_duration, parse_duration
@@ -67,6 +68,16 @@ def test_selector_fan_out() -> None:
                                      rollback="unquiesce", continue_on_failure=True, wait=600.0)
 
 
+def test_quiesce_window_flags() -> None:
+    command = parse(["-l", "app=db", "quiesce", "--release", "unquiesce", "--release-after",
+                     "30s", "--max-hold", "10m", "--concurrency-policy", "Wait"]).command
+    assert command == NotifySelector(selector="app=db", notifier="quiesce", release="unquiesce",
+                                     release_after_seconds=30, max_hold_seconds=600,
+                                     concurrency_policy="Wait")
+    assert parse(["-l", "app=db", "lock", "--max-hold", "1.5s"]).command == NotifySelector(
+        selector="app=db", notifier="lock", max_hold_seconds=2)
+
+
 def test_subcommands() -> None:
     assert parse(["list", "-l", "app=db", "-o", "json"]).command == ListNotifiers(
         selector="app=db", output="json")
@@ -75,6 +86,10 @@ def test_subcommands() -> None:
     assert invocation.globals.namespace == "demo"
     assert parse(["can-i", "db-0"]).command == CanI(pod="db-0")
     assert parse(["completion", "zsh"]).command == Completion(shell="zsh")
+    assert parse(["release", "podnotifier/db-0-lock-x"]).command == Release(
+        resource="podnotifiers", name="db-0-lock-x")
+    assert parse(["release", "notification/snap", "--wait=0", "-o", "name"]).command == Release(
+        resource="notifications", name="snap", wait=0.0, output="name")
     assert parse(["__complete", "db-0", ""]).command == Completion(words=("db-0", ""))
 
 
@@ -96,6 +111,13 @@ def test_subcommands() -> None:
     (["list", "db-0", "-l", "app=db"], "list needs a POD or -l SELECTOR"),
     (["list", "db-0", "-o", "name"], "allowed formats are: wide,yaml,json"),
     (["completion", "fish"], "invalid choice: 'fish'"),
+    (["release", "pod/db-0"], "give podnotifier/NAME or notification/NAME"),
+    (["release", "snap"], "give podnotifier/NAME or notification/NAME"),
+    (["db-0", "quiesce", "--release", "unquiesce"], "--release applies to -l SELECTOR only"),
+    (["-l", "a=b", "q", "--rollback", "u", "--release", "u"], "--rollback and --release are "
+     "exclusive"),
+    (["-l", "a=b", "q", "--max-hold", "0s"], "--max-hold must be at least 1s"),
+    (["-l", "a=b", "q", "--concurrency-policy", "Allow"], "invalid choice: 'Allow'"),
 ])
 def test_usage_errors_are_worded_like_kubectl(args: list[str], message: str) -> None:
     with pytest.raises(UsageError) as raised:
@@ -113,7 +135,7 @@ def test_subcommand_errors_point_at_the_subcommand_help() -> None:
 
 
 @pytest.mark.parametrize("args", [["--help"], ["list", "--help"], ["can-i", "-h"],
-                                  ["completion", "--help"]])
+                                  ["completion", "--help"], ["release", "--help"]])
 def test_help_for_each_command(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         parse(args)

@@ -18,7 +18,7 @@ import pytest
 from apiserver.kube import Connection, KubeClient
 from kubectl_notify.__main__ import main, run_command
 from kubectl_notify.api import NotifierAPI
-from kubectl_notify.cli import CanI, ListNotifiers, NotifyPod, NotifySelector
+from kubectl_notify.cli import CanI, ListNotifiers, NotifyPod, NotifySelector, Release
 from kubectl_notify.commands.fanout import PLAIN_INTERVAL, Progress
 from kubectl_notify.errors import FAILED, SUCCEEDED, USAGE, PluginError, ServerError
 from kubectl_notify.impersonation import Impersonating
@@ -371,3 +371,83 @@ def test_plain_progress_is_rate_limited_within_a_phase_and_ends_with_the_last_st
         "0/3 done (0 succeeded, 0 failed, 0 skipped, 0 running, 3 pending)",
         "1/3 done (1 succeeded, 0 failed, 0 skipped, 1 running, 1 pending)",
         "2/3 done (2 succeeded, 0 failed, 0 skipped, 1 running, 0 pending)"]
+
+
+async def test_a_held_run_returns_once_held_and_says_how_to_release_it() -> None:
+    watch = ("GET", f"{API}/podnotifiers")
+    server = FakeServer({
+        NOTIFY: httpx.Response(201, json=run_record("Running", rv="7")),
+        watch: watch_stream(("MODIFIED", run_record("Held", rv="8",
+                                                    heldTime="2026-12-01T12:00:00.000Z")),
+                            ("MODIFIED", run_record("Succeeded", rv="9")))})
+    code, out = await run(server, NotifyPod("db-0", "lock"))
+    assert code == SUCCEEDED
+    lines = out.splitlines()
+    assert lines[0] == "podnotifier/db-0-quiesce-abcde Held"
+    assert lines[-1] == ("held until released: kubectl notify -n ns release "
+                         "podnotifier/db-0-quiesce-abcde")
+
+
+def windowed(phase: str, rv: str, quiesced: bool, **counts: int) -> dict[str, Any]:
+    obj = notification(phase, rv, **counts)
+    obj["spec"] = {"notifier": "quiesce", "release": {"notifier": "unquiesce",
+                                                      "maxHoldSeconds": 600}}
+    if quiesced:
+        obj["status"]["window"] = {"quiescedTime": "2026-12-01T12:00:00.000Z"}
+        obj["status"]["conditions"] = [{"type": "Quiesced", "status": "True",
+                                        "reason": "AllPodsQuiesced"}]
+    return obj
+
+
+async def test_a_window_returns_once_every_pod_is_quiesced() -> None:
+    server = FakeServer({
+        FANOUT: httpx.Response(201, json=windowed("Pending", "1", False, pending=3)),
+        FANOUT_WATCH: watch_stream(
+            ("MODIFIED", windowed("Running", "2", False, pending=2, running=1)),
+            ("MODIFIED", windowed("Running", "3", True, succeeded=3)),
+            ("MODIFIED", windowed("Succeeded", "4", True, succeeded=3)))})
+    code, out = await run(server, NotifySelector(
+        "app=db", "quiesce", release="unquiesce", release_after_seconds=0, max_hold_seconds=600,
+        concurrency_policy="Wait"))
+    assert code == SUCCEEDED
+    assert out.splitlines()[-2:] == [
+        "notification/quiesce-x1 Quiesced: 3 pods quiesced at 2026-12-01T12:00:00.000Z; "
+        "released at the latest after 600s",
+        "quiesced until released: kubectl notify -n ns release notification/quiesce-x1"]
+    body = json.loads(server.sent(*FANOUT)[0].content)
+    assert body["spec"]["release"] == {"notifier": "unquiesce", "afterSeconds": 0,
+                                       "maxHoldSeconds": 600}
+    assert body["spec"]["concurrencyPolicy"] == "Wait"
+
+
+async def test_release_posts_the_subresource_and_waits_for_the_end() -> None:
+    post = ("POST", f"{API}/notifications/quiesce-x1/release")
+    released = windowed("Succeeded", "6", True, succeeded=3, released=3)
+    released["status"]["window"].update(releaseTime="2026-12-01T12:00:05.000Z",
+                                        unquiescedTime="2026-12-01T12:00:06.000Z")
+    server = FakeServer({
+        post: httpx.Response(200, json=windowed("Running", "5", True, succeeded=3)),
+        FANOUT_WATCH: watch_stream(("MODIFIED", released))})
+    code, out = await run(server, Release("notifications", "quiesce-x1"))
+    assert code == SUCCEEDED
+    assert json.loads(server.sent(*post)[0].content) == {}
+    assert out.splitlines() == [
+        "notification/quiesce-x1 Succeeded: 3 succeeded, 0 failed, 0 skipped of 3 pods, "
+        "3 released",
+        "window: quiesced 2026-12-01T12:00:00.000Z, release started 2026-12-01T12:00:05.000Z, "
+        "unquiesced 2026-12-01T12:00:06.000Z"]
+
+
+async def test_release_of_a_record_without_waiting_and_a_failed_release() -> None:
+    post = ("POST", f"{API}/podnotifiers/db-0-quiesce-abcde/release")
+    server = FakeServer({post: httpx.Response(200, json=run_record("Held"))})
+    code, out = await run(server, Release("podnotifiers", "db-0-quiesce-abcde", wait=0))
+    assert (code, out) == (SUCCEEDED, "podnotifier/db-0-quiesce-abcde release requested\n")
+    server = FakeServer({post: httpx.Response(200, json=run_record(
+        "Failed", reason="HoldExpired", message="not released within 600s"))})
+    code, out = await run(server, Release("podnotifiers", "db-0-quiesce-abcde"))
+    assert code == FAILED
+    assert out.startswith("podnotifier/db-0-quiesce-abcde Failed (HoldExpired)")
+    server = FakeServer({post: status(403, "Forbidden", "may not release")})
+    with pytest.raises(ServerError):
+        await run(server, Release("podnotifiers", "db-0-quiesce-abcde"))

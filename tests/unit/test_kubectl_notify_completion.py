@@ -15,7 +15,7 @@ def offline(words: list[str]) -> list[str]:
 
 
 def test_first_word_offers_the_commands() -> None:
-    assert offline([""]) == ["list", "can-i", "completion"]
+    assert offline([""]) == ["list", "can-i", "release", "completion"]
     assert offline(["ca"]) == ["can-i"]
 
 
@@ -30,9 +30,11 @@ def test_values_of_output_and_shells() -> None:
     assert offline(["db-0", "quiesce", "-o", ""]) == ["wide", "yaml", "json", "name"]
     assert offline(["list", "db-0", "-o", "y"]) == ["yaml"]
     assert offline(["completion", ""]) == ["bash", "zsh"]
+    assert offline(["release", ""]) == ["podnotifier/", "notification/"]
+    assert offline(["release", "n"]) == ["notification/"]
     assert offline(["-n", ""]) == []
     assert offline(["--wait=1s", "--dry-run=server", "-c", "db", ""]) == [
-        "list", "can-i", "completion"]
+        "list", "can-i", "release", "completion"]
 
 
 def test_kubectl_protocol_ends_with_the_no_file_directive(capsys: pytest.CaptureFixture[str]
