@@ -36,6 +36,7 @@ from apiserver.notifier import housekeeping
 from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.events import REPORTING_CONTROLLER, NotificationEvents, RunEvents
 from apiserver.notifier.exec_stream import KubeEndpoint
+from apiserver.notifier.holds import HoldReleases
 from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import KubeExec, Runner
@@ -177,8 +178,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         return KubeEndpoint(kube.base_url, kube.ssl_context, kube.auth_headers())
 
     events = EventRecorder(kube, REPORTING_CONTROLLER, replica, metrics)
-    runner = Runner(records, KubeExec(exec_endpoint), pod_index, metrics,
-                    options.max_concurrent_executions, RunEvents(events))
+    kube_exec = KubeExec(exec_endpoint)
+    runner = Runner(records, kube_exec, pod_index, metrics,
+                    options.max_concurrent_executions, RunEvents(events), holding=kube_exec)
     admission = Admission(
         pods=pod_cache, trust=TrustRules(owners, authorizer), records=records,
         runner=runner, limits=Limits(
@@ -186,7 +188,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             output_tail_bytes=options.output_tail_bytes,
             default_ttl_seconds_after_finished=options.default_ttl_seconds_after_finished,
             max_records_per_pod=options.max_records_per_pod,
-            max_concurrent_executions=options.max_concurrent_executions))
+            max_concurrent_executions=options.max_concurrent_executions,
+            max_hold_seconds=options.max_hold_seconds))
     fanout = FanoutManager(FanoutParts(
         notifications=notification_store, podnotifiers=records,
         scopes=ScopeStore(run_store, pod_set_store),
@@ -197,6 +200,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     routes.include_router(notify.router(admission, runner, records,
                                         options.max_timeout_seconds))
     routes.include_router(podnotifiers.router(records, watches))
+    routes.include_router(podnotifiers.release_router(records, HoldReleases(records),
+                                                      authorizer))
     routes.include_router(notifications.router(
         notification_store, fanout, kube, authorizer, watches,
         max_parallelism=options.max_notification_parallelism,

@@ -25,6 +25,7 @@ from apiserver.api.resources import (
     GROUP_VERSION,
     NOTIFICATIONS,
     POD_NOTIFY,
+    PODNOTIFIER_RELEASE,
     PODNOTIFIERS,
     VERSION,
     Resource,
@@ -142,6 +143,14 @@ _NOTIFY_RESPONSES = {
 }
 
 
+_RELEASE_RESPONSES = {
+    403: ("Forbidden: the caller may not create podnotifiers/release, or may not create "
+          "pods/notify on the record's pod (the message names what is missing)"),
+    404: "NotFound: no such PodNotifier",
+    409: "Conflict: the record is not a held notifier's (status.maxHoldSeconds is unset)",
+}
+
+
 @dataclass(frozen=True)
 class _Operation:
     method: str
@@ -233,8 +242,19 @@ def _operations() -> tuple[_Operation, ...]:
         (*_WRITE, _WAIT_SECONDS), body=f"{OURS}.PodNotifier", success=201,
         path_params=(_NAMESPACE, _NAME), failures=(*_BODY, 404, 409, 429),
         consumes=BODY_MEDIA_TYPES, explained=_NOTIFY_RESPONSES)
+    release = _Operation(
+        "post", f"{_NAMESPACED}/podnotifiers/{{name}}/release", "post",
+        f"create{_OPERATION_PREFIX}NamespacedPodNotifierRelease", PODNOTIFIER_RELEASE.kind,
+        f"{OURS}.PodNotifier",
+        "Release a held notifier: the request is stored on the record, and the replica that "
+        "holds the command stops it (stdin closed, then SIGTERM); the record then ends "
+        "Succeeded with reason Released. The body may be empty or any object. A finished "
+        "record is answered unchanged; a record not yet Held is released once it is.",
+        _WRITE, path_params=(_NAMESPACE, _NAME), failures=(400, 404, 409, 413, 415),
+        consumes=BODY_MEDIA_TYPES, explained=_RELEASE_RESPONSES)
     return (
         notify,
+        release,
         *_resource_operations(PODNOTIFIERS.kind, PODNOTIFIERS, ", ".join(
             (*_METADATA_FIELDS, "spec.podName", "spec.notifier", "status.phase"))),
         *_resource_operations(NOTIFICATIONS.kind, NOTIFICATIONS, ", ".join(

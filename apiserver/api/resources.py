@@ -28,8 +28,10 @@ PODNOTIFIERS = Resource(
     ("delete", "deletecollection", "get", "list", "patch", "watch"),
     singular="podnotifier", short_names=("pnot",), categories=("notifier",),
 )
+PODNOTIFIER_RELEASE = Resource("podnotifiers/release", "PodNotifier", ("create",))
+"""Release a held notifier (apiserver.notifier.holds)."""
 NOTIFICATIONS = Resource(
     "notifications", "Notification", ("create", "delete", "get", "list", "patch", "watch"),
     singular="notification", categories=("notifier",),
 )
-RESOURCES = (NOTIFICATIONS, PODNOTIFIERS, POD_NOTIFY)
+RESOURCES = (NOTIFICATIONS, PODNOTIFIERS, PODNOTIFIER_RELEASE, POD_NOTIFY)

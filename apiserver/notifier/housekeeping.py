@@ -153,7 +153,8 @@ async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_
         token = ""
         while True:
             page = await store.list(None, field_selector="status.phase!=Pending,"
-                                    "status.phase!=Running", limit=500, continue_token=token)
+                                    "status.phase!=Running,status.phase!=Held", limit=500,
+                                    continue_token=token)
             for record in page.items:
                 spec, meta = record["spec"], record["metadata"]
                 if pods.gone(meta["namespace"], spec["podName"], spec.get("podUID", "")):
