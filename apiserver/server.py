@@ -163,8 +163,6 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         renew_deadline=options.leader_elect_renew_deadline,
         retry_period=options.leader_elect_retry_period)
     metrics.watch_leader(lambda: elector.is_leader)
-    takeover = housekeeping.Takeover(
-        records, replica_lease, lease_duration_seconds=options.leader_elect_lease_duration)
     pod_index = PodDirectory(kube)
     pod_cache = PodCache(kube)
     owners = OwnerTemplates(kube)
@@ -179,6 +177,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
 
     events = EventRecorder(kube, REPORTING_CONTROLLER, replica, metrics)
     kube_exec = KubeExec(exec_endpoint)
+    takeover = housekeeping.Takeover(
+        records, replica_lease, lease_duration_seconds=options.leader_elect_lease_duration,
+        stopper=kube_exec)
     runner = Runner(records, kube_exec, pod_index, metrics,
                     options.max_concurrent_executions, RunEvents(events), holding=kube_exec)
     admission = Admission(
@@ -211,7 +212,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for cache in caches:
             cache.start()
-        await housekeeping.recover_interrupted(records)
+        await housekeeping.recover_interrupted(records, stopper=kube_exec)
         event_writer = asyncio.create_task(events.run(), name="event-recorder")
         heartbeat = asyncio.create_task(replica_lease.run(), name="replica-lease")
         election = asyncio.create_task(elector.run(fanout.lead, fanout.step_down),
