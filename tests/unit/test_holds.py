@@ -25,6 +25,7 @@ from apiserver.notifier.declarations import (
 from apiserver.notifier.events import RunEvents
 from apiserver.notifier.exec_protocol import ExecReason, Stop
 from apiserver.notifier.exec_stream import ExecResult
+from apiserver.notifier.held_exec import HeldCommand
 from apiserver.notifier.holds import HoldReleases, NotHeldNotifier
 from apiserver.notifier.runner import ContainerPlan, Plan, Runner
 from apiserver.notifier.stopping import PidMarker, ReadyLine, Stopped
@@ -114,6 +115,68 @@ def test_the_ready_line_may_arrive_split_and_end_in_crlf() -> None:
 ])
 def test_only_a_whole_line_equal_to_it_is_ready(frames: list[bytes]) -> None:
     assert _ready(frames)[0] is False
+
+
+# One held command (held_exec)
+
+
+class FakeStream:
+    """The held exec: prints the marker and the ready line, then waits for its stdin to close;
+    a command that ignores stdin EOF (as under kwok) runs until it is signalled."""
+
+    def __init__(self, honours_eof: bool) -> None:
+        self.honours_eof = honours_eof
+        self.signalled = asyncio.Event()
+        self.stopped: list[int] = []
+        self.argv: list[str] = []
+
+    async def __call__(self, argv: Sequence[str], timeout: float, stdout_filter: Any,
+                       close_stdin: asyncio.Event) -> ExecResult:
+        self.argv = list(argv)
+        stdout_filter.feed(b"container-notifier-pid 77\nlocking\n")
+        stdout_filter.feed(b"ready\n")
+        await close_stdin.wait()
+        if not self.honours_eof:
+            await self.signalled.wait()
+            return result(143, b"locking\nready\n")
+        return result(0, b"locking\nready\n")
+
+    async def stop(self, pid: int) -> Stopped:
+        self.stopped.append(pid)
+        self.signalled.set()
+        return Stopped(Stop.TERMINATED, f"the command (PID {pid}) was stopped with SIGTERM")
+
+
+@pytest.mark.parametrize("honours_eof", [True, False])
+async def test_a_held_command_is_released_by_closing_stdin_then_by_its_pid(
+        honours_eof: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("apiserver.notifier.held_exec.STDIN_CLOSE_WAIT_SECONDS", 0.05)
+    stream = FakeStream(honours_eof)
+    command = HeldCommand(stream, stream.stop, ["mysql"], "ready", 60)
+    await asyncio.wait_for(command.ready.wait(), 1)
+    assert command.pid == 77 and stream.argv[0] == "/bin/sh" and stream.argv[-1] == "mysql"
+    assert not command.ended.is_set()
+    ended, stopped = await command.release()
+    assert ended.stdout == b"locking\nready\n"  # the marker is off, the ready line kept
+    if honours_eof:
+        assert (stopped.stop, stream.stopped) == (Stop.EXITED, [])
+        assert stopped.how == "the command (PID 77) exited once its stdin was closed"
+    else:
+        assert (stopped.stop, stream.stopped, ended.exit_code) == (Stop.TERMINATED, [77], 143)
+
+
+async def test_a_held_command_without_a_shell_says_it_needs_one() -> None:
+    async def no_shell(argv: Sequence[str], timeout: float, stdout_filter: Any,
+                       close_stdin: asyncio.Event) -> ExecResult:
+        return result(127)
+
+    async def never(pid: int) -> Stopped:
+        raise AssertionError("nothing to stop")
+
+    command = HeldCommand(no_shell, never, ["mysql"], "ready", 60)
+    await asyncio.wait_for(command.ended.wait(), 1)
+    ended = await command.result()
+    assert not command.ready.is_set() and "a held notifier runs through /bin/sh" in ended.message
 
 
 # The runner's held lifecycle
