@@ -69,9 +69,10 @@ _FIELD_VALIDATION = _Param("fieldValidation", "query", "string", (
 _WRITE = (_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION)
 """The query of every request that creates or changes an object."""
 _WAIT_SECONDS = _Param("waitSeconds", "query", "integer", (
-    f"Hold the answer until the run finishes or this many seconds pass, from 0 to "
-    f"{MAX_WAIT_SECONDS} (kube-apiserver ends requests after 60 s). Default 0: answer at once "
-    "with the Pending record. Either way the answer is 201 with the record as stored then."))
+    "Hold the answer until the run finishes (or, for a held notifier, is Held) or this many "
+    f"seconds pass, from 0 to {MAX_WAIT_SECONDS} (kube-apiserver ends requests after 60 s). "
+    "Default 0: answer at once with the Pending record. Either way the answer is 201 with the "
+    "record as stored then."))
 _FORCE = _Param("force", "query", "boolean", (
     "Apply patches only: take fields that other managers own instead of answering 409."))
 _DELETE = (

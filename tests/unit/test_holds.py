@@ -8,29 +8,38 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from apiserver.api.tables import PODNOTIFIER_TABLE
 from apiserver.authn.user import UserInfo
 from apiserver.notifier import records
+from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.declarations import (
+    ANNOTATION,
     ExecAction,
     Hold,
     InvalidNotifiers,
     Notifier,
     parse_notifiers,
 )
+from apiserver.notifier.errors import InvalidDeclaration, InvalidSelection
 from apiserver.notifier.events import RunEvents
 from apiserver.notifier.exec_protocol import ExecReason, Stop
 from apiserver.notifier.exec_stream import ExecResult
 from apiserver.notifier.held_exec import HeldCommand
 from apiserver.notifier.holds import HoldReleases, NotHeldNotifier
+from apiserver.notifier.housekeeping import recover_interrupted
+from apiserver.notifier.request import NotifyRequest
 from apiserver.notifier.runner import ContainerPlan, Plan, Runner
 from apiserver.notifier.stopping import PidMarker, ReadyLine, Stopped
+from apiserver.notifier.trust import TrustDecision
 from apiserver.registry.errors import NotFound
-from apiserver.registry.resources import PODNOTIFIERS
+from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from tests.support.events import RecordingSink
@@ -115,6 +124,106 @@ def test_the_ready_line_may_arrive_split_and_end_in_crlf() -> None:
 ])
 def test_only_a_whole_line_equal_to_it_is_ready(frames: list[bytes]) -> None:
     assert _ready(frames)[0] is False
+
+
+# Admission
+
+
+class Trusted:
+    async def decide(self, user: UserInfo, pod: dict[str, Any]) -> TrustDecision:
+        return TrustDecision(True, "PodExec", "")
+
+
+def _pod(**containers: dict[str, Any] | None) -> dict[str, Any]:
+    declared = {name: [notifier] for name, notifier in containers.items() if notifier}
+    return {"metadata": {"namespace": "ns", "name": "db-0", "uid": "u1",
+                         "annotations": {ANNOTATION: json.dumps(declared)}},
+            "spec": {"containers": [{"name": name} for name in containers]},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": name, "state": {"running": {}}} for name in containers]}}
+
+
+def _admission(max_hold_seconds: int = 3600) -> Admission:
+    return Admission(pods=None, trust=Trusted(), records=None, runner=None,  # type: ignore[arg-type]
+                     limits=Limits(max_timeout_seconds=600, output_tail_bytes=4096,
+                                   default_ttl_seconds_after_finished=3600,
+                                   max_records_per_pod=10, max_concurrent_executions=2,
+                                   max_hold_seconds=max_hold_seconds))
+
+
+def _ask(notifier: str = "lock") -> NotifyRequest:
+    return NotifyRequest(name="", generate_name="", labels={}, notifier=notifier,
+                         containers=None, timeout_seconds=None, ttl_seconds_after_finished=None)
+
+
+def _held(max_hold: int) -> dict[str, Any]:
+    return {"name": "lock", "action": EXEC, "hold": {"maxHoldSeconds": max_hold}}
+
+
+async def test_admitting_a_held_notifier_records_its_least_bound() -> None:
+    admitted = await _admission().admit(UserInfo("u"), _pod(db=_held(600), side=_held(60)),
+                                        _ask())
+    assert admitted.max_hold_seconds == 60
+    assert admitted.record["status"]["maxHoldSeconds"] == 60
+    plain = await _admission().admit(UserInfo("u"), _pod(db={"name": "lock", "action": EXEC}),
+                                     _ask())
+    assert plain.max_hold_seconds is None and "maxHoldSeconds" not in plain.record["status"]
+
+
+async def test_admission_bounds_holds_by_the_servers_flag() -> None:
+    with pytest.raises(InvalidDeclaration) as raised:
+        await _admission(max_hold_seconds=30).admit(UserInfo("u"), _pod(db=_held(60)), _ask())
+    assert "hold.maxHoldSeconds: Invalid value: 60: must be between 1 and 30" in (
+        raised.value.message)
+
+
+async def test_one_run_cannot_hold_some_containers_and_not_others() -> None:
+    pod = _pod(db=_held(60), side={"name": "lock", "action": EXEC})
+    with pytest.raises(InvalidSelection) as raised:
+        await _admission().admit(UserInfo("u"), pod, _ask())
+    assert 'is held in containers db but not in side' in raised.value.message
+
+
+def test_a_held_record_shows_held_in_kubectl_get() -> None:
+    row = PODNOTIFIER_TABLE.row(records.mark_held(records.mark_running(
+        records.new_record(records.RecordRequest(
+            namespace="ns", pod="db-0", pod_uid="u1", notifier="lock", containers=["db"],
+            requested_containers=None, timeout_seconds=None, ttl_seconds_after_finished=60,
+            name="lock-1", generate_name="", labels={}, requested_by=UserInfo("u"),
+            max_hold_seconds=60)), "2026-12-01T10:00:00.000Z"), "2026-12-01T10:00:01.000Z",
+        {"db": 12}), now=datetime(2026, 12, 1, 10, 0, 5, tzinfo=UTC))
+    names = [column.name for column in PODNOTIFIER_TABLE.columns]
+    cells = dict(zip(names, row["cells"], strict=True))
+    assert (cells["Phase"], cells["Exit"], cells["Duration"]) == ("Held", "-", "5s")
+
+
+async def test_restart_recovery_stops_this_replicas_held_commands(tmp_path: Path) -> None:
+    database = await SqliteDatabase.open(tmp_path / "data")
+    store = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
+                             SqliteObjectStore(database, PODLEDGERS), "replica-a")
+    held = records.mark_held(records.new_record(records.RecordRequest(
+        namespace="ns", pod="db-0", pod_uid="u1", notifier="lock", containers=["db"],
+        requested_containers=None, timeout_seconds=None, ttl_seconds_after_finished=60,
+        name="lock-1", generate_name="", labels={}, requested_by=UserInfo("u"),
+        max_hold_seconds=60)), records.now(), {"db": 12})
+    await store.create_bounded(held, max_per_pod=10)
+    stopped: list[tuple[str, str, str, int]] = []
+
+    class Stopper:
+        async def stop(self, namespace: str, pod: str, container: str, pid: int) -> Stopped:
+            stopped.append((namespace, pod, container, pid))
+            return Stopped(Stop.KILLED, f"the command (PID {pid}) was killed with SIGKILL")
+
+    try:
+        assert await recover_interrupted(store, stopper=Stopper()) == 1
+        status = (await store.get("ns", "lock-1"))["status"]
+    finally:
+        store.close()
+        await database.close()
+    assert stopped == [("ns", "db-0", "db", 12)]
+    assert (status["phase"], status["reason"]) == ("Failed", "Interrupted")
+    assert status["message"].endswith("the held command was stopped by PID: db: stopped (the "
+                                      "command (PID 12) was killed with SIGKILL)")
 
 
 # One held command (held_exec)
