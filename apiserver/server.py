@@ -36,6 +36,7 @@ from apiserver.notifier import housekeeping
 from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.events import REPORTING_CONTROLLER, NotificationEvents, RunEvents
 from apiserver.notifier.exec_stream import KubeEndpoint
+from apiserver.notifier.holds import HoldReleases
 from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import KubeExec, Runner
@@ -162,8 +163,6 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         renew_deadline=options.leader_elect_renew_deadline,
         retry_period=options.leader_elect_retry_period)
     metrics.watch_leader(lambda: elector.is_leader)
-    takeover = housekeeping.Takeover(
-        records, replica_lease, lease_duration_seconds=options.leader_elect_lease_duration)
     pod_index = PodDirectory(kube)
     pod_cache = PodCache(kube)
     owners = OwnerTemplates(kube)
@@ -177,8 +176,12 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         return KubeEndpoint(kube.base_url, kube.ssl_context, kube.auth_headers())
 
     events = EventRecorder(kube, REPORTING_CONTROLLER, replica, metrics)
-    runner = Runner(records, KubeExec(exec_endpoint), pod_index, metrics,
-                    options.max_concurrent_executions, RunEvents(events))
+    kube_exec = KubeExec(exec_endpoint)
+    takeover = housekeeping.Takeover(
+        records, replica_lease, lease_duration_seconds=options.leader_elect_lease_duration,
+        stopper=kube_exec)
+    runner = Runner(records, kube_exec, pod_index, metrics,
+                    options.max_concurrent_executions, RunEvents(events), holding=kube_exec)
     admission = Admission(
         pods=pod_cache, trust=TrustRules(owners, authorizer), records=records,
         runner=runner, limits=Limits(
@@ -186,17 +189,22 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             output_tail_bytes=options.output_tail_bytes,
             default_ttl_seconds_after_finished=options.default_ttl_seconds_after_finished,
             max_records_per_pod=options.max_records_per_pod,
-            max_concurrent_executions=options.max_concurrent_executions))
+            max_concurrent_executions=options.max_concurrent_executions,
+            max_hold_seconds=options.max_hold_seconds))
+    holds = HoldReleases(records)
     fanout = FanoutManager(FanoutParts(
         notifications=notification_store, podnotifiers=records,
         scopes=ScopeStore(run_store, pod_set_store),
         admission=admission, runner=runner, authorizer=authorizer, metrics=metrics,
-        new_pods=InformerNewPods(pod_informer(kube)), events=NotificationEvents(events)))
+        new_pods=InformerNewPods(pod_informer(kube)), events=NotificationEvents(events),
+        holds=holds))
 
     routes = APIRouter()
     routes.include_router(notify.router(admission, runner, records,
                                         options.max_timeout_seconds))
     routes.include_router(podnotifiers.router(records, watches))
+    routes.include_router(podnotifiers.release_router(records, holds,
+                                                      authorizer))
     routes.include_router(notifications.router(
         notification_store, fanout, kube, authorizer, watches,
         max_parallelism=options.max_notification_parallelism,
@@ -207,7 +215,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for cache in caches:
             cache.start()
-        await housekeeping.recover_interrupted(records)
+        await housekeeping.recover_interrupted(records, stopper=kube_exec)
         event_writer = asyncio.create_task(events.run(), name="event-recorder")
         heartbeat = asyncio.create_task(replica_lease.run(), name="replica-lease")
         election = asyncio.create_task(elector.run(fanout.lead, fanout.step_down),

@@ -26,6 +26,7 @@ from apiserver.api.resources import (
     NOTIFICATION_RELEASE,
     NOTIFICATIONS,
     POD_NOTIFY,
+    PODNOTIFIER_RELEASE,
     PODNOTIFIERS,
     VERSION,
     Resource,
@@ -69,9 +70,10 @@ _FIELD_VALIDATION = _Param("fieldValidation", "query", "string", (
 _WRITE = (_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION)
 """The query of every request that creates or changes an object."""
 _WAIT_SECONDS = _Param("waitSeconds", "query", "integer", (
-    f"Hold the answer until the run finishes or this many seconds pass, from 0 to "
-    f"{MAX_WAIT_SECONDS} (kube-apiserver ends requests after 60 s). Default 0: answer at once "
-    "with the Pending record. Either way the answer is 201 with the record as stored then."))
+    "Hold the answer until the run finishes (or, for a held notifier, is Held) or this many "
+    f"seconds pass, from 0 to {MAX_WAIT_SECONDS} (kube-apiserver ends requests after 60 s). "
+    "Default 0: answer at once with the Pending record. Either way the answer is 201 with the "
+    "record as stored then."))
 _FORCE = _Param("force", "query", "boolean", (
     "Apply patches only: take fields that other managers own instead of answering 409."))
 _DELETE = (
@@ -140,6 +142,14 @@ _NOTIFY_RESPONSES = {
           "notifier; details.causes name each field"),
     429: ("TooManyRequests: the server already runs its maximum of notifiers, or the pod has "
           "its maximum of unfinished records; retry after Retry-After seconds"),
+}
+
+
+_RELEASE_RESPONSES = {
+    403: ("Forbidden: the caller may not create podnotifiers/release, or may not create "
+          "pods/notify on the record's pod (the message names what is missing)"),
+    404: "NotFound: no such PodNotifier",
+    409: "Conflict: the record is not a held notifier's (status.maxHoldSeconds is unset)",
 }
 
 
@@ -234,7 +244,17 @@ def _operations() -> tuple[_Operation, ...]:
         (*_WRITE, _WAIT_SECONDS), body=f"{OURS}.PodNotifier", success=201,
         path_params=(_NAMESPACE, _NAME), failures=(*_BODY, 404, 409, 429),
         consumes=BODY_MEDIA_TYPES, explained=_NOTIFY_RESPONSES)
-    release = _Operation(
+    record_release = _Operation(
+        "post", f"{_NAMESPACED}/podnotifiers/{{name}}/release", "post",
+        f"create{_OPERATION_PREFIX}NamespacedPodNotifierRelease", PODNOTIFIER_RELEASE.kind,
+        f"{OURS}.PodNotifier",
+        "Release a held notifier: the request is stored on the record, and the replica that "
+        "holds the command stops it (stdin closed, then SIGTERM); the record then ends "
+        "Succeeded with reason Released. The body may be empty or any object. A finished "
+        "record is answered unchanged; a record not yet Held is released once it is.",
+        _WRITE, path_params=(_NAMESPACE, _NAME), failures=(400, 404, 409, 413, 415),
+        consumes=BODY_MEDIA_TYPES, explained=_RELEASE_RESPONSES)
+    notification_release = _Operation(
         "post", f"{_NAMESPACED}/notifications/{{name}}/release", "post",
         f"create{_OPERATION_PREFIX}NamespacedNotificationRelease", NOTIFICATION_RELEASE.kind,
         f"{OURS}.Notification",
@@ -245,7 +265,8 @@ def _operations() -> tuple[_Operation, ...]:
             409: "Conflict: the Notification has no spec.release, or no recorded run yet"})
     return (
         notify,
-        release,
+        record_release,
+        notification_release,
         *_resource_operations(PODNOTIFIERS.kind, PODNOTIFIERS, ", ".join(
             (*_METADATA_FIELDS, "spec.podName", "spec.notifier", "status.phase"))),
         *_resource_operations(NOTIFICATIONS.kind, NOTIFICATIONS, ", ".join(

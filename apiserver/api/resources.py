@@ -28,10 +28,12 @@ PODNOTIFIERS = Resource(
     ("delete", "deletecollection", "get", "list", "patch", "watch"),
     singular="podnotifier", short_names=("pnot",), categories=("notifier",),
 )
+PODNOTIFIER_RELEASE = Resource("podnotifiers/release", "PodNotifier", ("create",))
+"""Release a held notifier (apiserver.notifier.holds)."""
 NOTIFICATIONS = Resource(
     "notifications", "Notification", ("create", "delete", "get", "list", "patch", "watch"),
     singular="notification", categories=("notifier",),
 )
 NOTIFICATION_RELEASE = Resource("notifications/release", "Notification", ("create",))
 """Ends a Notification's quiesce window (spec.release)."""
-RESOURCES = (NOTIFICATIONS, NOTIFICATION_RELEASE, PODNOTIFIERS, POD_NOTIFY)
+RESOURCES = (NOTIFICATIONS, NOTIFICATION_RELEASE, PODNOTIFIERS, PODNOTIFIER_RELEASE, POD_NOTIFY)

@@ -6,3 +6,4 @@ from apiserver.api.resources import API_PATH
 
 NAMESPACED = f"{API_PATH}/namespaces/{{namespace}}"
 POD_NOTIFY_PATH = f"{NAMESPACED}/pods/{{pod}}/notify"
+PODNOTIFIER_RELEASE_PATH = f"{NAMESPACED}/podnotifiers/{{name}}/release"

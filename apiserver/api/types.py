@@ -74,7 +74,8 @@ NOTIFICATION_CONDITION_TYPES = (*CONDITION_TYPES, CONDITION_PODS_SKIPPED,
                                 CONDITION_WAITING_FOR_PODS, CONDITION_QUIESCED)
 PODNOTIFIER_REASONS = ("Completed", "NonZeroExitCode", "Timeout", "ContainerNotRunning",
                        "PodNotRunning", "PodDeleted", "ExecFailed", "Interrupted",
-                       "InternalError")
+                       "InternalError", "Released", "HoldExpired", "HoldEnded", "NotReady",
+                       "StopFailed")
 """Every reason a PodNotifier (or one of its containers) ends with; notifier/ sets them."""
 
 PRE_EXISTING_PODS, ALL_PODS = "PreExistingPods", "AllPods"
@@ -475,9 +476,15 @@ class ContainerNotifierStatus(APIModel):
     container_id: Annotated[str | None, Field(
         alias="containerID", description="ID of the container the notifier ran in.")] = None
     phase: Annotated[PhaseName | None, Field(
-        description="Pending, Running, Succeeded or Failed.")] = None
+        description="Pending, Running, Held (a held notifier's command is ready and keeps "
+                    "running), Succeeded or Failed.")] = None
     start_time: Annotated[str | None, Field(description="When the run started."),
                           SchemaRef(TIME)] = None
+    held_time: Annotated[str | None, Field(
+        description="A held notifier: when the record became Held."), SchemaRef(TIME)] = None
+    pid: Annotated[int | None, Field(
+        description="A held notifier: the PID of the command in the container (in its PID "
+                    "namespace), by which any server replica can stop it.")] = None
     completion_time: Annotated[str | None, Field(description="When the run finished."),
                                SchemaRef(TIME)] = None
     exit_code: Annotated[int | None, Field(
@@ -487,7 +494,8 @@ class ContainerNotifierStatus(APIModel):
                     "NonZeroExitCode (exitCode says which), Timeout (no exit within "
                     "timeoutSeconds), ContainerNotRunning, PodNotRunning, PodDeleted, "
                     "ExecFailed (the command could not be run), Interrupted (the server "
-                    "stopped) or InternalError.")] = None
+                    "stopped) or InternalError; for a held notifier also Released, HoldExpired, "
+                    "HoldEnded, NotReady or StopFailed (as the record's).")] = None
     message: Annotated[str | None, Field(
         description="Human-readable details, from the runtime or the server.")] = None
     stopped: Annotated[str | None, Field(
@@ -512,16 +520,35 @@ class PodNotifierStatus(APIModel):
     schema_name = f"{OURS}.PodNotifierStatus"
 
     phase: Annotated[PhaseName | None, Field(
-        description="Pending, Running, Succeeded or Failed. Succeeded if and only if every "
-                    "selected container that declares the notifier succeeded.")] = None
+        description="Pending, Running, Held (a held notifier: every container's command is "
+                    "ready and keeps running until released), Succeeded or Failed. Succeeded "
+                    "if and only if every selected container that declares the notifier "
+                    "succeeded.")] = None
     start_time: Annotated[str | None, Field(description="When the run started."),
                           SchemaRef(TIME)] = None
+    max_hold_seconds: Annotated[int | None, Field(
+        description="Set on the records of held notifiers: the longest the run stays Held "
+                    "before it fails HoldExpired.")] = None
+    held_time: Annotated[str | None, Field(
+        description="When every container's command was ready and the record became Held."),
+        SchemaRef(TIME)] = None
+    release_requested_time: Annotated[str | None, Field(
+        description="When a release was first requested (POST .../release)."),
+        SchemaRef(TIME)] = None
+    release_requested_by: Annotated[str | None, Field(
+        description="The user name of who first requested the release.")] = None
+    released_time: Annotated[str | None, Field(
+        description="When the held commands were stopped on that request."),
+        SchemaRef(TIME)] = None
+    released_by: Annotated[str | None, Field(
+        description="The user name of who released the hold.")] = None
     completion_time: Annotated[str | None, Field(description="When the run finished."),
                                SchemaRef(TIME)] = None
     reason: Annotated[str | None, Field(
-        description="Machine-readable reason for the phase: Completed when it succeeded; "
-                    "otherwise the reason of the first failed container, or why the run "
-                    f"ended. One of {_listed(PODNOTIFIER_REASONS)}.")] = None
+        description="Machine-readable reason for the phase: Completed when it succeeded "
+                    "(Released for a held notifier); otherwise the reason of the first failed "
+                    f"container, or why the run ended. One of {_listed(PODNOTIFIER_REASONS)}."
+    )] = None
     message: Annotated[str | None, Field(
         description="Human-readable details, e.g. 1/2 containers failed (db: exit code 7).")
     ] = None

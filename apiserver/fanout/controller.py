@@ -174,9 +174,8 @@ class FanoutParts:
     new_pods: NewPods
     """Pods that start to match an AllPods Notification's selector."""
     events: NotificationEvents
-    holds: HoldReleases | None = None
-    """Releases Held records; None where no held notifier runs (a Held record then cannot be
-    released by the fan-out and its pod's release fails)."""
+    holds: HoldReleases
+    """Releases Held records (a held quiesce's window ends by ending its holds)."""
 
 
 def requester(spec: dict[str, Any]) -> UserInfo:
@@ -991,25 +990,20 @@ class NotificationRun:
         return scope.RELEASE_DONE if state == scope.SUCCEEDED else scope.RELEASE_FAILED
 
     async def _end_hold(self, pod: ScopedPod) -> bool:
-        """Release a Held record (idempotent) and wait until it finished; False if this
-        server cannot release holds."""
+        """Release a Held record (idempotent) and wait until it finished: whether it ended
+        Succeeded (Released). A record that is gone counts as ended: its command is over."""
         try:
-            record = await self.parts.podnotifiers.get(self.namespace, pod.record)
-        except NotFound:
-            return True  # gone: its command is over
-        if records.is_finished(record):
-            return True
-        if self.parts.holds is None:
-            log.error("cannot release a held record: this server has no hold releases", extra={
-                "namespace": self.namespace, "notification": self.name, "pod": pod.pod,
-                "record": pod.record})
-            return False
-        try:
-            await self.parts.holds.request(self.namespace, pod.record, self.requester)
+            record: dict[str, Any] | None = await self.parts.podnotifiers.get(
+                self.namespace, pod.record)
         except NotFound:
             return True
-        await self._record(pod.record)
-        return True
+        if record is not None and not records.is_finished(record):
+            try:
+                await self.parts.holds.request(self.namespace, pod.record, self.requester)
+            except NotFound:
+                return True
+            record = await self._record(pod.record)
+        return record is None or record["status"]["phase"] == records.SUCCEEDED
 
     def _condition(self, outcome: str, reason: str, detail: str) -> dict[str, Any]:
         counts = self._counts()

@@ -3,8 +3,8 @@
 The access middleware has already allowed `create pods/notify` on this pod. Then: read and
 validate the body, read the pod and its declarations, apply the trust rules, and (unless
 dryRun=All) create the bounded PodNotifier record and start the run. `waitSeconds` holds the
-answer until the run finishes or that many seconds pass; the answer is always 201 with the
-record as stored at that moment.
+answer until the run settles (it finished, or a held notifier's record is Held) or that many
+seconds pass; the answer is always 201 with the record as stored at that moment.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from apiserver.errors import Cause
 from apiserver.notifier import records, request
 from apiserver.notifier.declarations import (
     ANNOTATION,
+    DEFAULT_MAX_HOLD_SECONDS,
     InvalidNotifiers,
     parse_notifiers,
     select_containers,
@@ -56,6 +57,7 @@ class Limits:
     default_ttl_seconds_after_finished: int
     max_records_per_pod: int
     max_concurrent_executions: int
+    max_hold_seconds: int = DEFAULT_MAX_HOLD_SECONDS
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class Admitted:
     containers: tuple[ContainerPlan, ...]
     timeouts: dict[str, int]
     tail_bytes: int
+    max_hold_seconds: int | None = None
+    """Set for a held notifier: the least maxHoldSeconds of its containers' declarations."""
 
 
 def pod_not_running(pod: dict[str, Any]) -> str:
@@ -119,6 +123,7 @@ class Admission:
         try:
             declarations = parse_notifiers(meta.get("annotations", {}).get(ANNOTATION),
                                            max_timeout_seconds=self._limits.max_timeout_seconds,
+                                           max_hold_seconds=self._limits.max_hold_seconds,
                                            containers=names)
         except InvalidNotifiers as error:
             raise InvalidDeclaration(meta["name"], [e.as_cause() for e in error.errors]
@@ -133,6 +138,14 @@ class Admission:
         if not selection.selected:
             raise NotDeclared(meta["name"], ask.notifier, sorted(
                 {n.name for notifiers in declarations.values() for n in notifiers}))
+        held = sorted(c for c, n in selection.selected.items() if n.hold is not None)
+        if held and len(held) < len(selection.selected):
+            plain = sorted(set(selection.selected) - set(held))
+            raise InvalidSelection(ask.name or ask.generate_name, [Cause(
+                "FieldValueInvalid", f'notifier "{ask.notifier}" is held in containers '
+                f"{', '.join(held)} but not in {', '.join(plain)}: one run cannot hold some "
+                "containers and not others; select the held ones with spec.containers, or "
+                f"declare hold alike in their {ANNOTATION} entries", "spec.containers")])
         states = container_states(pod)
         plans, timeouts = [], {}
         for name, notifier in selection.selected.items():
@@ -149,6 +162,9 @@ class Admission:
                     ) -> Admitted:
         """Decide whether `user` may run `ask` on `pod`, and how."""
         containers, timeouts, tail = self.plan(pod, ask)
+        holds = [c.notifier.hold.max_hold_seconds for c in containers
+                 if c.notifier.hold is not None]
+        max_hold = min(holds) if holds else None
         decision = await self._trust.decide(user, pod)
         meta = pod["metadata"]
         if not decision.trusted:
@@ -160,8 +176,9 @@ class Admission:
             notifier=ask.notifier, containers=[c.name for c in containers],
             requested_containers=ask.containers, timeout_seconds=ask.timeout_seconds,
             ttl_seconds_after_finished=ttl, name=ask.name, generate_name=ask.generate_name,
-            labels=ask.labels, requested_by=UserInfo(user.name, user.uid, list(user.groups))))
-        return Admitted(record, pod, tuple(containers), timeouts, tail)
+            labels=ask.labels, requested_by=UserInfo(user.name, user.uid, list(user.groups)),
+            max_hold_seconds=max_hold))
+        return Admitted(record, pod, tuple(containers), timeouts, tail, max_hold)
 
     async def start(self, admitted: Admitted) -> dict[str, Any]:
         """Store the record (at most K per pod) and start its run."""
@@ -183,6 +200,7 @@ class Admission:
             namespace=meta["namespace"], record=created["metadata"]["name"], pod=meta["name"],
             pod_uid=meta["uid"], containers=admitted.containers,
             timeout_seconds=admitted.timeouts, tail_bytes=admitted.tail_bytes,
-            pod_not_running=pod_not_running(admitted.pod)))
+            pod_not_running=pod_not_running(admitted.pod),
+            max_hold_seconds=admitted.max_hold_seconds))
         return created
 

@@ -4,7 +4,15 @@ The value is JSON mapping a container name to that container's notifiers::
 
     {"db": [{"name": "quiesce", "timeoutSeconds": 60,
              "action": {"exec": {"command": ["/bin/sh", "-c", "..."]}}},
+            {"name": "lock", "timeoutSeconds": 30,
+             "action": {"exec": {"command": ["/bin/sh", "-c", "..."]}},
+             "hold": {"readyLine": "ready", "maxHoldSeconds": 600}},
             {"name": "reload", "action": {"signal": "SIGHUP"}}]}
+
+A notifier with ``hold`` is *held*: its command keeps running once it printed its ready line
+(``timeoutSeconds`` is then the time it has to become ready), until it is released, its
+``maxHoldSeconds`` pass or its pod goes away (``apiserver.notifier.holds``, docs/api.md "Held
+notifiers"). Only exec notifiers can be held: a signal has no command that could stay.
 
 Validation is strict, like the Kubernetes API's own: unknown fields, repeated JSON keys, wrong
 types and out-of-range values are all reported, as ``metav1.StatusCause``-shaped field errors
@@ -70,11 +78,16 @@ ANNOTATION_PATH = f"metadata.annotations[{ANNOTATION}]"
 DEFAULT_TIMEOUT_SECONDS = 30
 MIN_TIMEOUT_SECONDS = 1
 DEFAULT_MAX_TIMEOUT_SECONDS = 600
+DEFAULT_MAX_HOLD_SECONDS = 3600
+DEFAULT_READY_LINE = "ready"
+MAX_READY_LINE_CHARS = 256
 
 ALLOWED_SIGNALS = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGWINCH")
 
 TIMEOUT_RANGE = ("must be between {low} and {high} seconds (the server's maximum); leave it "
                  f"out for the default of {DEFAULT_TIMEOUT_SECONDS}")
+HOLD_RANGE = ("must be between {low} and {high} seconds (the server's maximum, "
+              "--max-hold-seconds): the longest the command may stay held")
 
 
 class InvalidNotifiers(ValueError):
@@ -106,10 +119,22 @@ class SignalAction:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """A held notifier's command stays running once it printed ``ready_line`` on a line of
+    its own, at most ``max_hold_seconds``."""
+
+    max_hold_seconds: int
+    ready_line: str = DEFAULT_READY_LINE
+
+
+@dataclass(frozen=True)
 class Notifier:
     name: str
     timeout_seconds: int
     action: ExecAction | SignalAction
+    hold: Hold | None = None
+    """Set for a held notifier (exec actions only); ``timeout_seconds`` is then the time the
+    command has to become ready."""
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -137,17 +162,20 @@ def parse_notifiers(
     annotation: str | None,
     *,
     max_timeout_seconds: int = DEFAULT_MAX_TIMEOUT_SECONDS,
+    max_hold_seconds: int = DEFAULT_MAX_HOLD_SECONDS,
     containers: Collection[str] | None = None,
 ) -> dict[str, tuple[Notifier, ...]]:
     """The declarations in the annotation value (none if the pod has no annotation).
 
     Raises ``InvalidNotifiers`` listing every problem if the value does not validate.
     ``containers``, if given, are the pod's container names: a declaration for any other name
-    is an error.
+    is an error. ``max_timeout_seconds`` and ``max_hold_seconds`` bound ``timeoutSeconds`` and
+    ``hold.maxHoldSeconds`` (the server's flags).
     """
     if annotation is None:
         return {}
-    declarations, errors = _read(annotation, max_timeout_seconds, containers)
+    declarations, errors = _read(annotation, {"max_timeout_seconds": max_timeout_seconds,
+                                              "max_hold_seconds": max_hold_seconds}, containers)
     if errors:
         raise InvalidNotifiers(errors)
     return declarations
@@ -244,6 +272,43 @@ class ActionDeclaration(APIModel):
         Check(_signal, before=True)] = None
 
 
+def _ready_line(value: str) -> Iterable[Problem]:
+    if not value:
+        yield invalid("must not be empty; leave it out for the default "
+                      f'"{DEFAULT_READY_LINE}"')
+    elif len(value) > MAX_READY_LINE_CHARS:
+        yield invalid(f"must be no more than {MAX_READY_LINE_CHARS} characters")
+    elif "\n" in value or "\r" in value:
+        yield invalid("must be one line: the command prints it on a line of its own")
+
+
+class HoldDeclaration(APIModel):
+    """Keep the command running once it is ready, until it is released."""
+
+    ready_line: Annotated[str | None, Field(
+        description="The command is ready when it prints this line on standard output (a line "
+                    f'equal to it, without its line ending); default "{DEFAULT_READY_LINE}".'),
+        Check(_ready_line), Invalid("must be a string (a line of output)")
+    ] = None
+    max_hold_seconds: Annotated[int | None, Field(
+        description="The longest the command stays held after it became ready; then it is "
+                    "stopped and the run fails HoldExpired. Bounded by --max-hold-seconds."),
+        Bounds(MIN_TIMEOUT_SECONDS, "max_hold_seconds", HOLD_RANGE),
+        Invalid("must be a whole number of seconds")] = None
+
+    def hold(self) -> Hold:
+        assert self.max_hold_seconds is not None
+        return Hold(self.max_hold_seconds, self.ready_line or DEFAULT_READY_LINE)
+
+
+def _hold_bounded(hold: HoldDeclaration) -> Iterable[Problem]:
+    """maxHoldSeconds is required (checked here, so that the path names it as written)."""
+    if hold.max_hold_seconds is None:
+        yield Problem(CauseReason.REQUIRED, "give the longest the command may stay held, in "
+                      "seconds, e.g. 600 (at most the server's --max-hold-seconds)",
+                      at=".maxHoldSeconds")
+
+
 def _one_action(action: ActionDeclaration) -> Iterable[Problem]:
     if action.exec is None and action.signal is None:
         yield Problem(CauseReason.REQUIRED, "set exactly one of exec or signal")
@@ -267,6 +332,11 @@ class NotifierDeclaration(APIModel):
     action: Annotated[ActionDeclaration | None, Field(description="What the notifier does."),
                       Check(_one_action), Invalid("must be an object with exec or signal"),
                       Required("set exactly one of exec or signal", empty=False)] = None
+    hold: Annotated[HoldDeclaration | None, Field(
+        description="Make the notifier held: its command keeps running once it printed its "
+                    "ready line, until released (exec actions only)."),
+        Check(_hold_bounded),
+        Invalid("must be an object with maxHoldSeconds and optionally readyLine")] = None
 
     def notifier(self) -> Notifier:
         """The notifier this declares (validated: name and action are set)."""
@@ -276,12 +346,21 @@ class NotifierDeclaration(APIModel):
             action = ExecAction(tuple(self.action.exec.command))
         else:
             action = SignalAction(str(self.action.signal))
-        return Notifier(self.name, self.timeout_seconds or DEFAULT_TIMEOUT_SECONDS, action)
+        return Notifier(self.name, self.timeout_seconds or DEFAULT_TIMEOUT_SECONDS, action,
+                        None if self.hold is None else self.hold.hold())
+
+
+def _signal_not_held(declaration: NotifierDeclaration) -> Iterable[Problem]:
+    if declaration.hold is not None and declaration.action is not None and (
+            declaration.action.signal is not None):
+        yield invalid("a signal notifier cannot be held (a signal leaves no command running "
+                      "to hold); remove hold or use an exec action", at=".hold",
+                      value=declaration.hold.model_dump(by_alias=True, exclude_none=True))
 
 
 _CONTAINER_NOTIFIERS = TypeAdapter(Annotated[
-    list[Annotated[NotifierDeclaration, Invalid(
-        "must be an object with name, action and optionally timeoutSeconds")]],
+    list[Annotated[NotifierDeclaration, Check(_signal_not_held), Invalid(
+        "must be an object with name, action and optionally timeoutSeconds and hold")]],
     Invalid("must be a list of notifiers")])
 """The value of one container's entry: its notifiers."""
 
@@ -298,7 +377,7 @@ def _duplicate_names(notifiers: Any, path: str) -> list[FieldError]:
 
 
 def _read(
-    annotation: str, max_timeout_seconds: int, containers: Collection[str] | None
+    annotation: str, limits: Mapping[str, int], containers: Collection[str] | None
 ) -> tuple[dict[str, tuple[Notifier, ...]], list[FieldError]]:
     document, errors = _load(annotation)
     if not isinstance(document, dict):
@@ -320,7 +399,7 @@ def _read(
             )
         try:
             declared = _CONTAINER_NOTIFIERS.validate_python(
-                notifiers, strict=True, context={"max_timeout_seconds": max_timeout_seconds})
+                notifiers, strict=True, context=dict(limits))
         except ValidationError as error:
             errors += [found for detail in error.errors(include_url=False)
                        for found in _field_errors(path, detail)]

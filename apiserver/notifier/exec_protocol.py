@@ -16,8 +16,10 @@ DEFAULT_TAIL_BYTES = 4096
 
 
 class Channel(IntEnum):
-    """The channels a non-interactive exec reads (0 stdin and 4 resize are never used)."""
+    """The channels of an exec stream (4, resize, is never used; 0, stdin, only to close a held
+    command's)."""
 
+    STDIN = 0
     STDOUT = 1
     STDERR = 2
     STATUS = 3

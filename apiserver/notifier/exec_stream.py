@@ -1,7 +1,8 @@
 """Run a command in a container through the kube-apiserver's ``pods/exec`` WebSocket.
 
-One coroutine per exec, no threads. The stream is opened with stdout and stderr only (no stdin,
-no TTY), speaking ``v5.channel.k8s.io`` or, from older servers, ``v4.channel.k8s.io``. Only the
+One coroutine per exec, no threads. The stream is opened with stdout and stderr only (no TTY,
+and no stdin except for a held notifier's command, whose stdin stays open until it is released),
+speaking ``v5.channel.k8s.io`` or, from older servers, ``v4.channel.k8s.io``. Only the
 last ``tail_bytes`` of each output are kept. Every failure, including a refused handshake or a
 broken connection, is reported in the ``ExecResult``; only cancellation propagates.
 """
@@ -9,6 +10,7 @@ broken connection, is reported in the ``ExecResult``; only cancellation propagat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 from collections.abc import Mapping, Sequence
@@ -38,7 +40,10 @@ from apiserver.notifier.exec_protocol import (
     status_from_body,
 )
 
-SUBPROTOCOLS = (Subprotocol("v5.channel.k8s.io"), Subprotocol("v4.channel.k8s.io"))
+V5 = Subprotocol("v5.channel.k8s.io")
+SUBPROTOCOLS = (V5, Subprotocol("v4.channel.k8s.io"))
+CLOSE_STDIN = bytes([Channel.CLOSE, Channel.STDIN])
+"""v5: the frame that closes the command's stdin (v4 has no way to close one stream)."""
 CLOSE_TIMEOUT_SECONDS = 1.0
 """How long closing the stream may take after the command's timeout."""
 
@@ -89,9 +94,11 @@ class StdoutFilter(Protocol):
 
 
 def exec_url(
-    base_url: str, namespace: str, pod: str, container: str, command: Sequence[str]
+    base_url: str, namespace: str, pod: str, container: str, command: Sequence[str],
+    *, stdin: bool = False,
 ) -> str:
-    """The WebSocket URL of ``pods/exec`` for a non-interactive command."""
+    """The WebSocket URL of ``pods/exec`` for a non-interactive command (with ``stdin``, its
+    standard input is a stream the caller can close)."""
     base = urlsplit(base_url)
     scheme = {"https": "wss", "http": "ws"}.get(base.scheme, base.scheme)
     path = base.path.rstrip("/") + paths.namespaced(paths.CORE, namespace, "pods", pod, "exec")
@@ -99,7 +106,7 @@ def exec_url(
         [("command", argument) for argument in command]
         + [
             ("container", container),
-            ("stdin", "false"),
+            ("stdin", "true" if stdin else "false"),
             ("stdout", "true"),
             ("stderr", "true"),
             ("tty", "false"),
@@ -118,6 +125,7 @@ async def exec_in_container(
     timeout_seconds: float,
     tail_bytes: int = DEFAULT_TAIL_BYTES,
     stdout_filter: StdoutFilter | None = None,
+    close_stdin: asyncio.Event | None = None,
 ) -> ExecResult:
     """Run ``command`` in the container and wait for it to exit, at most ``timeout_seconds``.
 
@@ -125,14 +133,18 @@ async def exec_in_container(
     does not stop the process in the container: it may still be running, and finish later.
     The call returns at most ``CLOSE_TIMEOUT_SECONDS`` after the timeout. ``stdout_filter``,
     if given, sees standard output first (``apiserver.notifier.stopping`` reads the wrapper's
-    PID marker with it).
+    PID marker with it). With ``close_stdin``, the command's stdin is open (and empty) until
+    the event is set, then closed: with ``v5.channel.k8s.io`` by a CLOSE frame, with v4 it stays
+    open until the stream ends.
     """
     started = datetime.now(UTC)
     stdout, stderr = OutputTail(tail_bytes), OutputTail(tail_bytes)
-    url = exec_url(endpoint.url, namespace, pod, container, command)
+    url = exec_url(endpoint.url, namespace, pod, container, command,
+                   stdin=close_stdin is not None)
     try:
         async with asyncio.timeout(timeout_seconds):
-            outcome = await _stream(endpoint, url, _Filtered(stdout, stdout_filter), stderr)
+            outcome = await _stream(endpoint, url, _Filtered(stdout, stdout_filter), stderr,
+                                    close_stdin)
     except TimeoutError:
         outcome = Outcome(
             ExecReason.TIMEOUT,
@@ -167,7 +179,8 @@ class _Filtered:
 
 
 async def _stream(
-    endpoint: KubeEndpoint, url: str, stdout: _Filtered, stderr: OutputTail
+    endpoint: KubeEndpoint, url: str, stdout: _Filtered, stderr: OutputTail,
+    close_stdin: asyncio.Event | None = None,
 ) -> Outcome:
     tls: dict[str, Any] = {}
     if url.startswith("wss:") and endpoint.ssl_context is not None:
@@ -186,11 +199,27 @@ async def _stream(
             max_size=_MAX_MESSAGE_BYTES,
             **tls,
         ) as connection:
-            return await _read(connection, stdout, stderr)
+            if close_stdin is None:
+                return await _read(connection, stdout, stderr)
+            closer = asyncio.create_task(_close_stdin_when(connection, close_stdin))
+            try:
+                return await _read(connection, stdout, stderr)
+            finally:
+                closer.cancel()
+                await asyncio.gather(closer, return_exceptions=True)
     except InvalidStatus as refused:
         return _refused(refused.response)
     except (OSError, WebSocketException) as error:
         return Outcome(ExecReason.EXEC_FAILED, None, f"cannot open the exec stream: {error}")
+
+
+async def _close_stdin_when(connection: ClientConnection, event: asyncio.Event) -> None:
+    """Once ``event`` is set, close the command's stdin (v5 only; a failure to send means the
+    stream is ending anyway)."""
+    await event.wait()
+    if connection.subprotocol == V5:
+        with contextlib.suppress(WebSocketException, OSError):
+            await connection.send(CLOSE_STDIN)
 
 
 async def _read(connection: ClientConnection, stdout: _Filtered, stderr: OutputTail) -> Outcome:

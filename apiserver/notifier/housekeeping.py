@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from apiserver.notifier import records
+from apiserver.notifier.exec_protocol import Stop
 from apiserver.notifier.pods import PodDirectory
+from apiserver.notifier.runner import CommandStopper
 from apiserver.registry.errors import NotFound
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.timestamps import parse_timestamp
@@ -29,6 +31,32 @@ class Liveness(Protocol):
     def is_alive(self, replica: str) -> bool:
         """False once the replica's Lease has expired (renewTime + duration in the past)
         or it has none."""
+
+
+async def _stop_held(store: PodNotifierStore, stopper: CommandStopper | None, namespace: str,
+                     name: str) -> str:
+    """Stop the commands a held notifier's record left running (the PIDs its containers
+    hold), as the server's identity; what happened, to append to the record's message ("" if
+    there was nothing to stop)."""
+    try:
+        record = await store.get(namespace, name)
+    except NotFound:
+        return ""
+    pids = records.held_pids(record)
+    if not pids or records.is_finished(record):
+        return ""
+    if stopper is None:
+        return "; its held command was not stopped (this server cannot): it may still run"
+    pod = str(record["spec"].get("podName", ""))
+    outcomes = []
+    for container, pid in pids.items():
+        stopped = await stopper.stop(namespace, pod, container, pid)
+        verdict = ("stopping it failed" if stopped.stop is Stop.NOT_STOPPED else "stopped")
+        outcomes.append(f"{container}: {verdict} ({stopped.how})")
+        log.info("stopped a held command", extra={
+            "namespace": namespace, "record": name, "container": container, "pid": pid,
+            "stopped": str(stopped.stop)})
+    return "; the held command was stopped by PID: " + "; ".join(outcomes)
 
 
 async def _interrupt(store: PodNotifierStore, namespace: str, name: str, message: str) -> bool:
@@ -50,11 +78,13 @@ async def _interrupt(store: PodNotifierStore, namespace: str, name: str, message
     return ended
 
 
-async def recover_interrupted(store: PodNotifierStore, *, clock: Callable[[], float] = time.time
-                              ) -> int:
+async def recover_interrupted(store: PodNotifierStore, *, clock: Callable[[], float] = time.time,
+                              stopper: CommandStopper | None = None) -> int:
     """At start, end as Interrupted every run this replica (``store.replica``, an earlier
     process of it) left on a ledger, and every unfinished record no ledger lists (written by a
-    server before ledgers) once older than the ledgers' grace; take them off the ledgers.
+    server before ledgers) once older than the ledgers' grace; take them off the ledgers. The
+    held commands of this replica's runs are stopped first, by the PIDs the records hold
+    (through ``stopper``).
 
     Runs before the server serves, so no run of this process can be mistaken for one."""
     ledgers = await store.ledgers.all()
@@ -63,8 +93,9 @@ async def recover_interrupted(store: PodNotifierStore, *, clock: Callable[[], fl
     for ledger in ledgers:
         for run in ledger.runs:
             if run.replica == store.replica:
+                stopped = await _stop_held(store, stopper, ledger.namespace, run.record)
                 count += await _interrupt(store, ledger.namespace, run.record,
-                                          records.INTERRUPTED_MESSAGE)
+                                          records.INTERRUPTED_MESSAGE + stopped)
                 await store.release(ledger.namespace, ledger.pod, run.record)
     now = clock()
     for record in await store.unfinished():
@@ -87,13 +118,19 @@ class Takeover:
     replica is not alive (``liveness``) has its record ended ``Failed``/``Interrupted`` and is
     taken off the ledger. A replica that stops has its runs ended within lease duration +
     interval (plus a cache's lag) after its last Lease renewal.
+
+    A held notifier's commands keep running when their replica dies (closing a stream stops no
+    process): the takeover stops them first through ``stopper``, by the PIDs the record holds,
+    and the record's message says whether that worked.
     """
 
     def __init__(self, store: PodNotifierStore, liveness: Liveness, *,
                  lease_duration_seconds: float = DEFAULT_LEASE_DURATION_SECONDS,
                  interval: float = TAKEOVER_INTERVAL_SECONDS,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 stopper: CommandStopper | None = None) -> None:
         self._store = store
+        self._stopper = stopper
         self._liveness = liveness
         self._lease_duration = lease_duration_seconds
         self._interval = interval
@@ -113,6 +150,8 @@ class Takeover:
                            f'its Lease had expired when replica "{self._store.replica}" checked '
                            f"at {checked}; the notifier may or may not have completed in the "
                            "container")
+                message += await _stop_held(self._store, self._stopper, ledger.namespace,
+                                            run.record)
                 ended = await _interrupt(self._store, ledger.namespace, run.record, message)
                 await self._store.release(ledger.namespace, ledger.pod, run.record)
                 count += ended
@@ -153,7 +192,8 @@ async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_
         token = ""
         while True:
             page = await store.list(None, field_selector="status.phase!=Pending,"
-                                    "status.phase!=Running", limit=500, continue_token=token)
+                                    "status.phase!=Running,status.phase!=Held", limit=500,
+                                    continue_token=token)
             for record in page.items:
                 spec, meta = record["spec"], record["metadata"]
                 if pods.gone(meta["namespace"], spec["podName"], spec.get("podUID", "")):

@@ -24,12 +24,24 @@ POD_LABEL = "notifier.x-k8s.io/pod"
 NOTIFICATION_LABEL = "notifier.x-k8s.io/notification"
 
 PENDING, RUNNING, SUCCEEDED, FAILED = Phase.PENDING, Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED
+HELD = Phase.HELD
 
 COMPLETED = "Completed"
 INTERRUPTED = "Interrupted"
 POD_DELETED = "PodDeleted"
 POD_NOT_RUNNING = "PodNotRunning"
 CONTAINER_NOT_RUNNING = "ContainerNotRunning"
+RELEASED = "Released"
+"""A held notifier's command was stopped on a release request."""
+HOLD_EXPIRED = "HoldExpired"
+"""Nobody released it within maxHoldSeconds of heldTime."""
+HOLD_ENDED = "HoldEnded"
+"""A held command exited on its own while held: what it held (a lock) ended early."""
+NOT_READY = "NotReady"
+"""A held notifier's command ended (or another container's failed) before every container was
+ready."""
+STOP_FAILED = "StopFailed"
+"""A held command could not be stopped when its hold ended: it may still run."""
 INTERRUPTED_MESSAGE = ("the server stopped while this notifier ran; it may or may not have "
                        "completed in the container")
 
@@ -78,6 +90,8 @@ class RecordRequest:
     generate_name: str
     labels: Mapping[str, str]
     requested_by: UserInfo
+    max_hold_seconds: int | None = None
+    """Set for a held notifier: the longest its command stays held."""
 
 
 def new_record(request: RecordRequest) -> dict[str, Any]:
@@ -101,16 +115,67 @@ def new_record(request: RecordRequest) -> dict[str, Any]:
         spec["containers"] = list(request.requested_containers)
     if request.timeout_seconds is not None:
         spec["timeoutSeconds"] = request.timeout_seconds
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": metadata,
-        "spec": spec,
-        "status": {
-            "phase": PENDING,
-            "containers": [{"name": c, "phase": PENDING} for c in request.containers],
-        },
+    status: dict[str, Any] = {
+        "phase": PENDING,
+        "containers": [{"name": c, "phase": PENDING} for c in request.containers],
     }
+    if request.max_hold_seconds is not None:
+        status["maxHoldSeconds"] = request.max_hold_seconds
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec,
+            "status": status}
+
+
+def is_held_notifier(record: Mapping[str, Any]) -> bool:
+    """Whether the record is a held notifier's run (its status has ``maxHoldSeconds``)."""
+    return isinstance(record.get("status", {}).get("maxHoldSeconds"), int)
+
+
+def mark_held(record: dict[str, Any], at: str, pids: Mapping[str, int | None]
+              ) -> dict[str, Any]:
+    """Every container's command is ready: the record and those containers are Held since
+    ``at``, each with the PID of its command (so that any replica can stop it)."""
+    status = record.setdefault("status", {})
+    status["phase"] = HELD
+    status["heldTime"] = at
+    for container in status.get("containers", []):
+        if container["name"] in pids:
+            container["phase"] = HELD
+            container["heldTime"] = at
+            pid = pids[container["name"]]
+            if pid is not None:
+                container["pid"] = pid
+    return record
+
+
+def request_release(record: dict[str, Any], at: str, by: str) -> dict[str, Any]:
+    """Store a release request (the first one counts; later ones change nothing)."""
+    status = record.setdefault("status", {})
+    if "releaseRequestedTime" not in status:
+        status["releaseRequestedTime"] = at
+        status["releaseRequestedBy"] = by
+    return record
+
+
+def release_requested(record: Mapping[str, Any]) -> str | None:
+    """Who requested the release of the record's hold, if anyone did ("" if unnamed)."""
+    status = record.get("status", {})
+    if "releaseRequestedTime" not in status:
+        return None
+    return str(status.get("releaseRequestedBy", ""))
+
+
+def mark_released(record: dict[str, Any], at: str, by: str) -> dict[str, Any]:
+    status = record.setdefault("status", {})
+    status["releasedTime"] = at
+    status["releasedBy"] = by
+    return record
+
+
+def held_pids(record: Mapping[str, Any]) -> dict[str, int]:
+    """Container name to the PID of its command, for the containers whose notifier has not
+    finished and whose PID the record holds."""
+    return {c["name"]: c["pid"] for c in record.get("status", {}).get("containers", [])
+            if isinstance(c.get("pid"), int) and c.get("phase") not in FINISHED_PHASES}
 
 
 def is_finished(record: Mapping[str, Any]) -> bool:
@@ -168,6 +233,19 @@ def explain_signal_failure(entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def held_container(entry: dict[str, Any], held: Mapping[str, Any] | None, *,
+                   reason: str, message: str, succeeded: bool = False) -> dict[str, Any]:
+    """A held notifier's container entry from its exec's entry (``container_result``): its
+    phase, reason and message as the hold ended, with ``heldTime`` and ``pid`` from its Held
+    entry ``held`` (None if it never was)."""
+    entry = {**entry, "phase": SUCCEEDED if succeeded else FAILED, "reason": reason,
+             "message": message}
+    for key in ("heldTime", "pid"):
+        if held is not None and key in held:
+            entry[key] = held[key]
+    return entry
+
+
 def container_failure(name: str, reason: str, message: str, at: str,
                       container_id: str = "") -> dict[str, Any]:
     """A `status.containers[]` entry for a container whose notifier did not run or finish."""
@@ -192,14 +270,15 @@ def set_container(record: dict[str, Any], entry: Mapping[str, Any]) -> dict[str,
     return record
 
 
-def finish(record: dict[str, Any], at: str, reason: str = "", message: str = ""
-           ) -> dict[str, Any]:
+def finish(record: dict[str, Any], at: str, reason: str = "", message: str = "",
+           *, success: tuple[str, str] | None = None) -> dict[str, Any]:
     """Set the record's final phase from its containers.
 
     Succeeded if and only if every container succeeded. Unfinished containers end Failed with
-    `reason` (e.g. Interrupted, PodDeleted). The record's reason is Completed on success, else
-    `reason` if given, else the first failed container's. The ``Complete`` or ``Failed``
-    condition is set with them (``kubectl wait --for=condition=Complete`` reads it).
+    `reason` (e.g. Interrupted, PodDeleted). The record's reason is Completed on success (or
+    ``success``'s reason and message, e.g. Released), else `reason` if given, else the first
+    failed container's. The ``Complete`` or ``Failed`` condition is set with them
+    (``kubectl wait --for=condition=Complete`` reads it).
     """
     status = record.setdefault("status", {})
     containers = status.setdefault("containers", [])
@@ -212,8 +291,8 @@ def finish(record: dict[str, Any], at: str, reason: str = "", message: str = ""
     status.setdefault("startTime", at)
     if containers and not failed:
         status["phase"] = SUCCEEDED
-        status["reason"] = COMPLETED
-        status["message"] = f"{len(containers)}/{len(containers)} containers succeeded"
+        status["reason"], status["message"] = success or (
+            COMPLETED, f"{len(containers)}/{len(containers)} containers succeeded")
     else:
         status["phase"] = FAILED
         first = failed[0] if failed else {}

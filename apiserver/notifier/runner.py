@@ -4,6 +4,15 @@ No thread per request: every exec is a WebSocket stream on the event loop. The r
 bounds how many records run at once across the server, ends a run as PodDeleted the moment its
 pod is deleted, and on shutdown ends unfinished runs as Interrupted.
 
+A held notifier's run (``Plan.max_hold_seconds`` set) starts each container's command through
+``HoldingExec.hold`` and waits for all of them to print their ready line; the record is then
+``Held`` (with each command's PID) and the run keeps the streams open until the first of: a
+release request stored on the record (re-read every ``HOLD_POLL_SECONDS``, so a request that
+reached any replica is seen), ``max_hold_seconds`` since it became Held, the pod's deletion, a
+command exiting on its own, the server's shutdown. Then every command still running is stopped
+(stdin closed, then SIGTERM/SIGKILL by PID) and the record ends Succeeded/Released, or
+Failed/HoldExpired, PodDeleted, HoldEnded or Interrupted.
+
 A run's final state is retried until the store accepts it (capped backoff, each failure
 logged): a record left Running would refuse every later run of that notifier on that pod (409)
 until a restart. Progress writes (Running, a container's result) are best effort; the final
@@ -24,13 +33,20 @@ from typing import Any, Protocol, TypeVar
 from apiserver.notifier import records
 from apiserver.notifier.declarations import Notifier, SignalAction
 from apiserver.notifier.events import RunEvents
+from apiserver.notifier.exec_protocol import ExecReason, Stop
 from apiserver.notifier.exec_stream import (
     ExecResult,
     KubeEndpoint,
     StdoutFilter,
     exec_in_container,
 )
-from apiserver.notifier.stopping import GRACE_SECONDS, StoppingExec
+from apiserver.notifier.held_exec import HeldCommand
+from apiserver.notifier.stopping import (
+    GRACE_SECONDS,
+    Stopped,
+    StoppingExec,
+    stop_command,
+)
 from apiserver.registry.errors import NotFound
 from apiserver.registry.store import ObjectStore
 
@@ -40,6 +56,11 @@ T = TypeVar("T")
 
 RETRY_INITIAL_SECONDS = 0.1
 RETRY_MAX_SECONDS = 5.0
+HOLD_POLL_SECONDS = 0.5
+"""While Held, how often the run re-reads its record for a release request."""
+HOLD_STREAM_MARGIN_SECONDS = 60
+"""A held command's exec stream is closed at the latest this long after its ready timeout
+plus maxHoldSeconds: a bound should the run itself miss the end of the hold."""
 
 
 async def retry_until_stored(write: Callable[[], Awaitable[T]], what: str, *,
@@ -101,6 +122,49 @@ class KubeExec:
             return await execute(argv, timeout_seconds, None)
         return await StoppingExec(execute, self._grace_seconds)(argv, timeout_seconds)
 
+    def hold(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
+             ready_line: str, tail_bytes: int, max_seconds: float) -> HeldCommand:
+        endpoint = self._endpoint()
+
+        async def execute(command: Sequence[str], timeout: float, stdout_filter: StdoutFilter,
+                          close_stdin: asyncio.Event) -> ExecResult:
+            return await exec_in_container(endpoint, namespace, pod, container, command,
+                                           timeout_seconds=timeout, tail_bytes=tail_bytes,
+                                           stdout_filter=stdout_filter, close_stdin=close_stdin)
+
+        async def stop(pid: int) -> Stopped:
+            return await self.stop(namespace, pod, container, pid)
+
+        return HeldCommand(execute, stop, argv, ready_line, max_seconds)
+
+    async def stop(self, namespace: str, pod: str, container: str, pid: int) -> Stopped:
+        endpoint = self._endpoint()
+
+        async def execute(command: Sequence[str], timeout: float,
+                          stdout_filter: StdoutFilter | None) -> ExecResult:
+            return await exec_in_container(endpoint, namespace, pod, container, command,
+                                           timeout_seconds=timeout, stdout_filter=stdout_filter)
+
+        return await stop_command(execute, pid, self._grace_seconds)
+
+
+class CommandStopper(Protocol):
+    """Stops a command by its PID in a container (SIGTERM, then SIGKILL after a grace
+    period), as the server's identity; says how, never raises for a failed exec."""
+
+    async def stop(self, namespace: str, pod: str, container: str, pid: int) -> Stopped: ...
+
+
+class HoldingExec(CommandStopper, Protocol):
+    """Starts held notifiers' commands (``apiserver.notifier.held_exec``) and stops commands
+    by PID."""
+
+    def hold(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
+             ready_line: str, tail_bytes: int, max_seconds: float) -> HeldCommand:
+        """Start ``argv`` held: stdin open, ready once it printed ``ready_line``, its exec
+        stream closed after ``max_seconds`` at the latest."""
+        ...
+
 
 class PodDeletions(Protocol):
     """What the runner needs of ``apiserver.notifier.pods.PodDirectory``."""
@@ -140,19 +204,47 @@ class Plan:
     tail_bytes: int
     pod_not_running: str = ""
     """Why the pod cannot run notifiers (not Running, terminating), or empty."""
+    max_hold_seconds: int | None = None
+    """Set for a held notifier: the longest its commands stay held once all are ready."""
 
 
 @dataclass
 class _Run:
     task: asyncio.Task[None]
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the record is Held or the run ended."""
+
+
+@dataclass
+class _Progress:
+    """What a run's final write applies again, and how an interruption is worded."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    """Every container result so far."""
+    interrupted_message: str = records.INTERRUPTED_MESSAGE
+
+
+@dataclass
+class _Ending:
+    """How a hold ended: the record's reason, and who released it (RELEASED only)."""
+
+    reason: str
+    released_by: str = ""
+    ended_container: str = ""
+    """HOLD_ENDED: the first container whose command exited while held."""
 
 
 class Runner:
+    """Runs the records this replica admitted. ``holding`` runs held notifiers' commands (a
+    held plan without it ends InternalError)."""
+
     def __init__(self, store: ObjectStore, execute: ContainerExec, pods: PodDeletions,
-                 metrics: RunMetrics, max_concurrent: int, events: RunEvents) -> None:
+                 metrics: RunMetrics, max_concurrent: int, events: RunEvents,
+                 holding: HoldingExec | None = None) -> None:
         self._store = store
         self._execute = execute
+        self._holding = holding
         self._pods = pods
         self._metrics = metrics
         self._events = events
@@ -170,17 +262,25 @@ class Runner:
 
     def _forget(self, key: tuple[str, str], run: _Run) -> None:
         run.done.set()
+        run.settled.set()
         if self._runs.get(key) is run:
             del self._runs[key]
 
+    def _settle(self, plan: Plan) -> None:
+        run = self._runs.get((plan.namespace, plan.record))
+        if run is not None:
+            run.settled.set()
+
     async def wait(self, namespace: str, record: str, timeout: float) -> None:
-        """Return when the record's run ends, or after `timeout` seconds."""
+        """Return when the record's run settles, or after `timeout` seconds: it ended, or (a
+        held notifier) its record became Held. A run this replica does not hold has settled.
+        Read the record to tell which (``records.is_finished``, phase Held)."""
         run = self._runs.get((namespace, record))
         if run is None or timeout <= 0:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
-                await run.done.wait()
+                await run.settled.wait()
 
     async def shutdown(self) -> None:
         """Cancel every run; each ends its record as Interrupted before it returns."""
@@ -217,15 +317,19 @@ class Runner:
         started = time.monotonic()
         self._metrics.run_started()
         phase, reason = records.FAILED, records.INTERRUPTED
-        entries: list[dict[str, Any]] = []
-        """Every container result so far, applied again by the final write."""
+        progress = _Progress()
+        entries = progress.entries
 
-        def ending(reason: str = "", message: str = "") -> Callable[[dict[str, Any]],
-                                                                      dict[str, Any]]:
+        def ending(reason: str = "", message: str = "", *,
+                   success: tuple[str, str] | None = None,
+                   released: tuple[str, str] | None = None
+                   ) -> Callable[[dict[str, Any]], dict[str, Any]]:
             def mutate(record: dict[str, Any]) -> dict[str, Any]:
                 for entry in entries:
                     records.set_container(record, entry)
-                return records.finish(record, records.now(), reason, message)
+                if released is not None:
+                    records.mark_released(record, *released)
+                return records.finish(record, records.now(), reason, message, success=success)
             return mutate
 
         try:
@@ -235,7 +339,7 @@ class Runner:
                 if plan.pod_not_running:
                     final = ending(records.POD_NOT_RUNNING, plan.pod_not_running)
                 else:
-                    final = await self._run_containers(plan, entries, ending)
+                    final = await self._run_containers(plan, progress, ending)
             except (NotFound, asyncio.CancelledError):
                 raise
             except Exception as error:
@@ -252,17 +356,18 @@ class Runner:
             reason = "RecordDeleted"
         except asyncio.CancelledError:
             await _shielded(self._update(plan, ending(records.INTERRUPTED,
-                                                      records.INTERRUPTED_MESSAGE)))
+                                                      progress.interrupted_message)))
             raise
         finally:
             self._metrics.run_finished(phase, reason, time.monotonic() - started)
 
     async def _run_containers(
-            self, plan: Plan, entries: list[dict[str, Any]],
+            self, plan: Plan, progress: _Progress,
             ending: Callable[..., Callable[[dict[str, Any]], dict[str, Any]]]
     ) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        """Run the containers' notifiers, adding each result to `entries` as it comes; returns
-        the final mutation."""
+        """Run the containers' notifiers, adding each result to `progress.entries` as it comes;
+        returns the final mutation."""
+        entries = progress.entries
         for container in plan.containers:
             if container.not_running:
                 entry = records.container_failure(container.name, records.CONTAINER_NOT_RUNNING,
@@ -271,6 +376,12 @@ class Runner:
                 entries.append(entry)
                 await self._progress(plan, _with_container(entry))
         runnable = [c for c in plan.containers if not c.not_running]
+        if plan.max_hold_seconds is not None:
+            if len(runnable) < len(plan.containers):
+                return ending(records.CONTAINER_NOT_RUNNING, "a held notifier holds every "
+                              "selected container or none, and not every one is running: "
+                              "nothing was run")
+            return await self._hold(plan, runnable, progress, ending)
         deleted_message = f"pod {plan.pod} was deleted while the notifier ran"
         with self._pods.deletion(plan.namespace, plan.pod, plan.pod_uid) as deleted:
             tasks = {asyncio.create_task(self._exec(plan, c)): c for c in runnable}
@@ -309,6 +420,263 @@ class Runner:
         if signal:
             return records.explain_signal_failure(entry)
         return entry
+
+
+    # Held notifiers
+
+    async def _hold(self, plan: Plan, runnable: Sequence[ContainerPlan], progress: _Progress,
+                    ending: Callable[..., Callable[[dict[str, Any]], dict[str, Any]]]
+                    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """Start every container's held command, hold them once all are ready, end them as
+        the hold ends; returns the final mutation. However the run ends (shutdown, record
+        deleted, a failure of the server), the commands still running are stopped first."""
+        if self._holding is None:
+            raise RuntimeError("this server was built without a HoldingExec")
+        assert plan.max_hold_seconds is not None
+        hold_seconds = plan.max_hold_seconds
+        commands: dict[str, HeldCommand] = {}
+        held: dict[str, dict[str, Any]] = {}
+        try:
+            for container in runnable:
+                assert container.notifier.hold is not None
+                commands[container.name] = self._holding.hold(
+                    plan.namespace, plan.pod, container.name, container.notifier.argv,
+                    ready_line=container.notifier.hold.ready_line, tail_bytes=plan.tail_bytes,
+                    max_seconds=plan.timeout_seconds[container.name] + hold_seconds
+                    + HOLD_STREAM_MARGIN_SECONDS)
+            with self._pods.deletion(plan.namespace, plan.pod, plan.pod_uid) as deleted:
+                failure = await self._until_ready(plan, runnable, commands, deleted)
+                if failure is not None:
+                    return await self._not_held(plan, runnable, commands, failure, progress,
+                                                ending)
+                at = records.now()
+                pids = {name: command.pid for name, command in commands.items()}
+                held = {name: {"heldTime": at, **({"pid": pid} if pid is not None else {})}
+                        for name, pid in pids.items()}
+                stored = await self._final(plan, lambda r: records.mark_held(r, at, pids))
+                self._settle(plan)
+                log.info("notifier held", extra={"namespace": plan.namespace,
+                                                 "podnotifier": plan.record, "pids": pids})
+                end = await self._while_held(plan, commands, deleted, stored, hold_seconds)
+            if end.reason == records.HOLD_ENDED and self._pods.gone(
+                    plan.namespace, plan.pod, plan.pod_uid):
+                end = _Ending(records.POD_DELETED)
+            return await self._end_hold(plan, runnable, commands, held, end, progress, ending)
+        except BaseException as error:
+            stopping = asyncio.ensure_future(self._stop_all(runnable, commands, held))
+            try:
+                stopped_entries = await asyncio.shield(stopping)
+            except asyncio.CancelledError:
+                raise error from None
+            if isinstance(error, asyncio.CancelledError):
+                progress.entries.extend(stopped_entries)
+                unstopped = [e["name"] for e in stopped_entries
+                             if e.get("stopped") == str(Stop.NOT_STOPPED)]
+                progress.interrupted_message = (
+                    "the server stopped while this held notifier ran; "
+                    + (f"stopping the command failed in {', '.join(unstopped)}: it may still "
+                       "run" if unstopped else "its commands were stopped"))
+            raise
+
+    async def _until_ready(self, plan: Plan, runnable: Sequence[ContainerPlan],
+                           commands: Mapping[str, HeldCommand], deleted: asyncio.Event
+                           ) -> tuple[str, str] | None:
+        """None once every command is ready; else (what failed: ``_ENDED``, ``_TIMED_OUT`` or
+        ``POD_DELETED``, the container it failed in or "")."""
+        waiters: dict[asyncio.Task[Any], str] = {
+            asyncio.create_task(_ready_or_not(commands[c.name], plan.timeout_seconds[c.name])):
+            c.name for c in runnable}
+        deletion: asyncio.Task[Any] = asyncio.create_task(deleted.wait())
+        try:
+            pending: set[asyncio.Task[Any]] = set(waiters)
+            while pending:
+                done, _ = await asyncio.wait(pending | {deletion},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if deletion in done:
+                    return records.POD_DELETED, ""
+                for task in done:
+                    pending.discard(task)
+                    if task in waiters and task.result() != _READY:
+                        return task.result(), waiters[task]
+            return None
+        finally:
+            for task in (*waiters, deletion):
+                task.cancel()
+
+    async def _not_held(self, plan: Plan, runnable: Sequence[ContainerPlan],
+                        commands: Mapping[str, HeldCommand], failure: tuple[str, str],
+                        progress: _Progress,
+                        ending: Callable[..., Callable[[dict[str, Any]], dict[str, Any]]]
+                        ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """Not every command became ready: stop them all; the failing container says why."""
+        what, failed = failure
+
+        async def end(container: ContainerPlan) -> dict[str, Any]:
+            command = commands[container.name]
+            assert container.notifier.hold is not None
+            line = container.notifier.hold.ready_line
+            if command.ended.is_set():
+                result = await command.result()
+                entry = records.container_result(container.name, container.container_id, result)
+                if result.exit_code == 0 or container.name != failed:
+                    return {**entry, "phase": records.FAILED, "reason": records.NOT_READY,
+                            "message": f"the command exited (exit code {result.exit_code}) "
+                                       f'before every container was ready (ready line "{line}")'}
+                return entry
+            result, stopped = await command.release()
+            entry = {**records.container_result(container.name, container.container_id,
+                                                result), "stopped": str(stopped.stop),
+                     "phase": records.FAILED}
+            if what == records.POD_DELETED:
+                return {**entry, "reason": records.POD_DELETED, "message": f"pod {plan.pod} "
+                        f"was deleted before the notifier was held; {stopped.how}"}
+            if container.name == failed:
+                seconds = plan.timeout_seconds[container.name]
+                return {**entry, "reason": str(ExecReason.TIMEOUT), "message": f"did not print "
+                        f'its ready line "{line}" within {seconds}s; {stopped.how}'}
+            return {**entry, "reason": records.NOT_READY, "message": f"stopped: container "
+                    f"{failed} did not become ready; {stopped.how}"}
+
+        ends = await asyncio.gather(*(end(c) for c in runnable))
+        progress.entries.extend(ends)
+        if what == records.POD_DELETED:
+            return ending(records.POD_DELETED,
+                          f"pod {plan.pod} was deleted before the notifier was held")
+        reason = next(e["reason"] for e in ends if e["name"] == failed)
+        return ending(reason)
+
+    async def _while_held(self, plan: Plan, commands: Mapping[str, HeldCommand],
+                          deleted: asyncio.Event, record: dict[str, Any], hold_seconds: int
+                          ) -> _Ending:
+        """Wait for the first end of the hold, re-reading the record for a release request."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + hold_seconds
+        watched = [asyncio.create_task(deleted.wait()),
+                   *(asyncio.create_task(command.ended.wait()) for command in commands.values())]
+        try:
+            while True:
+                by = records.release_requested(record)
+                if by is not None:
+                    return _Ending(records.RELEASED, released_by=by)
+                if deleted.is_set():
+                    return _Ending(records.POD_DELETED)
+                ended = [name for name, command in commands.items() if command.ended.is_set()]
+                if ended:
+                    return _Ending(records.HOLD_ENDED, ended_container=ended[0])
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return _Ending(records.HOLD_EXPIRED)
+                await asyncio.wait(watched, timeout=min(HOLD_POLL_SECONDS, remaining),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    record = await self._store.get(plan.namespace, plan.record)
+                except NotFound:
+                    raise
+                except Exception as error:
+                    log.warning("reading a held record failed; retrying", extra={
+                        "namespace": plan.namespace, "podnotifier": plan.record,
+                        "error": f"{type(error).__name__}: {error}"})
+        finally:
+            for task in watched:
+                task.cancel()
+
+    async def _end_hold(self, plan: Plan, runnable: Sequence[ContainerPlan],
+                        commands: Mapping[str, HeldCommand], held: Mapping[str, Any],
+                        end: _Ending, progress: _Progress,
+                        ending: Callable[..., Callable[[dict[str, Any]], dict[str, Any]]]
+                        ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """Stop every command still running and word how the hold ended."""
+        exited = {name for name, command in commands.items() if command.ended.is_set()}
+
+        async def end_one(container: ContainerPlan) -> dict[str, Any]:
+            result, stopped = await _ended(commands[container.name])
+            entry = {**records.container_result(container.name, container.container_id,
+                                                result), "stopped": str(stopped.stop)}
+            reason, succeeded = end.reason, False
+            if end.reason == records.RELEASED:
+                succeeded = stopped.stop is not Stop.NOT_STOPPED
+                reason = records.RELEASED if succeeded else records.STOP_FAILED
+                message = f"released by {end.released_by or 'a request'}; {stopped.how}"
+            elif end.reason == records.HOLD_EXPIRED:
+                message = (f"not released within maxHoldSeconds ({plan.max_hold_seconds}s) "
+                           f"after it was held; {stopped.how}")
+            elif end.reason == records.HOLD_ENDED and container.name in exited:
+                del entry["stopped"]
+                code = result.exit_code
+                message = ("the command exited on its own while held ("
+                           + (f"exit code {code}" if code is not None else result.message)
+                           + "): what it held ended before the release")
+            elif end.reason == records.HOLD_ENDED:
+                message = (f"stopped: the command of container {end.ended_container} exited "
+                           f"while held, which ended the hold; {stopped.how}")
+            else:
+                message = f"pod {plan.pod} was deleted while the notifier was held; {stopped.how}"
+            return records.held_container(entry, held.get(container.name), reason=reason,
+                                          message=message, succeeded=succeeded)
+
+        ends = await asyncio.gather(*(end_one(c) for c in runnable))
+        progress.entries.extend(ends)
+        count = len(ends)
+        if end.reason == records.RELEASED:
+            released = (records.now(), end.released_by)
+            by = end.released_by or "a request"
+            if all(e["phase"] == records.SUCCEEDED for e in ends):
+                return ending(success=(records.RELEASED, f"released by {by}: {count}/{count} "
+                                       "held commands ended"), released=released)
+            return ending(records.STOP_FAILED, "released, but not every held command could be "
+                          "stopped: it may still run", released=released)
+        if end.reason == records.HOLD_EXPIRED:
+            return ending(records.HOLD_EXPIRED, f"not released within maxHoldSeconds "
+                          f"({plan.max_hold_seconds}s); the held commands were stopped")
+        if end.reason == records.HOLD_ENDED:
+            return ending(records.HOLD_ENDED, f"the command of container {end.ended_container} "
+                          "exited on its own while held: the hold ended before its release")
+        return ending(records.POD_DELETED, f"pod {plan.pod} was deleted while the notifier "
+                      "was held")
+
+    async def _stop_all(self, runnable: Sequence[ContainerPlan],
+                        commands: Mapping[str, HeldCommand], held: Mapping[str, Any]
+                        ) -> list[dict[str, Any]]:
+        """Stop every command still running as the run is cut short; their Interrupted
+        entries."""
+
+        async def stop(container: ContainerPlan) -> dict[str, Any]:
+            result, stopped = await _ended(commands[container.name])
+            entry = {**records.container_result(container.name, container.container_id,
+                                                result), "stopped": str(stopped.stop)}
+            return records.held_container(entry, held.get(container.name),
+                                          reason=records.INTERRUPTED,
+                                          message="the server stopped while the notifier was "
+                                                  f"held or starting; {stopped.how}")
+
+        return list(await asyncio.gather(*(stop(c) for c in runnable if c.name in commands)))
+
+
+_READY, _ENDED, _TIMED_OUT = "Ready", "Ended", "TimedOut"
+
+
+async def _ready_or_not(command: HeldCommand, timeout: float) -> str:
+    """``_READY`` once the command printed its ready line; ``_ENDED`` if its exec ended first;
+    ``_TIMED_OUT`` after ``timeout`` seconds."""
+    waiters = [asyncio.create_task(command.ready.wait()),
+               asyncio.create_task(command.ended.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    if command.ready.is_set():
+        return _READY
+    return _ENDED if command.ended.is_set() else _TIMED_OUT
+
+
+async def _ended(command: HeldCommand) -> tuple[ExecResult, Stopped]:
+    """The command's result, released first if it still runs."""
+    if command.ended.is_set():
+        result = await command.result()
+        who = f"the command (PID {command.pid})" if command.pid is not None else "the command"
+        return result, Stopped(Stop.EXITED, f"{who} had exited before it was stopped")
+    return await command.release()
 
 
 def _with_container(entry: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:

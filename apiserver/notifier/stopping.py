@@ -15,9 +15,10 @@ as it is declared, without the wrapper, and a timeout records that it may still 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from apiserver.notifier.exec_protocol import ExecReason, Stop
@@ -124,6 +125,49 @@ class PidMarker:
         return held
 
 
+class ReadyLine:
+    """A ``StdoutFilter`` that passes output through ``inner`` (the ``PidMarker``) and notices
+    a held command's ready line: a line of output equal to ``line`` once its ``\n`` or
+    ``\r\n`` is stripped. ``seen`` is set at the first one; the line stays in the output.
+
+    Only the current line is held for comparison, and at most a ready line's length of it."""
+
+    def __init__(self, inner: StdoutFilter, line: str) -> None:
+        self.seen = asyncio.Event()
+        self._inner = inner
+        self._line = line.encode()
+        self._current = bytearray()
+        self._overlong = False
+
+    def feed(self, data: bytes) -> bytes:
+        passed = self._inner.feed(data)
+        self._scan(passed)
+        return passed
+
+    def end(self) -> bytes:
+        rest = self._inner.end()
+        self._scan(rest)
+        return rest
+
+    def _scan(self, data: bytes) -> None:
+        if self.seen.is_set():
+            return
+        start = 0
+        while start <= len(data) and not self.seen.is_set():
+            newline = data.find(b"\n", start)
+            end = len(data) if newline < 0 else newline
+            if not self._overlong:
+                self._current += data[start:end]
+                if len(self._current) > len(self._line) + 1:
+                    self._overlong, self._current = True, bytearray()
+            if newline < 0:
+                return
+            if not self._overlong and bytes(self._current).removesuffix(b"\r") == self._line:
+                self.seen.set()
+            self._current, self._overlong = bytearray(), False
+            start = newline + 1
+
+
 class StoppingExec:
     """Runs an exec notifier's command so that a timeout stops it (SIGTERM, then SIGKILL after
     ``grace_seconds``), or says that it could not."""
@@ -152,23 +196,41 @@ class StoppingExec:
                             "stop the command with: it may still run")
 
     async def _stop(self, timed_out: ExecResult, pid: int, timeout_seconds: int) -> ExecResult:
-        stop = await self._execute(kill_argv(pid, self._grace),
-                                   self._grace + STOP_MARGIN_SECONDS, None)
-        said = stop.stdout.decode(errors="replace").strip()
-        stopped = _STOPPED_BY.get(said) if stop.exit_code == 0 else None
-        if stopped is Stop.TERMINATED:
-            how = f"the command (PID {pid}) was stopped with SIGTERM"
-        elif stopped is Stop.KILLED:
-            how = (f"the command (PID {pid}) did not exit within {self._grace}s of SIGTERM and "
-                   "was killed with SIGKILL")
-        elif stopped is Stop.EXITED:
-            how = f"the command (PID {pid}) had exited before it was signalled"
-        else:
-            detail = stop.message or stop.stderr.decode(errors="replace").strip() or said
-            return _not_stopped(timed_out, timeout_seconds, f"stopping the command (PID {pid}) "
-                                f"failed ({detail}): it may still run")
-        return replace(timed_out, stopped=stopped, finished=datetime.now(UTC),
-                       message=f"no exit status within {timeout_seconds}s; {how}")
+        stopped = await stop_command(self._execute, pid, self._grace)
+        if stopped.stop is Stop.NOT_STOPPED:
+            return _not_stopped(timed_out, timeout_seconds, stopped.how)
+        return replace(timed_out, stopped=stopped.stop, finished=datetime.now(UTC),
+                       message=f"no exit status within {timeout_seconds}s; {stopped.how}")
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """How the stop sequence ended for one command."""
+
+    stop: Stop
+    how: str
+    """What happened, e.g. ``the command (PID 10) was stopped with SIGTERM``; for
+    ``NotStopped``, why, ending in ``it may still run``."""
+
+
+async def stop_command(execute: RawExec, pid: int, grace_seconds: int = GRACE_SECONDS
+                       ) -> Stopped:
+    """Run ``KILL_SCRIPT`` for ``pid`` through ``execute`` (an exec in the command's container):
+    SIGTERM, SIGKILL after ``grace_seconds``; never raises for a failed exec (``NotStopped``)."""
+    stop = await execute(kill_argv(pid, grace_seconds), grace_seconds + STOP_MARGIN_SECONDS,
+                         None)
+    said = stop.stdout.decode(errors="replace").strip()
+    stopped = _STOPPED_BY.get(said) if stop.exit_code == 0 else None
+    if stopped is Stop.TERMINATED:
+        return Stopped(stopped, f"the command (PID {pid}) was stopped with SIGTERM")
+    if stopped is Stop.KILLED:
+        return Stopped(stopped, f"the command (PID {pid}) did not exit within {grace_seconds}s "
+                                "of SIGTERM and was killed with SIGKILL")
+    if stopped is Stop.EXITED:
+        return Stopped(stopped, f"the command (PID {pid}) had exited before it was signalled")
+    detail = stop.message or stop.stderr.decode(errors="replace").strip() or said
+    return Stopped(Stop.NOT_STOPPED,
+                   f"stopping the command (PID {pid}) failed ({detail}): it may still run")
 
 
 def _not_stopped(result: ExecResult, timeout_seconds: int, why: str) -> ExecResult:

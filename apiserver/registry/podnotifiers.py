@@ -49,7 +49,7 @@ TRIM_DELAY_SECONDS = 1.0
 """After a bounded create, when the pod's records are trimmed to K again."""
 _PAGE = 500
 _UNFINISHED = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
-_NEITHER_PENDING_NOR_RUNNING = "status.phase!=Pending,status.phase!=Running"
+_NEITHER_PENDING_NOR_RUNNING = "status.phase!=Pending,status.phase!=Running,status.phase!=Held"
 
 T = TypeVar("T")
 

@@ -261,4 +261,4 @@ def test_unknown_annotation_fields_list_the_definitions_fields() -> None:
     listed = ", ".join(f'"{json_name(name, info)}"'
                        for name, info in NotifierDeclaration.model_fields.items())
     assert error.message.endswith(f"supported values: {listed}")
-    assert listed == '"name", "timeoutSeconds", "action"'
+    assert listed == '"name", "timeoutSeconds", "action", "hold"'

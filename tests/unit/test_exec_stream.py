@@ -117,6 +117,12 @@ class FakeApiServer:
                 await connection.send(status_frame(SUCCESS))
             case ["sleep"]:
                 await connection.wait_closed()
+            case ["cat"]:  # a held command: ends when its stdin is closed
+                await connection.send(STDOUT + b"ready\n")
+                async for message in connection:
+                    if message == b"\xff\x00":
+                        await connection.send(status_frame(SUCCESS))
+                        return
             case ["hangup"]:
                 await connection.send(STDOUT + b"partial")
             case ["garbage"]:
@@ -239,6 +245,19 @@ async def test_stdout_goes_through_the_filter_before_the_tail(apiserver: FakeApi
     assert held.fed == [b"", b"hello\n"]
     assert result.stdout == b"lo\n<hel>"
     assert result.stderr == b"to stderr\n"
+
+
+async def test_a_held_commands_stdin_is_open_until_closed_with_a_v5_close_frame(
+        apiserver: FakeApiServer) -> None:
+    close = asyncio.Event()
+    running = asyncio.create_task(run(apiserver, ["cat"], close_stdin=close))
+    await asyncio.sleep(0.2)
+    assert not running.done(), "the command ended with its stdin open"
+    close.set()
+    result = await asyncio.wait_for(running, 2)
+    assert (result.exit_code, result.stdout) == (0, b"ready\n")
+    assert apiserver.seen[0]["query"]["stdin"] == ["true"]
+    assert apiserver.seen[0]["subprotocol"] == "v5.channel.k8s.io"
 
 
 async def test_timeout_closes_the_stream(apiserver: FakeApiServer) -> None:

@@ -16,6 +16,7 @@ from apiserver.fanout import controller, scope
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.notifier import records
 from apiserver.notifier.events import NotificationEvents
+from apiserver.notifier.holds import HoldReleases
 from tests.support.events import RecordingSink
 from tests.unit.test_fanout_run import (
     NS,
@@ -46,7 +47,8 @@ def replica(server: Server, *, scope_grace: float = 0, absent_grace: float = 0) 
         notifications=server.notifications, podnotifiers=server.podnotifiers,
         scopes=server.scopes, admission=fake, runner=fake, authorizer=FakeAuthorizer(),
         metrics=FakeMetrics(), new_pods=FakeNewPods(),
-        events=NotificationEvents(RecordingSink())), sweep_delay=0.01,
+        events=NotificationEvents(RecordingSink()),
+        holds=HoldReleases(server.podnotifiers)), sweep_delay=0.01,
         reconcile_interval=INTERVAL, scope_grace=scope_grace, absent_grace=absent_grace)
     return Replica(manager, fake)
 

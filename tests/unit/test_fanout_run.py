@@ -38,6 +38,7 @@ from apiserver.notifier.errors import (
     Untrusted,
 )
 from apiserver.notifier.events import NotificationEvents
+from apiserver.notifier.holds import HoldReleases
 from apiserver.notifier.request import NotifyRequest
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import (
@@ -216,7 +217,8 @@ class Server:
         manager = FanoutManager(FanoutParts(
             notifications=notifications, podnotifiers=podnotifiers, scopes=scopes,
             admission=fake, runner=fake, authorizer=authorizer, metrics=metrics,
-            new_pods=new_pods, events=NotificationEvents(RecordingSink())), sweep_delay=0.01,
+            new_pods=new_pods, events=NotificationEvents(RecordingSink()),
+            holds=HoldReleases(podnotifiers)), sweep_delay=0.01,
             scope_grace=0, absent_grace=0)
         if lead:
             await manager.lead()

@@ -21,11 +21,13 @@ import yaml
 
 from apiserver.kube import KubeClient
 from apiserver.notifier import records
+from apiserver.notifier.exec_protocol import Stop
 from apiserver.notifier.housekeeping import (
     Takeover,
     collect_once,
     recover_interrupted,
 )
+from apiserver.notifier.stopping import Stopped
 from apiserver.registry.errors import AlreadyExists, Conflict, TooManyRequests
 from apiserver.registry.kube_store import (
     STORAGE_GROUP,
@@ -310,6 +312,46 @@ async def test_takeover_ends_a_stopped_replicas_runs_only(replicas: Replicas) ->
     assert await replicas.b.get(NS, alive["metadata"]["name"]) == alive
     assert await run_names(replicas.a) == [alive["metadata"]["name"]]
     assert await takeover.once() == 0
+
+
+class Stopper:
+    """Stops commands by PID (a fake of the exec), as told."""
+
+    def __init__(self, stop: Stop = Stop.TERMINATED) -> None:
+        self.stop_as = stop
+        self.stopped: list[tuple[str, str, str, int]] = []
+
+    async def stop(self, namespace: str, pod: str, container: str, pid: int) -> Stopped:
+        self.stopped.append((namespace, pod, container, pid))
+        how = (f"the command (PID {pid}) was stopped with SIGTERM"
+               if self.stop_as is not Stop.NOT_STOPPED
+               else f"stopping the command (PID {pid}) failed (refused): it may still run")
+        return Stopped(self.stop_as, how)
+
+
+@pytest.mark.parametrize(("stop", "phrase"), [
+    (Stop.TERMINATED, "db: stopped (the command (PID 4242) was stopped with SIGTERM)"),
+    (Stop.NOT_STOPPED, "db: stopping it failed (stopping the command (PID 4242) failed "
+                       "(refused): it may still run)")])
+async def test_takeover_stops_a_stopped_replicas_held_command_by_its_pid(
+        replicas: Replicas, stop: Stop, phrase: str) -> None:
+    held = record("lock", phase="Held")
+    held["status"]["containers"][0].update(pid=4242, heldTime="2026-12-01T10:00:00.000Z")
+    held["status"].update(maxHoldSeconds=60, heldTime="2026-12-01T10:00:00.000Z")
+    dead = await replicas.a.create_bounded(held, max_per_pod=K)
+    plain = await replicas.a.create_bounded(record("flush"), max_per_pod=K)
+    stopper = Stopper(stop)
+    takeover = Takeover(replicas.b, Alive("replica-b"), lease_duration_seconds=LEASE,
+                        clock=after_the_lease, stopper=stopper)
+
+    assert await takeover.once() == 2
+
+    assert stopper.stopped == [(NS, "web-0", "db", 4242)]
+    status = (await replicas.b.get(NS, dead["metadata"]["name"]))["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "Interrupted")
+    assert status["message"].endswith("; the held command was stopped by PID: " + phrase)
+    plain_status = (await replicas.b.get(NS, plain["metadata"]["name"]))["status"]
+    assert "held command" not in plain_status["message"]
 
 
 async def test_takeover_waits_for_the_lease_duration(replicas: Replicas) -> None:

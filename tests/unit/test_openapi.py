@@ -129,6 +129,7 @@ def served_routes() -> APIRouter:
     router = APIRouter()
     router.include_router(notify.router(None, None, None, 600))  # type: ignore[arg-type]
     router.include_router(podnotifiers.router(None, Watches()))  # type: ignore[arg-type]
+    router.include_router(podnotifiers.release_router(None, None, None))  # type: ignore[arg-type]
     router.include_router(notifications.router(  # type: ignore[arg-type]
         None, None, None, None, Watches(), max_parallelism=1, max_timeout_seconds=1,
         max_hold_seconds=3600))
@@ -141,7 +142,7 @@ def test_paths_match_the_served_routes():
     served = {(method, route.path.replace("{pod}", "{name}"))
               for route in api_routes(served_routes()) for method in route.methods}
     assert documented == served
-    assert len(served) == 14  # the release action (issue 11) added one
+    assert len(served) == 15  # the two release actions (issue 11) added one each
 
 
 def test_v3_discovery_points_at_the_served_document_by_hash():

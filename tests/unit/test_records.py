@@ -423,5 +423,7 @@ def test_every_reason_the_server_sets_is_documented() -> None:
     exec, the records and the runner set."""
     set_by_server = {*map(str, ExecReason), records.COMPLETED, records.INTERRUPTED,
                      records.POD_DELETED, records.POD_NOT_RUNNING,
-                     records.CONTAINER_NOT_RUNNING, "InternalError"}
+                     records.CONTAINER_NOT_RUNNING, "InternalError", records.RELEASED,
+                     records.HOLD_EXPIRED, records.HOLD_ENDED, records.NOT_READY,
+                     records.STOP_FAILED}
     assert set(PODNOTIFIER_REASONS) == set_by_server

@@ -1,0 +1,120 @@
+"""A held notifier's command in one container: started, seen ready, released.
+
+The command runs through the PID wrapper (``stopping.wrap``) on an exec stream whose stdin is
+open, so that release can close it: a session such as ``mysql`` holding ``FLUSH TABLES WITH
+READ LOCK`` ends at stdin EOF. Its stdout goes through the ``PidMarker`` (the PID) and the
+``ReadyLine`` (ready). The stream stays open while the command is held. Release closes stdin,
+waits ``STDIN_CLOSE_WAIT_SECONDS`` for the command to end by itself, then runs the stop
+sequence by PID (SIGTERM, SIGKILL after the grace period; ``stopping.stop_command``), and waits
+for the stream's end, so the result carries the exit status when the runtime reports it.
+
+Some runtimes (kwok among them) do not close the process's stdin when the stream's stdin is
+closed, and ``v4.channel.k8s.io`` cannot close it at all: there the SIGTERM step stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from apiserver.notifier.exec_protocol import ExecReason, Stop
+from apiserver.notifier.exec_stream import ExecResult, StdoutFilter
+from apiserver.notifier.stopping import SHELL, PidMarker, ReadyLine, Stopped, wrap
+
+STDIN_CLOSE_WAIT_SECONDS = 1.0
+"""After closing stdin, how long the command may take to end by itself before SIGTERM."""
+STREAM_END_WAIT_SECONDS = 5.0
+"""After the stop sequence, how long the exec stream may take to report the end."""
+
+HeldRawExec = Callable[[Sequence[str], float, StdoutFilter, asyncio.Event],
+                       Coroutine[Any, Any, ExecResult]]
+"""Runs an argv in the container within a timeout, reading stdout through the filter, with
+stdin open until the event is set (``exec_stream.exec_in_container`` with ``close_stdin``)."""
+StopByPid = Callable[[int], Awaitable[Stopped]]
+"""Runs the stop sequence for a PID in the command's container."""
+
+
+class HeldCommand:
+    """One held command, started at construction (inside a running event loop).
+
+    ``ready`` is set once the command printed its ready line; ``pid`` is its PID once the
+    wrapper reported it (it always does before the ready line). ``ended`` is set when the exec
+    stream ended: the command exited, or the stream broke.
+    """
+
+    def __init__(self, execute: HeldRawExec, stop: StopByPid, argv: Sequence[str],
+                 ready_line: str, max_seconds: float) -> None:
+        self._marker = PidMarker()
+        self._ready = ReadyLine(self._marker, ready_line)
+        self._close_stdin = asyncio.Event()
+        self._stop = stop
+        self._started = datetime.now(UTC)
+        self._stream: asyncio.Task[ExecResult] = asyncio.create_task(
+            execute(wrap(argv), max_seconds, self._ready, self._close_stdin),
+            name="held command")
+        self.ended = asyncio.Event()
+        self._stream.add_done_callback(lambda _task: self.ended.set())
+
+    @property
+    def ready(self) -> asyncio.Event:
+        return self._ready.seen
+
+    @property
+    def pid(self) -> int | None:
+        return self._marker.pid
+
+    async def result(self) -> ExecResult:
+        """The exec's result, once the stream ended (a failure to start it included)."""
+        result = await asyncio.shield(self._stream)
+        if self.pid is None and not self.ready.is_set() and result.reason in (
+                ExecReason.NON_ZERO_EXIT_CODE, ExecReason.EXEC_FAILED) and (
+                result.exit_code in (126, 127) or SHELL in result.message):
+            return replace(result, message=f"a held notifier runs through {SHELL} (to report "
+                           "the command's PID so it can be stopped), and it could not run: "
+                           f"{result.message or f'exit code {result.exit_code}'}")
+        return result
+
+    async def release(self) -> tuple[ExecResult, Stopped]:
+        """End the command: close its stdin, then stop it by PID if it still runs; the
+        stream's result (as ended, or cut off if it did not end) and how the command ended."""
+        self._close_stdin.set()
+        if not self.ended.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STDIN_CLOSE_WAIT_SECONDS):
+                    await self.ended.wait()
+        if self.ended.is_set():
+            return await self.result(), Stopped(Stop.EXITED, self._exited_how())
+        if self.pid is None:
+            stopped = Stopped(Stop.NOT_STOPPED, "the wrapper did not report the command's PID, "
+                              "so it was not signalled: it may still run")
+        else:
+            stopped = await self._stop(self.pid)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STREAM_END_WAIT_SECONDS):
+                await self.ended.wait()
+        if not self.ended.is_set():
+            self._stream.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stream
+            return self._cut_off(), stopped
+        return await self.result(), stopped
+
+    async def cancel(self) -> None:
+        """Drop the stream without stopping the command (it ended, or stopping it is moot)."""
+        self._stream.cancel()
+        await asyncio.gather(self._stream, return_exceptions=True)
+
+    def _exited_how(self) -> str:
+        who = f"the command (PID {self.pid})" if self.pid is not None else "the command"
+        return f"{who} exited once its stdin was closed"
+
+    def _cut_off(self) -> ExecResult:
+        """A result for a stream that did not end after the stop sequence (its output is
+        lost with it)."""
+        return ExecResult(None, b"", b"", False, False, ExecReason.EXEC_FAILED,
+                          "the exec stream did not end after the command was stopped",
+                          self._started, datetime.now(UTC))
