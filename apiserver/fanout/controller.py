@@ -971,11 +971,10 @@ class NotificationRun:
                 state, _ = self._result_of(record)
             return scope.RELEASE_DONE if state == scope.SUCCEEDED else scope.RELEASE_FAILED
         held = pod.reason == HELD
-        if held and not await self._end_hold(pod):
-            return scope.RELEASE_FAILED
+        hold_released = await self._end_hold(pod) if held else False
         if not notifier:
             if held:
-                return scope.RELEASE_DONE
+                return scope.RELEASE_DONE if hold_released else scope.RELEASE_FAILED
             log.error("a quiesced pod has nothing that unquiesces it: spec.release has no "
                       "notifier and its quiesce was not held", extra={
                           "namespace": self.namespace, "notification": self.name,

@@ -286,13 +286,18 @@ class FakeHolds:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.requested: list[str] = []
+        self.cannot_stop: set[str] = set()
+        """Records whose command the release fails to stop (they end Failed, StopFailed)."""
 
     async def request(self, namespace: str, name: str, by: UserInfo) -> dict[str, Any]:
         self.requested.append(name)
+        if name in self.cannot_stop:
+            entry = {"name": "app", "phase": "Failed", "reason": "StopFailed"}
+        else:
+            entry = {"name": "app", "phase": "Succeeded", "reason": "Completed", "exitCode": 0}
         return await self.server.podnotifiers.guaranteed_update(
-            namespace, name, lambda r: records.finish(records.set_container(r, {
-                "name": "app", "phase": "Succeeded", "reason": "Completed", "exitCode": 0}),
-                records.now()))
+            namespace, name, lambda r: records.finish(records.set_container(r, entry),
+                                                      records.now()))
 
 
 async def held_server(tmp_path: Path) -> tuple[Server, FakeHolds]:
@@ -332,6 +337,23 @@ async def test_held_records_are_quiesced_and_released_through_their_hold(
         assert status["counts"]["released"] == 3
         assert len(holds.requested) == 3
         assert started(server, UNQUIESCE) == []  # no release notifier: the hold's end is it
+    finally:
+        await server.close()
+
+
+async def test_a_hold_that_does_not_end_released_fails_its_release(tmp_path: Path) -> None:
+    server, holds = await held_server(tmp_path)
+    try:
+        created = await server.create("snap", server.fake.add(*NAMES),
+                                      release={"maxHoldSeconds": 60})
+        holds.cannot_stop.add(record_name("db-1", QUIESCE, created["metadata"]["uid"],
+                                          "uid-db-1"))
+        await window_open(server, "snap")
+        await release(server, "snap")
+        status = (await server.finished("snap"))["status"]
+        assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed",
+                                                                         "ReleaseFailed")
+        assert status["counts"]["released"] == 2
     finally:
         await server.close()
 
