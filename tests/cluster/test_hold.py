@@ -10,7 +10,6 @@ duration no other test uses, so only its command matches.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from apiserver.notifier.stopping import GRACE_SECONDS
 from tests.support.extension import raw_direct
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import API, declare, notify
+from tests.support.processes import running_sleeps
 
 pytestmark = pytest.mark.cluster
 
@@ -51,23 +51,6 @@ def held_notifier(sleep: str, max_hold: int = 600) -> dict[str, Any]:
     return {"name": "lock", "timeoutSeconds": 10,
             "action": {"exec": {"command": ["/bin/sh", "-c", f"echo ready; exec sleep {sleep}"]}},
             "hold": {"readyLine": "ready", "maxHoldSeconds": max_hold}}
-
-
-def sleeps(workdir: Path, seconds: str) -> list[int]:
-    """Running `sleep <seconds>` processes of kwok's execs (zombies do not run)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")[:-1]
-            cwd = Path(proc / "cwd").resolve(strict=True)
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if argv == [b"sleep", seconds.encode()] and cwd == workdir.resolve() and state != "Z":
-            found.append(int(proc.name))
-    return found
 
 
 def record(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -112,7 +95,7 @@ def test_a_held_notifier_stays_held_until_released_and_its_process_is_gone(
     time.sleep(2)
     again = record(cluster, namespace, name)["status"]
     assert (again["phase"], again["heldTime"]) == ("Held", status["heldTime"])
-    assert sleeps(workdir, sleep), "the held command is not running"
+    assert running_sleeps(workdir, sleep), "the held command is not running"
 
     with cluster.client_for(releaser_only) as client:
         denied = client.post(release_path(namespace, name), json={})
@@ -135,7 +118,7 @@ def test_a_held_notifier_stays_held_until_released_and_its_process_is_gone(
     (container,) = status["containers"]
     assert container["reason"] == "Released" and container["stopped"] in (
         "Terminated", "Killed", "Exited"), container
-    assert not sleeps(workdir, sleep), "the held command outlived its release"
+    assert not running_sleeps(workdir, sleep), "the held command outlived its release"
     assert took < GRACE_SECONDS + 10, took
     print(f"\nhold: released {took:.1f}s after the request: {container['message']}")
 
@@ -144,11 +127,11 @@ def test_a_hold_nobody_releases_expires_and_its_process_is_gone(
         cluster: Cluster, namespace: str, holder: User) -> None:
     workdir, sleep = cluster.layout.exec_workdir, "3598.3"
     name, _ = hold(cluster, namespace, holder, sleep, max_hold=3)
-    assert sleeps(workdir, sleep)
+    assert running_sleeps(workdir, sleep)
     done = finished(cluster, namespace, name, 3 + GRACE_SECONDS + 15)
     status = done["status"]
     assert (status["phase"], status["reason"]) == ("Failed", "HoldExpired"), status
-    assert not sleeps(workdir, sleep), "the held command outlived maxHoldSeconds"
+    assert not running_sleeps(workdir, sleep), "the held command outlived maxHoldSeconds"
 
 
 def test_a_release_through_the_other_replica_reaches_the_owner(
@@ -163,7 +146,7 @@ def test_a_release_through_the_other_replica_reaches_the_owner(
     assert answer.status == 200, answer.body
     done = finished(cluster, namespace, name, GRACE_SECONDS + 15)
     assert done["status"]["reason"] == "Released", done["status"]
-    assert not sleeps(workdir, sleep)
+    assert not running_sleeps(workdir, sleep)
 
 
 def test_a_killed_owners_hold_is_taken_over_and_its_process_stopped(
@@ -178,7 +161,7 @@ def test_a_killed_owners_hold_is_taken_over_and_its_process_stopped(
         status = done["status"]
         assert (status["phase"], status["reason"]) == ("Failed", "Interrupted"), status
         assert "held command" in status["message"], status
-        wait_until(lambda: not sleeps(workdir, sleep), "the held command to be stopped", 10)
+        wait_until(lambda: not running_sleeps(workdir, sleep), "the held command to be stopped", 10)
         print(f"\nhold: the killed owner's hold ended {time.monotonic() - killed:.1f}s after "
               f"SIGKILL: {status['message']}")
     finally:

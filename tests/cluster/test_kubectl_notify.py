@@ -21,6 +21,7 @@ from tests.support.plugin import (
     service_account_token,
     user_kubeconfig_with_namespace,
 )
+from tests.support.processes import running_sleeps
 
 pytestmark = pytest.mark.cluster
 
@@ -251,3 +252,51 @@ def test_kubectl_runs_it_as_a_plugin_and_completes_it(
                                 f"--kubeconfig={bot.kubeconfig}", "re"], capture_output=True,
                                text=True, env=env, timeout=60)
     assert notifiers.stdout.splitlines() == ["reload", ":4"], notifiers.stderr
+
+
+def test_a_held_run_returns_once_held_and_release_ends_it(
+        plugin: Plugin, cluster: Cluster, namespace: str, bot: User) -> None:
+    sleep = "3577.3"  # no other test sleeps this long: only this command matches
+    pod = cluster.deploy(namespace, "vault", annotations=declare(app=[{
+        "name": "lock", "timeoutSeconds": 10, "hold": {"maxHoldSeconds": 120},
+        "action": {"exec": {"command": ["/bin/sh", "-c", f"echo ready; exec sleep {sleep}"]}}}]
+    ))[0]["metadata"]["name"]
+    lines = ok(plugin.run(pod, "lock", "-n", namespace, kubeconfig=bot.kubeconfig))
+    held = re.fullmatch(rf"podnotifier/({pod}-lock-\w+) Held", lines[0])
+    assert held, lines
+    name = held.group(1)
+    assert columns(lines[2])[:2] == ["app", "Held"] and columns(lines[2])[-1] == "ready"
+    assert lines[-1] == (f"held until released: kubectl notify -n {namespace} release "
+                         f"podnotifier/{name}")
+    assert running_sleeps(cluster.layout.exec_workdir, sleep), "the held command is not running"
+
+    lines = ok(plugin.run("release", f"podnotifier/{name}", "-n", namespace,
+                          kubeconfig=bot.kubeconfig))
+    assert re.fullmatch(rf"podnotifier/{name} Succeeded in \S+", lines[0]), lines
+    assert columns(lines[2])[:2] == ["app", "Succeeded"]
+    assert not running_sleeps(cluster.layout.exec_workdir, sleep), "the hold outlived release"
+
+
+def test_a_quiesce_window_returns_once_quiesced_and_release_ends_it(
+        plugin: Plugin, cluster: Cluster, namespace: str, pods: list[str], ci: Path) -> None:
+    lines = ok(plugin.run("-l", "app=db", "quiesce", "--parallelism", "2", "--release",
+                          "reload", "--max-hold", "2m", kubeconfig=ci))
+    created = re.fullmatch(r"notification/(quiesce-\w+) created", lines[0])
+    assert created, lines
+    name = created.group(1)
+    assert re.fullmatch(rf"notification/{name} Quiesced: 2 pods quiesced at \S+Z; released "
+                        "at the latest after 120s", lines[-2]), lines
+    assert lines[-1] == (f"quiesced until released: kubectl notify -n {namespace} release "
+                         f"notification/{name}")
+    label = f"notifier.x-k8s.io/notification={name}"
+    assert {r["spec"]["notifier"] for r in records(cluster, namespace,
+                                                   labelSelector=label)} == {"quiesce"}
+
+    lines = ok(plugin.run("release", f"notification/{name}", kubeconfig=ci))
+    assert re.fullmatch(rf"notification/{name} Succeeded: 2 succeeded, 0 failed, 0 skipped of "
+                        r"2 pods, 2 released in \S+", lines[0]), lines
+    assert re.fullmatch(r"window: quiesced \S+Z, release requested \S+Z, release started \S+Z, "
+                        r"unquiesced \S+Z", lines[1]), lines
+    ran = records(cluster, namespace, labelSelector=label)
+    assert sorted((r["spec"]["notifier"], r["spec"]["podName"]) for r in ran) == sorted(
+        [("quiesce", pod) for pod in pods] + [("reload", pod) for pod in pods])

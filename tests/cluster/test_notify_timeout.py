@@ -8,7 +8,6 @@ with /proc.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 from apiserver.notifier.stopping import GRACE_SECONDS
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import declare, exec_notifier, notify
+from tests.support.processes import running_sleeps
 
 pytestmark = pytest.mark.cluster
 
@@ -34,23 +34,6 @@ def notifier_user(cluster: Cluster, namespace: str) -> User:
     return user
 
 
-def _sleeps(workdir: Path, seconds: str) -> list[int]:
-    """Running `sleep <seconds>` processes of kwok's execs (zombies do not run)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")[:-1]
-            cwd = Path(proc / "cwd").resolve(strict=True)
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if argv == [b"sleep", seconds.encode()] and cwd == workdir.resolve() and state != "Z":
-            found.append(int(proc.name))
-    return found
-
-
 @pytest.mark.parametrize(("script", "stopped", "phrase", "sleep"), [
     # Durations no other test sleeps, so that only this test's command matches.
     ("sleep 29.7", "Terminated", "was stopped with SIGTERM", "29.7"),
@@ -61,16 +44,16 @@ def test_timeout_stops_the_command(cluster: Cluster, namespace: str, notifier_us
     workdir = cluster.layout.exec_workdir
     annotations = declare(app=[exec_notifier("slow", script, timeout=TIMEOUT_SECONDS)])
     pod = cluster.deploy(namespace, "slow", annotations=annotations)[0]["metadata"]["name"]
-    before = set(_sleeps(workdir, sleep))  # normally none
+    before = set(running_sleeps(workdir, sleep))  # normally none
     with cluster.client_for(notifier_user) as client:
         started = time.monotonic()
         response = notify(client, namespace, pod, "slow", wait=1)
         assert response.status_code in (201, 202), response.text
-        wait_until(lambda: bool(set(_sleeps(workdir, sleep)) - before),
+        wait_until(lambda: bool(set(running_sleeps(workdir, sleep)) - before),
                    "the notifier's sleep running", 5)
         record = notify_wait(client, response.json()["metadata"]["name"], namespace)
     elapsed = time.monotonic() - started
-    assert not set(_sleeps(workdir, sleep)) - before, "the command outlived its timeout"
+    assert not set(running_sleeps(workdir, sleep)) - before, "the command outlived its timeout"
     container = record["status"]["containers"][0]
     assert (record["status"]["reason"], container["reason"]) == ("Timeout", "Timeout")
     assert container["stopped"] == stopped, container
