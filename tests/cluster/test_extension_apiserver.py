@@ -73,7 +73,7 @@ def test_apiservice_is_available(cluster: Cluster) -> None:
 def test_kubectl_lists_the_resources_and_discovery_has_the_subresource(cluster: Cluster) -> None:
     listed = cluster.kubectl("api-resources", "--api-group=notifier.x-k8s.io", "--namespaced",
                              "-o", "name").stdout.split()
-    # kubectl hides subresources: pods/notify and podnotifiers/release are only in the
+    # kubectl hides subresources: pods/notify and the two release actions are only in the
     # discovery document.
     assert sorted(listed) == ["notifications.notifier.x-k8s.io",
                               "podnotifiers.notifier.x-k8s.io"]
@@ -81,12 +81,13 @@ def test_kubectl_lists_the_resources_and_discovery_has_the_subresource(cluster: 
     raw = json.loads(cluster.kubectl("get", "--raw", API).stdout)
     assert (raw["kind"], raw["groupVersion"]) == ("APIResourceList", "notifier.x-k8s.io/v1alpha1")
     resources = {r["name"]: r for r in raw["resources"]}
-    assert sorted(resources) == ["notifications", "podnotifiers", "podnotifiers/release",
-                                 "pods/notify"]
+    assert sorted(resources) == ["notifications", "notifications/release", "podnotifiers",
+                                 "podnotifiers/release", "pods/notify"]
     assert {name: (r["kind"], r["namespaced"], sorted(r["verbs"]))
             for name, r in resources.items()} == {
         "pods/notify": ("PodNotifier", True, ["create"]),
         "podnotifiers/release": ("PodNotifier", True, ["create"]),
+        "notifications/release": ("Notification", True, ["create"]),
         "podnotifiers": ("PodNotifier", True,
                          ["delete", "deletecollection", "get", "list", "patch", "watch"]),
         "notifications": ("Notification", True,
