@@ -69,6 +69,28 @@ done
 step "$kubectl" -n demo get notifications
 step "$kubectl" -n demo get podnotifiers -l notifier.x-k8s.io/notification=quiesce-all
 
+say "A held notifier: its command keeps the lock until the record is released"
+held="$(echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"lock"}}' |
+  "$kubectl" --kubeconfig="$bot_kubeconfig" create --raw \
+    "$api/namespaces/demo/pods/$pod/notify?waitSeconds=20" -f - |
+  $py -c 'import json, sys; print(json.load(sys.stdin)["metadata"]["name"])')"
+step "$kubectl" -n demo get podnotifier "$held"
+echo '{}' | step "$kubectl" --kubeconfig="$bot_kubeconfig" create --raw \
+  "$api/namespaces/demo/podnotifiers/$held/release" -f - >/dev/null
+step "$kubectl" -n demo wait podnotifier "$held" --for=condition=Complete --timeout=30s
+step "$kubectl" -n demo get podnotifier "$held" \
+  -o jsonpath='{.status.heldTime} held, released {.status.releasedTime} by {.status.releasedBy}: {.status.containers[0].message}{"\n"}'
+
+say "A quiesce window: every replica quiesced, the snapshot taken, then all released"
+"$kubectl" -n demo delete notification snapshot-window --ignore-not-found >/dev/null
+step "$kubectl" -n demo create -f hack/demo/window.yaml
+step "$kubectl" -n demo wait notification/snapshot-window --for=condition=Quiesced --timeout=60s
+step ls "$cluster_dir/exec-workdir/quiesced"
+echo '{}' | step "$kubectl" -n demo create --raw \
+  "$api/namespaces/demo/notifications/snapshot-window/release" -f - >/dev/null
+step "$kubectl" -n demo wait notification/snapshot-window --for=condition=Complete --timeout=60s
+step "$kubectl" -n demo get notification snapshot-window -o jsonpath='{.status.window}{"\n"}'
+
 cat <<EOM
 
 The control plane and container-notifier keep running. Next:
