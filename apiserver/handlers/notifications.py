@@ -15,7 +15,6 @@ request in the Notification's run, where the fan-out leader reads it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,7 @@ from apiserver.handlers.options import field_validation
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient, paths
 from apiserver.notifier import records
-from apiserver.notifier.declarations import ANNOTATION, declared_names
+from apiserver.notifier.declarations import ANNOTATION, declared_names, held_names
 from apiserver.registry.resources import NOTIFICATIONS
 from apiserver.registry.store import ObjectStore
 
@@ -62,21 +61,6 @@ class PodInScope:
     here: an untrusted pod fails its run, as a notify of it would)."""
     holds: frozenset[str] = frozenset()
     """Those it declares with ``hold`` (held notifiers: ending the hold unquiesces)."""
-
-
-def held_names(annotation: str | None) -> frozenset[str]:
-    """The names the annotation declares with a ``hold`` object, read as leniently as
-    ``declared_names`` (a wrong declaration fails its pod's run later, loudly)."""
-    try:
-        document = json.loads(annotation) if annotation else None
-    except (ValueError, RecursionError):
-        return frozenset()
-    if not isinstance(document, dict):
-        return frozenset()
-    return frozenset(item["name"] for notifiers in document.values()
-                     if isinstance(notifiers, list) for item in notifiers
-                     if isinstance(item, dict) and isinstance(item.get("name"), str)
-                     and isinstance(item.get("hold"), dict))
 
 
 async def pods_in_scope(kube: KubeClient, namespace: str, selector: str) -> list[PodInScope]:

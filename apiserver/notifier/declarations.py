@@ -47,7 +47,7 @@ handle the signal: the kernel discards signals a PID-namespace init has no handl
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -206,18 +206,32 @@ def declared_names(annotation: str | None) -> frozenset[str]:
     can ask for), whether or not the rest validates (a pod whose declaration of a notifier is
     wrong still fails its run, InvalidDeclaration, loudly). Nothing if there is no annotation or
     it is not a JSON object of lists."""
+    return frozenset(name for name, _ in _lenient_entries(annotation))
+
+
+def held_names(annotation: str | None) -> frozenset[str]:
+    """Those of ``declared_names`` declared with a ``hold`` object (held notifiers: ending the
+    hold unquiesces), read as leniently."""
+    return frozenset(name for name, entry in _lenient_entries(annotation)
+                     if isinstance(entry.get("hold"), dict))
+
+
+def _lenient_entries(annotation: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each entry of the annotation's container lists that names a notifier with a qualified
+    name, with that name; nothing if the annotation is absent or not a JSON object of lists."""
     if annotation is None:
-        return frozenset()
+        return
     try:
         document = json.loads(annotation, parse_int=json_input.integer)
     except (ValueError, RecursionError):
-        return frozenset()
+        return
     if not isinstance(document, dict):
-        return frozenset()
-    return frozenset(item["name"] for notifiers in document.values()
-                     if isinstance(notifiers, list) for item in notifiers
-                     if isinstance(item, dict) and isinstance(item.get("name"), str)
-                     and not qualified_name_errors(item["name"]))
+        return
+    for notifiers in document.values():
+        for item in notifiers if isinstance(notifiers, list) else ():
+            if (isinstance(item, dict) and isinstance(item.get("name"), str)
+                    and not qualified_name_errors(item["name"])):
+                yield item["name"], item
 
 
 def annotation_matches_template(pod_value: str | None, template_value: str | None) -> bool:

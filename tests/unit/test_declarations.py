@@ -18,6 +18,7 @@ from apiserver.notifier.declarations import (
     SignalAction,
     annotation_matches_template,
     declared_names,
+    held_names,
     parse_notifiers,
     select_containers,
 )
@@ -342,3 +343,16 @@ def test_trust_compares_raw_strings() -> None:
 ])
 def test_declared_names_reads_names_leniently(annotation: str | None, names: set[str]) -> None:
     assert declared_names(annotation) == names
+
+
+@pytest.mark.parametrize(("annotation", "names"), [
+    (None, set()),
+    ('{"db": [{"name": "lock", "hold": {"maxHoldSeconds": 60}}, {"name": "quiesce"}], '
+     '"side": [{"name": "flush", "hold": {}}]}', {"lock", "flush"}),
+    ('{"db": [{"name": "lock", "hold": true}]}', set()),  # not a hold object
+    ('{"db": [{"name": "bad\\nname", "hold": {}}]}', set()),
+    ("{not json", set()),
+])
+def test_held_names_are_the_declared_names_with_a_hold(annotation: str | None,
+                                                       names: set[str]) -> None:
+    assert held_names(annotation) == names
