@@ -1,17 +1,20 @@
 """The server refuses to start against the real control plane with one line on stderr (exit 1,
-no traceback) when its identities may not read what it needs: the storage CRDs (the main
---kubeconfig) and the trust ConfigMap (--authentication-kubeconfig). The server process is
-started by hand next to the session's replicas; it exits before it listens."""
+no traceback) when the storage CRDs are not installed or its identities may not read what it
+needs: the storage CRDs (the main --kubeconfig) and the trust ConfigMap
+(--authentication-kubeconfig). The server process is started by hand next to the session's
+replicas; it exits before it listens."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from localcluster.layout import REPO_ROOT
+from localcluster.layout import REPO_ROOT, Layout
+from tests.cluster.test_lifecycle import SecondPlane
 from tests.support.kube import Cluster
 
 pytestmark = pytest.mark.cluster
@@ -62,3 +65,20 @@ def test_an_authentication_identity_that_may_not_read_the_trust_configmap(
             f'"{NOBODY}" cannot list resource "configmaps" in API group "" in the namespace '
             '"kube-system"): bind the server\'s identity (--authentication-kubeconfig') in line
     assert "--role=extension-apiserver-authentication-reader" in line
+
+
+def test_without_the_storage_crds(cluster: Cluster, tmp_path: Path) -> None:
+    """A second one-node plane (not to disturb the session's) with a storage CRD deleted."""
+    plane = SecondPlane(tmp_path / "plane")
+    try:
+        plane.run("up", "--nodes", "1", "--replicas", "1")
+        plane.kubectl(cluster, "delete", "customresourcedefinition",
+                      "storedpodnotifiers.storage.notifier.x-k8s.io")
+        line = start(cluster, f"--kubeconfig={Layout(plane.state).notifier_kubeconfig}")
+    finally:
+        plane.run("down")
+    assert line == (
+        "container-notifier-apiserver: error: --storage=kubernetes: "
+        "storedpodnotifiers.storage.notifier.x-k8s.io is not installed: apply "
+        "apiservice/storage-crds.yaml and the server's RBAC in apiservice/rbac-server.yaml "
+        "(kubectl apply -k apiservice/ installs both) and start again")
