@@ -4,7 +4,8 @@ Each field of ``ServerOptions`` carries its flag (``option``): the help text, ho
 text is parsed and checked, and how its default is shown. ``add_flags`` turns the fields into
 argparse arguments (``--secure-port`` for ``secure_port``) and ``options_from_args`` turns the
 parsed arguments back into ``ServerOptions``, so ``--help``, the defaults and the options object
-cannot disagree.
+cannot disagree. A flag renamed to match Kubernetes keeps its old name for one release as a
+deprecated alias: hidden from ``--help``, still accepted, and named by ``deprecation_warnings``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from apiserver.errors import StartupError
+
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+DEBUG_VERBOSITY = 2
+"""The least klog verbosity (``-v``) logged at debug; 0 and 1 are info."""
 SQLITE, KUBERNETES = "sqlite", "kubernetes"
 STORAGE_BACKENDS = (SQLITE, KUBERNETES)
 
@@ -62,6 +67,18 @@ def parse_positive(text: str) -> int:
     return value
 
 
+def parse_verbosity(text: str) -> int:
+    """A klog verbosity: a whole number from 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{text!r} is not a verbosity: use a whole number from 0 "
+                         f"({DEBUG_VERBOSITY} and more log at debug)")
+    return value
+
+
 def parse_port(text: str) -> int:
     """A TCP port, 1 to 65535."""
     try:
@@ -84,6 +101,11 @@ class Flag:
     """Value to text, for the help's default (the inverse of ``parse``)."""
     metavar: str | None = None
     choices: Sequence[str] | None = None
+    short: str | None = None
+    """A one-letter spelling too, e.g. ``-v``."""
+    deprecated: tuple[str, ...] = ()
+    """Former names still accepted for one release (hidden from ``--help``; using one is
+    warned about, naming the flag to use instead)."""
 
 
 _FLAG = "flag"
@@ -91,9 +113,11 @@ _FLAG = "flag"
 
 def option(default: Any = dataclasses.MISSING, *, help: str,
            parse: Callable[[str], Any] = str, show: Callable[[Any], str] = str,
-           metavar: str | None = None, choices: Sequence[str] | None = None) -> Any:
+           metavar: str | None = None, choices: Sequence[str] | None = None,
+           short: str | None = None, deprecated: tuple[str, ...] = ()) -> Any:
     """A ``ServerOptions`` field and its flag; without ``default`` the flag is required."""
-    flag = Flag(help=help, parse=parse, show=show, metavar=metavar, choices=choices)
+    flag = Flag(help=help, parse=parse, show=show, metavar=metavar, choices=choices,
+                short=short, deprecated=deprecated)
     return dataclasses.field(default=default, metadata={_FLAG: flag})
 
 
@@ -111,14 +135,24 @@ class ServerOptions:
     kubeconfig: Path | None = option(
         None, parse=Path, help="kubeconfig used to reach kube-apiserver (its current context); "
         "without it, the in-cluster service account is used")
-    authentication_token_cache_ttl: float = option(
+    authentication_kubeconfig: Path | None = option(
+        None, parse=Path, help="kubeconfig of the identity that creates TokenReviews and reads "
+        "the trust ConfigMap (kube-system/extension-apiserver-authentication), as "
+        "k8s.io/apiserver's flag; default: the --kubeconfig connection (or in-cluster)")
+    authorization_kubeconfig: Path | None = option(
+        None, parse=Path, help="kubeconfig of the identity that creates SubjectAccessReviews, as "
+        "k8s.io/apiserver's flag; default: the --kubeconfig connection (or in-cluster)")
+    authentication_token_webhook_cache_ttl: float = option(
         10.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        deprecated=("--authentication-token-cache-ttl",),
         help="how long TokenReview answers (success and failure) are cached")
-    authorization_allowed_cache_ttl: float = option(
+    authorization_webhook_cache_authorized_ttl: float = option(
         10.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        deprecated=("--authorization-allowed-cache-ttl",),
         help="how long 'allowed' SubjectAccessReview answers are cached")
-    authorization_denied_cache_ttl: float = option(
+    authorization_webhook_cache_unauthorized_ttl: float = option(
         10.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        deprecated=("--authorization-denied-cache-ttl",),
         help="how long 'denied' SubjectAccessReview answers are cached")
     data_dir: Path = option(
         Path("/var/lib/container-notifier"), parse=Path,
@@ -180,10 +214,22 @@ class ServerOptions:
         "heartbeat Lease (container-notifier-replica-<replica>)")
     log_level: str = option(
         "info", choices=LOG_LEVELS,
-        help="least severe level written to stderr as JSON lines")
+        help="least severe level written to stderr as JSON lines; -v/--v wins when both are "
+        "given")
+    v: int | None = option(
+        None, parse=parse_verbosity, short="-v", metavar="N",
+        help=f"log verbosity as Kubernetes components take it: 0 and 1 log at info, "
+        f"{DEBUG_VERBOSITY} and more at debug; when given, it wins over --log-level")
 
 
-class InvalidOptions(ValueError):
+def log_level(options: ServerOptions) -> str:
+    """The level logged at: from ``-v`` if given (klog levels), else ``--log-level``."""
+    if options.v is None:
+        return options.log_level
+    return "debug" if options.v >= DEBUG_VERBOSITY else "info"
+
+
+class InvalidOptions(StartupError, ValueError):
     """Options that are each valid but do not fit together; the message names the flags."""
 
 
@@ -225,19 +271,53 @@ def _argument_type(flag: Flag) -> Callable[[str], Any]:
     return parse
 
 
+_DEPRECATED_USED = "deprecated_flags_used"
+"""The namespace attribute listing the deprecated aliases given, as (alias, flag) pairs."""
+
+
+class _DeprecatedAlias(argparse.Action):
+    """Sets the option as its flag does and records that the former name was used."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, replacement: str,
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.replacement = replacement
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        used = getattr(namespace, _DEPRECATED_USED, [])
+        setattr(namespace, _DEPRECATED_USED, [*used, (option_string, self.replacement)])
+
+
+def deprecation_warnings(args: argparse.Namespace) -> list[str]:
+    """One message per deprecated alias given, worded as Kubernetes words it."""
+    return [f"Flag {alias} has been deprecated, use {flag} instead"
+            for alias, flag in getattr(args, _DEPRECATED_USED, [])]
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """One argument per ``ServerOptions`` field, its default shown in the help if it has one."""
+    """One argument per ``ServerOptions`` field, its default shown in the help if it has one;
+    one hidden argument per deprecated alias."""
     for field in dataclasses.fields(ServerOptions):
         flag = flag_of(field)
         required = field.default is dataclasses.MISSING
         help_text = flag.help
+        if flag.deprecated:
+            help_text += f" (deprecated former name: {', '.join(flag.deprecated)})"
         if not required and field.default is not None:
             shown = flag.show(field.default).replace("%", "%%")
             help_text = f"{help_text} (default: {shown})"
+        names = [flag.short, flag_name(field)] if flag.short else [flag_name(field)]
         parser.add_argument(
-            flag_name(field), dest=field.name, type=_argument_type(flag),
+            *names, dest=field.name, type=_argument_type(flag),
             required=required, default=None if required else field.default,
             metavar=flag.metavar, choices=flag.choices, help=help_text)
+        for alias in flag.deprecated:
+            parser.add_argument(
+                alias, dest=field.name, type=_argument_type(flag), action=_DeprecatedAlias,
+                replacement=flag_name(field), default=argparse.SUPPRESS,
+                metavar=flag.metavar, choices=flag.choices, help=argparse.SUPPRESS)
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:

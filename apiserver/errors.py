@@ -128,6 +128,14 @@ class Timeout(APIError):
     reason, code = "Timeout", 504
 
 
+class StartupError(Exception):
+    """A misconfiguration that keeps the server from starting (no kubeconfig, an unusable
+    serving certificate, the storage CRDs missing, the trust ConfigMap unreadable, options that
+    do not fit together). Its message is one line naming what is wrong and what to do; the
+    entry point prints it and exits 1, without a traceback. Not an ``APIError``: no request
+    is being answered."""
+
+
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

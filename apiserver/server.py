@@ -2,9 +2,11 @@
 
 Nothing below this module imports it. ``serve`` connects to kube-apiserver, opens the store,
 assembles authentication, authorization, the notifier runner, admission, the fan-out and the
-HTTP routes, and runs them under uvicorn; the app's lifespan starts and stops the background
-work (trust material watch, pod index, record collection, this replica's Lease, the fan-out
-leader election).
+HTTP routes, and runs them under uvicorn; a misconfiguration found on the way (``check``, the
+serving certificate, the kubeconfigs, the storage CRDs, the trust ConfigMap's permission) is
+raised as a ``StartupError`` before anything is served. The app's lifespan starts and stops
+the background work (trust material watch, pod index, record collection, this replica's Lease,
+the fan-out leader election).
 """
 
 from __future__ import annotations
@@ -14,15 +16,17 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import APIRouter, FastAPI
 
 from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
-from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher
+from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher, check_readable
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
-from apiserver.config import KUBERNETES, InvalidOptions, ServerOptions, check
+from apiserver.config import KUBERNETES, ServerOptions, check
 from apiserver.fanout import scope
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
@@ -41,7 +45,6 @@ from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import KubeExec, Runner
 from apiserver.notifier.trust import TrustRules
-from apiserver.registry.errors import StorageNotInstalled
 from apiserver.registry.kube_store import KubeObjectStore, check_installed
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import (
@@ -77,32 +80,64 @@ def replica_name() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname()
 
 
-def connect(options: ServerOptions) -> KubeClient:
-    return (KubeClient.from_kubeconfig(options.kubeconfig) if options.kubeconfig
-            else KubeClient.in_cluster())
+@dataclass(frozen=True)
+class KubeClients:
+    """The server's connections to kube-apiserver: `main` for everything but the delegated
+    reviews, `authentication` for TokenReviews and the trust ConfigMap (as k8s.io/apiserver
+    reads it with its authentication client), `authorization` for SubjectAccessReviews. The
+    last two are `main` itself unless their kubeconfig flag names another file."""
+
+    main: KubeClient
+    authentication: KubeClient
+    authorization: KubeClient
+
+    def distinct(self) -> list[KubeClient]:
+        """Each client once (to close them)."""
+        return list({id(client): client for client in
+                     (self.main, self.authentication, self.authorization)}.values())
+
+    async def aclose(self) -> None:
+        for client in self.distinct():
+            await client.aclose()
+
+
+def connect(options: ServerOptions,
+            from_kubeconfig: Callable[..., KubeClient] = KubeClient.from_kubeconfig,
+            in_cluster: Callable[[], KubeClient] = KubeClient.in_cluster) -> KubeClients:
+    """The clients of --kubeconfig (else in-cluster), --authentication-kubeconfig and
+    --authorization-kubeconfig (each else the main one). Raises KubeconfigError naming the flag
+    whose file is unusable, or saying to pass --kubeconfig outside a cluster."""
+    main = (from_kubeconfig(options.kubeconfig, flag="--kubeconfig") if options.kubeconfig
+            else in_cluster())
+
+    def delegated(path: Path | None, flag: str) -> KubeClient:
+        if path is None or path == options.kubeconfig:
+            return main
+        return from_kubeconfig(path, flag=flag)
+
+    return KubeClients(main, delegated(options.authentication_kubeconfig,
+                                       "--authentication-kubeconfig"),
+                       delegated(options.authorization_kubeconfig, "--authorization-kubeconfig"))
 
 
 async def serve(options: ServerOptions) -> None:
-    """Serve until SIGINT or SIGTERM."""
-    try:
-        check(options)
-    except InvalidOptions as error:
-        log.error("invalid options", extra={"error": str(error)})
-        raise SystemExit(str(error)) from None
-    kube = connect(options)
-    database = None
-    if options.storage == KUBERNETES:
-        try:
-            await check_installed(kube, STORED_RESOURCES)
-        except StorageNotInstalled as error:
-            await kube.aclose()
-            log.error("storage not installed", extra={"error": str(error)})
-            raise SystemExit(str(error)) from None
-    else:
-        database = await SqliteDatabase.open(options.data_dir)
+    """Serve until SIGINT or SIGTERM; a StartupError if the server cannot start."""
+    check(options)
     tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
+    clients = connect(options)
+    database = None
+    try:
+        if options.storage == KUBERNETES:
+            await check_installed(clients.main, STORED_RESOURCES)
+        await check_readable(clients.authentication)
+        if options.storage != KUBERNETES:
+            database = await SqliteDatabase.open(options.data_dir)
+    except BaseException:
+        await clients.aclose()
+        raise
     watches, draining = Watches(), Draining()
-    app = build_app(options, kube, tls, database, watches, draining, replica_name())
+    app = build_app(options, clients.main, tls, database, watches, draining, replica_name(),
+                    authentication=clients.authentication, authorization=clients.authorization)
     await Server(uvicorn_config(app, tls, options.bind_address, options.secure_port),
                  watches.stop, draining=draining,
                  shutdown_delay=options.shutdown_delay_duration).serve()
@@ -110,24 +145,28 @@ async def serve(options: ServerOptions) -> None:
 
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
               database: SqliteDatabase | None, watches: Watches, draining: Draining,
-              replica: str) -> FastAPI:
+              replica: str, *, authentication: KubeClient | None = None,
+              authorization: KubeClient | None = None) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
-    `kube` and `database` at the end. `replica` names this server in the Events it records
-    and its heartbeat Lease, in the pods' ledgers (the runs it holds), and is its identity in
-    the fan-out leader election.
+    the clients and `database` at the end. TokenReviews and the trust ConfigMap go through
+    `authentication`, SubjectAccessReviews through `authorization` (each `kube` if not given;
+    see ``KubeClients``), everything else through `kube`. `replica` names this server in the
+    Events it records and its heartbeat Lease, in the pods' ledgers (the runs it holds), and is
+    its identity in the fan-out leader election.
     With ``--storage=kubernetes`` records, Notifications, their scopes and the pods' ledgers are
     kept as storage custom resources (``registry/kube_store.py``) and `database` is not used
     (``serve`` opens none); otherwise all of them are kept in `database`."""
+    clients = KubeClients(kube, authentication or kube, authorization or kube)
     trust_store = TrustStore()
 
     def follow_trust(material: TrustMaterial) -> None:
         tls.set_client_trust(material.ca_bundle_pem())
 
     trust_store.subscribe(follow_trust)
-    tokens = TokenReviewer(kube, options.authentication_token_cache_ttl)
+    tokens = TokenReviewer(clients.authentication, options.authentication_token_webhook_cache_ttl)
     authorizer = SubjectAccessReviewAuthorizer(
-        kube, allowed_ttl=options.authorization_allowed_cache_ttl,
-        denied_ttl=options.authorization_denied_cache_ttl)
+        clients.authorization, allowed_ttl=options.authorization_webhook_cache_authorized_ttl,
+        denied_ttl=options.authorization_webhook_cache_unauthorized_ttl)
     metrics = Metrics()
     metrics.watch_reviews(authorization=authorizer.counters, authentication=tokens.counters)
     readiness = Readiness()
@@ -166,7 +205,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     pod_index = PodDirectory(kube)
     pod_cache = PodCache(kube)
     owners = OwnerTemplates(kube)
-    trust_watcher = TrustWatcher(kube, trust_store)
+    trust_watcher = TrustWatcher(clients.authentication, trust_store)
     readiness.add("pod-index", pod_index.synced.is_set)
     readiness.add("pod-cache", pod_cache.has_synced)
     readiness.add("owner-templates", owners.has_synced)
@@ -258,7 +297,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
                 store.close()
             if database is not None:
                 await database.close()
-            await kube.aclose()
+            await clients.aclose()
             log.info("stopped")
 
     return create_app(

@@ -17,7 +17,8 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from apiserver.kube import KubeClient, paths
+from apiserver.errors import StartupError
+from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable, paths
 from apiserver.kube.informer import Backoff, Handlers, Informer
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,37 @@ class TrustStore:
         for callback in self._subscribers:
             callback(material)
         self.material = material
+
+
+class TrustNotReadable(StartupError):
+    """kube-apiserver refuses the server's authentication identity the trust ConfigMap: the
+    server cannot verify client certificates or front-proxy headers, so it does not start."""
+
+
+async def check_readable(kube: KubeClient, *, namespace: str = CONFIGMAP_NAMESPACE,
+                         name: str = CONFIGMAP_NAME) -> None:
+    """Raise ``TrustNotReadable`` (one line: the answer and the RoleBinding that fixes it) if
+    kube-apiserver refuses to list the ConfigMap (401, 403, as k8s.io/apiserver refuses to
+    start). A missing ConfigMap or an unreachable kube-apiserver is not fatal: the watcher
+    waits and retries, and readiness says the trust material is missing."""
+    try:
+        await kube.get(paths.namespaced(paths.CORE, namespace, "configmaps"),
+                       params={"fieldSelector": f"metadata.name={name}"})
+    except KubeUnavailable as error:
+        log.warning("trust ConfigMap not checked; the watcher retries",
+                    extra={"configmap": f"{namespace}/{name}", "error": str(error)})
+    except KubeRejected as error:
+        if error.status_code not in (401, 403):
+            raise
+        raise TrustNotReadable(
+            f"cannot read configmap {namespace}/{name} ({error.status_code} "
+            f"{error.answer_reason or 'error'}: {error.answer.get('message', '')}): bind the "
+            f"server's identity (--authentication-kubeconfig, else --kubeconfig or the service "
+            f"account) to the Role {namespace}/extension-apiserver-authentication-reader, e.g. "
+            f"kubectl create rolebinding -n {namespace} container-notifier-authentication-reader "
+            "--role=extension-apiserver-authentication-reader "
+            "--serviceaccount=container-notifier:container-notifier "
+            "(apiservice/rbac-server.yaml has it)") from None
 
 
 class TrustWatcher:

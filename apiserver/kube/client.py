@@ -105,9 +105,11 @@ class KubeClient:
         )
 
     @classmethod
-    def from_kubeconfig(cls, path: Path, context: str | None = None, **kwargs: Any
-                        ) -> KubeClient:
-        return cls(connection_from_kubeconfig(path, context), **kwargs)
+    def from_kubeconfig(cls, path: Path, context: str | None = None, *,
+                        flag: str = "--kubeconfig", **kwargs: Any) -> KubeClient:
+        """The client of the kubeconfig `path`; `flag` (the option that named it) is what
+        its errors tell the user to fix."""
+        return cls(connection_from_kubeconfig(path, context, flag=flag), **kwargs)
 
     @classmethod
     def in_cluster(cls, **kwargs: Any) -> KubeClient:

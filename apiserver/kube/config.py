@@ -19,9 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from kubernetes.client import Configuration
 from kubernetes.config import ConfigException, load_kube_config
 from kubernetes.config.incluster_config import InClusterConfigLoader
+
+from apiserver.errors import StartupError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ CREDENTIALS_CHECK_SECONDS = 10.0
 """How often requests ask the loader's refresh hook whether the credentials are due."""
 
 
-class KubeconfigError(ValueError):
+class KubeconfigError(StartupError, ValueError):
     """The kubeconfig (or the in-cluster configuration) cannot be used."""
 
 
@@ -88,20 +91,28 @@ class Connection:
     proxy: str = ""
 
 
-def connection_from_kubeconfig(path: Path | str, context: str | None = None) -> Connection:
+def connection_from_kubeconfig(path: Path | str, context: str | None = None, *,
+                               flag: str = "--kubeconfig") -> Connection:
     """The connection of the kubeconfig's `context` (default: its current context).
 
     `path` may list several files separated by ``os.pathsep``, as KUBECONFIG does; they are
-    merged the way kubectl merges them.
+    merged the way kubectl merges them. `flag` is the option that named the file, which the
+    error tells the user to fix.
     """
     configuration = Configuration()
     try:
         load_kube_config(config_file=str(path), context=context,
                          client_configuration=configuration, persist_config=False)
+    # A file that is not a kubeconfig's mapping fails inside the loader as a TypeError,
+    # AttributeError or KeyError rather than a ConfigException.
     except (ConfigException, OSError) as error:
         raise KubeconfigError(
-            f"kubeconfig {path}: {error}; fix the file or pass another with --kubeconfig"
-        ) from None
+            f"kubeconfig {path}: {error}; fix the file or pass another with {flag}") from None
+    except (yaml.YAMLError, TypeError, AttributeError, KeyError) as error:
+        detail = str(error).replace("\n", " ")
+        raise KubeconfigError(
+            f"kubeconfig {path}: not a valid kubeconfig ({type(error).__name__}: {detail}); fix "
+            f"the file or pass another with {flag}") from None
     return connection_from_configuration(configuration, f"kubeconfig {path}")
 
 
@@ -115,8 +126,8 @@ def in_cluster_connection(directory: Path = SERVICE_ACCOUNT_DIR,
     try:
         loader.load_and_set(configuration)
     except (ConfigException, OSError) as error:
-        raise KubeconfigError(f"in-cluster configuration: {error}; outside a cluster, pass "
-                              "--kubeconfig") from None
+        raise KubeconfigError(f"in-cluster configuration: {str(error).rstrip('.')}: outside a "
+                              "cluster, pass --kubeconfig=PATH") from None
     return connection_from_configuration(configuration, "in-cluster configuration")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from apiserver import errors
 from apiserver.api.json_input import as_printable
-from apiserver.errors import Cause
+from apiserver.errors import Cause, StartupError
 from apiserver.registry.resources import ResourceType
 
 
@@ -95,11 +95,11 @@ class StorageUnavailable(StoreError, errors.ServiceUnavailable):
         super().__init__(message, retry_after_seconds=STORAGE_RETRY_AFTER_SECONDS)
 
 
-class DataDirInUse(RuntimeError):
+class DataDirInUse(StartupError, RuntimeError):
     """Another process holds the registry database."""
 
 
-class StorageNotInstalled(RuntimeError):
+class StorageNotInstalled(StartupError, RuntimeError):
     """--storage=kubernetes without the storage CRDs installed and Established: the server
     does not start; the message names each missing CRD and what to apply."""
 

@@ -17,18 +17,44 @@ import os
 import ssl
 from pathlib import Path
 
+from apiserver.errors import StartupError
+
 log = logging.getLogger(__name__)
 
 _FileStamp = tuple[tuple[int, int, int], ...]
 
 
+class ServingCertificateUnusable(StartupError):
+    """The serving certificate or key cannot be read or loaded at start."""
+
+
 class ServingTLS:
     def __init__(self, cert_file: Path, key_file: Path):
+        """Raises ServingCertificateUnusable if the files are not a readable PEM certificate
+        and its private key (later reloads keep the previous certificate instead)."""
         self._cert_file = cert_file
         self._key_file = key_file
         self._client_trust = ""
         self._stamp = self._file_stamp()
-        self._current = self._build()
+        for flag, path, marker, what in (
+                ("--tls-cert-file", cert_file, b"-----BEGIN CERTIFICATE-----", "certificate"),
+                ("--tls-private-key-file", key_file, b"PRIVATE KEY-----", "private key")):
+            try:
+                pem = path.read_bytes()
+            except OSError as error:
+                raise ServingCertificateUnusable(
+                    f"{flag}={path}: cannot read it ({error.strerror or error}): give a "
+                    f"readable PEM {what}") from None
+            if marker not in pem:
+                raise ServingCertificateUnusable(
+                    f"{flag}={path}: not a PEM {what}: give the PEM {what} file")
+        try:
+            self._current = self._build()
+        except ssl.SSLError as error:
+            raise ServingCertificateUnusable(
+                f"--tls-cert-file={cert_file} with --tls-private-key-file={key_file} cannot be "
+                f"loaded ({error.reason or error}): give the serving certificate (intermediates "
+                "after it) and the key it was issued for") from None
         self.context: ssl.SSLContext = self._current
         """The context to listen with; new connections move to the newest context."""
 

@@ -20,7 +20,7 @@ from tests.support.notify import (
 pytestmark = pytest.mark.cluster
 
 AUTHORIZATION_CACHE_SECONDS = 10
-"""The server's --authorization-allowed-cache-ttl default."""
+"""The server's --authorization-webhook-cache-authorized-ttl default."""
 
 
 def test_a_revoked_creator_notifies_no_new_pod(cluster: Cluster, namespace: str) -> None:

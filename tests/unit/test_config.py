@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import logging
 from pathlib import Path
@@ -13,13 +14,16 @@ from apiserver.config import (
     InvalidOptions,
     ServerOptions,
     check,
+    deprecation_warnings,
     flag_name,
     flag_of,
     format_duration,
+    log_level,
     options_from_args,
     parse_duration,
 )
 from apiserver.jsonlog import JSONFormatter
+from apiserver.version import version
 
 REQUIRED = ["--tls-cert-file", "c", "--tls-private-key-file", "k"]
 
@@ -49,7 +53,62 @@ def test_format_duration_reads_back(seconds, text):
 def test_every_option_has_exactly_one_flag():
     flags = {option for action in build_parser()._actions for option in action.option_strings}
     fields = dataclasses.fields(ServerOptions)
-    assert flags - {"-h", "--help"} == {flag_name(field) for field in fields}
+    aliases = {alias for field in fields for alias in flag_of(field).deprecated}
+    assert aliases == {"--authentication-token-cache-ttl", "--authorization-allowed-cache-ttl",
+                       "--authorization-denied-cache-ttl"}
+    assert flags - {"-h", "--help", "--version", "-v"} - aliases == {
+        flag_name(field) for field in fields}
+
+
+@pytest.mark.parametrize(("alias", "flag", "field"), [
+    ("--authentication-token-cache-ttl", "--authentication-token-webhook-cache-ttl",
+     "authentication_token_webhook_cache_ttl"),
+    ("--authorization-allowed-cache-ttl", "--authorization-webhook-cache-authorized-ttl",
+     "authorization_webhook_cache_authorized_ttl"),
+    ("--authorization-denied-cache-ttl", "--authorization-webhook-cache-unauthorized-ttl",
+     "authorization_webhook_cache_unauthorized_ttl"),
+])
+def test_a_deprecated_alias_still_sets_its_option_and_is_warned_about(alias, flag, field):
+    args = build_parser().parse_args([*REQUIRED, f"{alias}=42s"])
+    assert getattr(options_from_args(args), field) == 42.0
+    assert deprecation_warnings(args) == [
+        f"Flag {alias} has been deprecated, use {flag} instead"]
+    assert deprecation_warnings(build_parser().parse_args([*REQUIRED, flag, "42s"])) == []
+
+
+def test_deprecated_aliases_are_hidden_from_help_but_named_by_their_flag(capsys, monkeypatch):
+    lines = help_lines(capsys, monkeypatch)
+    assert "--authentication-token-cache-ttl" not in lines
+    assert ("(deprecated former name: --authentication-token-cache-ttl)"
+            in lines["--authentication-token-webhook-cache-ttl"])
+
+
+def test_version_prints_the_package_version_and_exits_0(capsys):
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"container-notifier {version()}\n"
+    assert version() == importlib.metadata.version("container-notifier")
+
+
+def test_version_falls_back_to_pyproject(monkeypatch, tmp_path):
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "container-notifier"\nversion = "9.8.7"\n')
+    assert version(pyproject) == "9.8.7"
+    assert version(tmp_path / "missing.toml") == "unknown"
+
+
+@pytest.mark.parametrize(("argv", "level"), [
+    ([], "info"), (["--log-level", "warning"], "warning"), (["-v", "0"], "info"),
+    (["-v=1"], "info"), (["-v2"], "debug"), (["--v=4"], "debug"),
+    (["--log-level", "error", "--v", "2"], "debug"), (["--log-level", "debug", "-v", "0"], "info"),
+])
+def test_verbosity_as_klog_levels_wins_over_log_level(argv, level):
+    assert log_level(options_from_args(build_parser().parse_args([*REQUIRED, *argv]))) == level
 
 
 def test_a_field_without_a_flag_is_refused():
@@ -67,21 +126,27 @@ def test_defaults():
                                                     tls_private_key_file=Path("k"))
 
 
-def test_help_shows_each_flag_with_its_default_as_typed(capsys, monkeypatch):
+def help_lines(capsys, monkeypatch) -> dict[str, str]:
+    """Each flag of --help (its first spelling) and its line with the help under it, joined."""
     monkeypatch.setenv("COLUMNS", "1000")  # no wrapping inside a help text
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
     options = capsys.readouterr().out.partition("\noptions:\n")[2]
-    lines: dict[str, str] = {}  # flag: its line and the help under it, as one line
+    lines: dict[str, str] = {}
     for line in options.splitlines():
         if line.startswith("  -"):
-            flag = line.split()[0]
+            flag = line.split()[0].rstrip(",")
             lines[flag] = line
         else:
             lines[flag] += " " + line.strip()
+    return lines
+
+
+def test_help_shows_each_flag_with_its_default_as_typed(capsys, monkeypatch):
+    lines = help_lines(capsys, monkeypatch)
     for field in dataclasses.fields(ServerOptions):
         flag = flag_of(field)
-        line = lines[flag_name(field)]
+        line = lines[flag.short or flag_name(field)]
         assert flag.help in line
         if field.default is dataclasses.MISSING or field.default is None:
             assert "(default:" not in line
@@ -89,17 +154,20 @@ def test_help_shows_each_flag_with_its_default_as_typed(capsys, monkeypatch):
         shown = flag.show(field.default)
         assert flag.parse(shown) == field.default, field.name
         assert line.endswith(f"(default: {shown})")
-    assert lines["--authentication-token-cache-ttl"].startswith(
-        "  --authentication-token-cache-ttl DURATION ")
-    assert lines["--authorization-denied-cache-ttl"].endswith("(default: 10s)")
+    assert lines["--authentication-token-webhook-cache-ttl"].startswith(
+        "  --authentication-token-webhook-cache-ttl DURATION ")
+    assert lines["--authorization-webhook-cache-unauthorized-ttl"].endswith("(default: 10s)")
+    assert lines["-v"].startswith("  -v N, --v N ")
     assert lines["--log-level"].startswith("  --log-level {debug,info,warning,error} ")
 
 
 def test_every_flag_sets_its_option():
     args = build_parser().parse_args([
         "--tls-cert-file", "c", "--tls-private-key-file", "k", "--bind-address", "127.0.0.1",
-        "--secure-port", "9443", "--kubeconfig", "/kc", "--authentication-token-cache-ttl", "1m",
-        "--authorization-allowed-cache-ttl", "5s", "--authorization-denied-cache-ttl", "0",
+        "--secure-port", "9443", "--kubeconfig", "/kc", "--authentication-kubeconfig", "/akc",
+        "--authorization-kubeconfig", "/zkc", "--authentication-token-webhook-cache-ttl", "1m",
+        "--authorization-webhook-cache-authorized-ttl", "5s",
+        "--authorization-webhook-cache-unauthorized-ttl", "0",
         "--data-dir", "/d", "--storage", "sqlite", "--max-records-per-pod", "3",
         "--max-timeout-seconds", "60", "--max-hold-seconds", "900",
         "--default-ttl-seconds-after-finished", "120", "--max-concurrent-executions", "8",
@@ -107,19 +175,21 @@ def test_every_flag_sets_its_option():
         "--shutdown-delay-duration", "3s",
         "--leader-elect-lease-duration", "30s", "--leader-elect-renew-deadline", "20s",
         "--leader-elect-retry-period", "4s", "--leader-elect-resource-name", "elect",
-        "--leader-elect-resource-namespace", "ns", "--log-level", "debug",
+        "--leader-elect-resource-namespace", "ns", "--log-level", "debug", "--v", "3",
     ])
     expected = ServerOptions(
         tls_cert_file=Path("c"), tls_private_key_file=Path("k"), bind_address="127.0.0.1",
-        secure_port=9443, kubeconfig=Path("/kc"), authentication_token_cache_ttl=60.0,
-        authorization_allowed_cache_ttl=5.0, authorization_denied_cache_ttl=0.0,
+        secure_port=9443, kubeconfig=Path("/kc"), authentication_kubeconfig=Path("/akc"),
+        authorization_kubeconfig=Path("/zkc"), authentication_token_webhook_cache_ttl=60.0,
+        authorization_webhook_cache_authorized_ttl=5.0,
+        authorization_webhook_cache_unauthorized_ttl=0.0,
         data_dir=Path("/d"), storage="sqlite", max_records_per_pod=3, max_timeout_seconds=60,
         max_hold_seconds=900, default_ttl_seconds_after_finished=120, max_concurrent_executions=8,
         output_tail_bytes=100, max_notification_parallelism=7,
         shutdown_delay_duration=3.0,
         leader_elect_lease_duration=30.0, leader_elect_renew_deadline=20.0,
         leader_elect_retry_period=4.0, leader_elect_resource_name="elect",
-        leader_elect_resource_namespace="ns", log_level="debug")
+        leader_elect_resource_namespace="ns", log_level="debug", v=3)
     assert options_from_args(args) == expected
     defaults = ServerOptions(tls_cert_file=Path("c"), tls_private_key_file=Path("k"))
     assert all(getattr(expected, field.name) != getattr(defaults, field.name)
@@ -128,9 +198,14 @@ def test_every_flag_sets_its_option():
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--authorization-webhook-cache-authorized-ttl", "10",
+     "argument --authorization-webhook-cache-authorized-ttl: invalid duration '10': "
+     "use e.g. 10s, 1m30s or 500ms"),
     ("--authorization-allowed-cache-ttl", "10",
      "argument --authorization-allowed-cache-ttl: invalid duration '10': "
      "use e.g. 10s, 1m30s or 500ms"),
+    ("-v", "debug", "argument -v/--v: 'debug' is not a verbosity: use a whole number from 0"),
+    ("--v", "-1", "argument -v/--v: '-1' is not a verbosity"),
     ("--secure-port", "https", "argument --secure-port: 'https' is not a port: "
      "use a whole number from 1 to 65535"),
     ("--secure-port", "70000", "argument --secure-port: '70000' is not a port"),
