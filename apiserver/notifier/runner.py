@@ -294,16 +294,18 @@ class Runner:
         return await self._store.guaranteed_update(plan.namespace, plan.record, mutate)
 
     async def _progress(self, plan: Plan, mutate: Callable[[dict[str, Any]], dict[str, Any]]
-                        ) -> None:
-        """A progress write: a failure is logged and the run goes on (NotFound ends it)."""
+                        ) -> dict[str, Any] | None:
+        """A progress write: the stored record, or None if it failed (logged: the run goes on;
+        NotFound ends it)."""
         try:
-            await self._update(plan, mutate)
+            return await self._update(plan, mutate)
         except NotFound:
             raise
         except Exception as error:
             log.warning("storing a run's progress failed; its final write carries it", extra={
                 "namespace": plan.namespace, "podnotifier": plan.record,
                 "error": f"{type(error).__name__}: {error}"})
+            return None
 
     async def _final(self, plan: Plan, mutate: Callable[[dict[str, Any]], dict[str, Any]]
                      ) -> dict[str, Any]:
@@ -319,6 +321,7 @@ class Runner:
         phase, reason = records.FAILED, records.INTERRUPTED
         progress = _Progress()
         entries = progress.entries
+        last: dict[str, Any] | None = None  # as this run last stored it; logged at its end
 
         def ending(reason: str = "", message: str = "", *,
                    success: tuple[str, str] | None = None,
@@ -335,7 +338,7 @@ class Runner:
         try:
             try:
                 start_time = records.now()
-                await self._progress(plan, lambda r: records.mark_running(r, start_time))
+                last = await self._progress(plan, lambda r: records.mark_running(r, start_time))
                 if plan.pod_not_running:
                     final = ending(records.POD_NOT_RUNNING, plan.pod_not_running)
                 else:
@@ -347,7 +350,7 @@ class Runner:
                                                    "podnotifier": plan.record})
                 final = ending("InternalError", "the server failed while running the notifier: "
                                f"{type(error).__name__}")
-            stored = await self._final(plan, final)
+            last = stored = await self._final(plan, final)
             self._events.run_finished(stored)
             phase, reason = stored["status"]["phase"], stored["status"].get("reason", "")
         except NotFound:
@@ -355,11 +358,14 @@ class Runner:
                                                             "podnotifier": plan.record})
             reason = "RecordDeleted"
         except asyncio.CancelledError:
-            await _shielded(self._update(plan, ending(records.INTERRUPTED,
-                                                      progress.interrupted_message)))
+            last = await _shielded(self._update(plan, ending(records.INTERRUPTED,
+                                                             progress.interrupted_message))
+                                   ) or last
             raise
         finally:
-            self._metrics.run_finished(phase, reason, time.monotonic() - started)
+            duration = time.monotonic() - started
+            self._metrics.run_finished(phase, reason, duration)
+            log.info("run finished", extra=run_summary(plan, last, phase, reason, duration))
 
     async def _run_containers(
             self, plan: Plan, progress: _Progress,
@@ -652,6 +658,26 @@ class Runner:
         return list(await asyncio.gather(*(stop(c) for c in runnable if c.name in commands)))
 
 
+def run_summary(plan: Plan, record: Mapping[str, Any] | None, phase: str, reason: str,
+                duration_seconds: float) -> dict[str, Any]:
+    """The fields of a finished run's log line: which record, pod and notifier, how it ended,
+    how long it took, who asked, and for a held run when it was held. Never the commands'
+    output or the messages (which quote it): those are for whoever may read the record.
+    `record` is the run's last stored state (None if it never stored one)."""
+    spec = record.get("spec", {}) if record else {}
+    notifier = spec.get("notifier") or next((c.notifier.name for c in plan.containers), "")
+    fields: dict[str, Any] = {
+        "namespace": plan.namespace, "podnotifier": plan.record, "pod": plan.pod,
+        "notifier": notifier, "phase": phase, "reason": reason,
+        "duration_seconds": round(max(duration_seconds, 0.0), 3),
+        "requester": spec.get("requestedBy", {}).get("username", ""),
+    }
+    held_time = record.get("status", {}).get("heldTime") if record else None
+    if held_time:
+        fields["held_time"] = held_time
+    return fields
+
+
 _READY, _ENDED, _TIMED_OUT = "Ready", "Ended", "TimedOut"
 
 
@@ -683,13 +709,15 @@ def _with_container(entry: dict[str, Any]) -> Callable[[dict[str, Any]], dict[st
     return lambda record: records.set_container(record, entry)
 
 
-async def _shielded(update: Awaitable[Any]) -> None:
-    """Finish a store update even though the calling task is being cancelled (a failure is
-    logged: the next server start ends the record as Interrupted)."""
+async def _shielded(update: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
+    """Finish a store update even though the calling task is being cancelled: the stored
+    record, or None if it failed (logged: the next server start ends the record as
+    Interrupted)."""
     try:
-        await asyncio.shield(update)
+        return await asyncio.shield(update)
     except asyncio.CancelledError:
         raise
     except Exception as error:
         log.warning("storing an interrupted run failed; the next start ends it", extra={
             "error": f"{type(error).__name__}: {error}"})
+        return None

@@ -5,13 +5,16 @@ authorization attributes, refuses repeated single-valued query parameters (400) 
 the path that no object can have (404, see `path_names`), and asks the authorizer. Only allowed
 requests reach the app, with ``request.state.user`` (UserInfo) and ``request.state.attributes``
 set. /healthz, /livez and /readyz skip these steps, so probes never depend on kube-apiserver.
+
+Every request it sees ends here too: logged (polls, ``request_labels.POLLED_PATHS``, at debug,
+the others at info) and, given `requests`, counted and timed (``apiserver_request_*``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,15 +34,29 @@ from apiserver.errors import APIError
 from apiserver.kube import KubeRejected, KubeUnavailable
 from apiserver.serving.path_names import check_path_names
 from apiserver.serving.protocol import client_cert_der
+from apiserver.serving.request_labels import POLLED_PATHS, request_labels
 
 log = logging.getLogger(__name__)
 
+NO_ANSWER_CODE = 500
+"""The code a request is counted with when the app raised before answering (the fail-safe
+middleware answers it with a 500 Status)."""
+
+
+class RequestMetrics(Protocol):
+    """What the middleware needs of ``apiserver.serving.metrics.Metrics``."""
+
+    def request_finished(self, verb: str, resource: str, subresource: str, code: int,
+                         duration_seconds: float) -> None: ...
+
 
 class AccessControlMiddleware:
-    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, authorizer: Authorizer):
+    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, authorizer: Authorizer,
+                 requests: RequestMetrics | None = None):
         self._app = app
         self._authenticator = authenticator
         self._authorizer = authorizer
+        self._requests = requests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -65,7 +82,7 @@ class AccessControlMiddleware:
                 await self._authorize(user, attributes)
         except APIError as error:
             await status.response(error)(scope, receive, send)
-            self._log(scope, user, attributes, error.code, started, error.message)
+            self._finished(scope, user, attributes, error.code, started, error.message)
             return
 
         scope.setdefault("state", {}).update(user=user, attributes=attributes)
@@ -77,8 +94,13 @@ class AccessControlMiddleware:
                 code = message["status"]
             await send(message)
 
-        await self._app(scope, receive, send_with_code)
-        self._log(scope, user, attributes, code, started)
+        try:
+            await self._app(scope, receive, send_with_code)
+        except Exception:
+            self._finished(scope, user, attributes, code or NO_ANSWER_CODE, started,
+                           "unexpected error")
+            raise
+        self._finished(scope, user, attributes, code, started)
 
     async def _authenticate(self, headers: Headers, cert_der: bytes | None) -> UserInfo:
         """The request's user, or an APIError: 401, 503, or 500 if the TokenReview failed."""
@@ -108,20 +130,25 @@ class AccessControlMiddleware:
         if not decision.allowed:
             raise status.forbidden_request(user.name, attributes, decision.reason)
 
-    @staticmethod
-    def _log(scope: Scope, user: UserInfo | None, attributes: RequestAttributes, code: int,
-             started: float, error: str = "") -> None:
+    def _finished(self, scope: Scope, user: UserInfo | None, attributes: RequestAttributes,
+                  code: int, started: float, error: str = "") -> None:
+        """Log the answered request and count it."""
+        duration = time.monotonic() - started
+        if self._requests is not None:
+            labels = request_labels(attributes)
+            self._requests.request_finished(labels.verb, labels.resource, labels.subresource,
+                                            code, duration)
         fields: dict[str, Any] = {
             "method": scope["method"],
             "path": scope["path"],
             "verb": attributes.verb,
             "user": user.name if user else "",
             "code": code,
-            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+            "duration_ms": round(duration * 1000, 1),
         }
         if error:
             fields["error"] = error
-        level = logging.DEBUG if scope["path"] in ALWAYS_ALLOWED_PATHS else logging.INFO
+        level = logging.DEBUG if scope["path"] in POLLED_PATHS else logging.INFO
         log.log(level, "request", extra=fields)
 
 

@@ -33,7 +33,8 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
                lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
                ) -> FastAPI:
     """The app. `resource_router` serves the resource paths (apiserver.handlers); `metrics`,
-    if given, is served at /metrics; `lifespan` runs background work from startup to shutdown.
+    if given, is served at /metrics and counts the requests; `lifespan` runs background work
+    from startup to shutdown.
 
     Handlers get the caller by declaring a parameter of the type ``CurrentUser``
     (apiserver.handlers.caller).
@@ -50,7 +51,7 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
     app.add_exception_handler(HTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_middleware(AccessControlMiddleware, authenticator=authenticator,
-                       authorizer=authorizer)
+                       authorizer=authorizer, requests=metrics)
     app.add_middleware(FailSafeMiddleware, counter=metrics)
     return app
 

@@ -6,7 +6,13 @@ a non-resource ``get`` on ``/metrics`` (SubjectAccessReview; RBAC grants it with
 ``nonResourceURLs: ["/metrics"]``, e.g. through the ClusterRole system:monitoring).
 
 The authentication and authorization review counters are kept by the TokenReviewer and the
-authorizer as plain integers; a custom collector reads them at scrape time.
+authorizer as plain integers; a custom collector reads them at scrape time. The registry also
+holds prometheus_client's process, platform and garbage collector collectors (``process_*``,
+``python_info``, ``python_gc_*``), and the HTTP request metrics are named as k8s.io/apiserver
+names them (``apiserver_request_total``, ``apiserver_request_duration_seconds``).
+
+The ``<name>_created`` samples prometheus_client adds to counters and histograms are left out
+of the exposition (as Kubernetes components serve none): see docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -14,7 +20,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
@@ -26,12 +40,34 @@ METRICS_PATH = "/metrics"
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 """Seconds; notifier timeouts are bounded by --max-timeout-seconds (default 600)."""
 
+REQUEST_DURATION_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3,
+                            4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 300, 600)
+"""k8s.io/apiserver's buckets up to 60 s, then to 600 s: a pods/notify request waits for its run
+(bounded by --max-timeout-seconds)."""
+
 
 class Metrics:
     """The server's metrics. Label values must come from small fixed sets (phases, reasons)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # prometheus_client's own instances: they keep no state of a registry, and each new
+        # GCCollector would add a gc callback for the life of the process.
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self.registry.register(collector)
+        self._exposed = CollectorRegistry(auto_describe=False)
+        self._exposed.register(_WithoutCreated(self.registry))
+        self._requests = Counter(
+            "apiserver_request_total",
+            "Requests answered, by request verb, resource, subresource and HTTP status code "
+            "(labels from fixed sets: apiserver/serving/request_labels.py).",
+            ["verb", "resource", "subresource", "code"], registry=self.registry)
+        self._request_duration = Histogram(
+            "apiserver_request_duration_seconds",
+            "Time from a request's arrival to the end of its answer (a watch: its length), "
+            "by request verb, resource and subresource.",
+            ["verb", "resource", "subresource"], buckets=REQUEST_DURATION_BUCKETS,
+            registry=self.registry)
         self._podnotifiers_finished = Counter(
             f"{PREFIX}_podnotifiers_finished",
             "PodNotifier runs that finished, by final phase and reason.",
@@ -80,6 +116,15 @@ class Metrics:
     def event_write_failed(self, operation: str) -> None:
         self._event_write_failures.labels(operation=operation).inc()
 
+    def request_finished(self, verb: str, resource: str, subresource: str, code: int,
+                         duration_seconds: float) -> None:
+        """A request was answered; every label value must come from a fixed set
+        (``apiserver.serving.request_labels``)."""
+        self._requests.labels(verb=verb, resource=resource, subresource=subresource,
+                              code=str(code)).inc()
+        self._request_duration.labels(verb=verb, resource=resource,
+                                      subresource=subresource).observe(max(duration_seconds, 0.0))
+
     def unexpected_error(self) -> None:
         self._unexpected_errors.inc()
 
@@ -109,7 +154,22 @@ class Metrics:
         """The metrics in the format `accept` asks for (Prometheus text by default, or
         OpenMetrics), and its content type."""
         encoder, content_type = choose_encoder(accept)
-        return encoder(self.registry), content_type
+        return encoder(self._exposed), content_type
+
+
+class _WithoutCreated:
+    """The metrics of `registry` without the ``<name>_created`` samples of its counters and
+    histograms."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            created = f"{metric.name}_created"
+            kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            kept.samples = [sample for sample in metric.samples if sample.name != created]
+            yield kept
 
 
 class _ReviewCollector:

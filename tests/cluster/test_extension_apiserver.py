@@ -23,6 +23,7 @@ from tests.support.extension import (
     cluster_pair,
     direct,
     kube_apiserver,
+    logged,
     logged_requests,
     notify_body,
     notify_path,
@@ -318,22 +319,42 @@ def test_metrics_is_authorized_like_kube_apiservers(cluster: Cluster) -> None:
 
 
 def test_metrics_count_a_finished_notifier_run(cluster: Cluster, namespace: str) -> None:
+    """The run is counted and logged once (never its output), its request counted by verb,
+    resource, subresource and code."""
+    output = unique("printed")
     annotations = {"notifier.x-k8s.io/notifiers": json.dumps({"app": [
-        {"name": "hello", "action": {"exec": {"command": ["/bin/sh", "-c", "echo hello"]}}}]})}
+        {"name": "hello", "action": {"exec": {"command": ["/bin/sh", "-c", f"echo {output}"]}}}
+    ]})}
     [pod] = cluster.deploy(namespace, "counted", annotations=annotations)
     finished = ('container_notifier_podnotifiers_finished_total'
                 '{phase="Succeeded",reason="Completed"}')
     duration = "container_notifier_podnotifier_duration_seconds_count"
+    notified = ('apiserver_request_total'
+                '{code="201",resource="pods",subresource="notify",verb="create"}')
     before = scrape(cluster)
     with cluster.admin() as kube:
         response = kube.post(notify_path(namespace, pod["metadata"]["name"]),
                              params={"waitSeconds": "20"}, json=notify_body("hello"))
     assert response.status_code == 201, response.text
-    assert response.json()["status"]["phase"] == "Succeeded", response.text
+    record = response.json()
+    assert record["status"]["phase"] == "Succeeded", response.text
+    assert output in response.text
     wait_until(lambda: scrape(cluster).get(finished, 0) == before.get(finished, 0) + 1,
                "the finished run to be counted", timeout=5)
     after = scrape(cluster)
     assert after[duration] == before[duration] + 1
+    assert after[notified] == before.get(notified, 0) + 1
+    assert after["process_resident_memory_bytes"] > 0
+    assert not [key for key in after if "_created" in key]
+    [line] = [entry for entry in logged(cluster, "run finished")
+              if entry.get("podnotifier") == record["metadata"]["name"]]
+    assert {key: line[key] for key in ("level", "namespace", "pod", "notifier", "phase",
+                                       "reason", "requester")} == {
+        "level": "info", "namespace": namespace, "pod": pod["metadata"]["name"],
+        "notifier": "hello", "phase": "Succeeded", "reason": "Completed",
+        "requester": record["spec"]["requestedBy"]["username"]}
+    assert 0 <= line["duration_seconds"] < 20
+    assert output not in json.dumps(line)
 
 
 # --- the authorization cache ----------------------------------------------------------------
@@ -347,19 +368,40 @@ def test_repeated_identical_requests_make_one_subjectaccessreview(cluster: Clust
     requests (its garbage collector lists and watches these resources) make reviews too,
     whenever its cached answers expire. Such noise can only add reviews; so the check is
     repeated with a new user until one round is free of it. A server without the cache would
-    make N reviews every round."""
+    make N reviews every round.
+
+    The requests are cluster-wide lists of podnotifiers, which members of a group may make
+    (discovery would need no grant, but it is logged at debug, and the replicas log at info)."""
     requests = 10
     reviews = "container_notifier_authorization_reviews_total"
     hits = "container_notifier_authorization_cache_hits_total"
+    group, path = "cache-test-listers", f"{API}/podnotifiers"
+    cluster.apply(
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": group},
+         "rules": [{"apiGroups": ["notifier.x-k8s.io"], "resources": ["podnotifiers"],
+                    "verbs": ["list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": group},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": group},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                       "name": group}]})
+
+    def lists() -> bool:
+        with cluster.client_for(cluster.user(unique("probe"), (group,))) as kube:
+            return kube.get(path).status_code == 200
+
+    wait_until(lists, "the ClusterRoleBinding to take effect", timeout=15)
     rounds = []
     for _ in range(5):
-        user = cluster.user(unique("cached"))
+        user = cluster.user(unique("cached"), (group,))
         before = scrape(cluster)
         with cluster.client_for(user) as kube:
-            codes = [kube.get(API).status_code for _ in range(requests)]
+            codes = [kube.get(path).status_code for _ in range(requests)]
         after = scrape(cluster)
         assert codes == [200] * requests
-        served = {replica: [e for e in logged_requests(cluster, API, replica)
+        served = {replica: [e for e in logged_requests(cluster, path, replica)
                             if e["user"] == user.name] for replica in range(cluster.replicas)}
         # every request reached the extension server
         assert sum(len(entries) for entries in served.values()) == requests

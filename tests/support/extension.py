@@ -99,9 +99,8 @@ def scrape(cluster: Cluster) -> dict[str, float]:
     return total
 
 
-def logged_requests(cluster: Cluster, path: str, replica: int | None = None
-                    ) -> list[dict[str, Any]]:
-    """The access log entries (JSON lines) for `path` of every replica, replica 0's first, or
+def logged(cluster: Cluster, msg: str, replica: int | None = None) -> list[dict[str, Any]]:
+    """The log entries (JSON lines) with message `msg` of every replica, replica 0's first, or
     of replica `replica` only."""
     entries = []
     recorded = plane.replicas(cluster.layout)
@@ -110,9 +109,15 @@ def logged_requests(cluster: Cluster, path: str, replica: int | None = None
         for line in log.read_text().splitlines():
             with contextlib.suppress(ValueError):
                 entry = json.loads(line)
-                if entry.get("msg") == "request" and entry.get("path") == path:
+                if entry.get("msg") == msg:
                     entries.append(entry)
     return entries
+
+
+def logged_requests(cluster: Cluster, path: str, replica: int | None = None
+                    ) -> list[dict[str, Any]]:
+    """The access log entries for `path` (see `logged`)."""
+    return [entry for entry in logged(cluster, "request", replica) if entry.get("path") == path]
 
 
 def read_trust_configmap(cluster: Cluster) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -406,6 +407,19 @@ async def test_a_held_run_settles_held_with_each_pid_and_ends_released(held: Hel
             "Succeeded", "Released", "Terminated"), container
         assert "released by alice" in container["message"] and "pid" in container
     assert status["conditions"][0]["type"] == "Complete"
+
+
+async def test_a_held_run_logs_its_end_with_its_held_time(
+        held: Held, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="apiserver.notifier.runner"):
+        name = await held.start("db")
+        held_time = (await held.held(name))["status"]["heldTime"]
+        await HoldReleases(held.store).request(NS, name, UserInfo("alice"))
+        await held.finished(name)
+        await _until(lambda: any(r.getMessage() == "run finished" for r in caplog.records))
+    (line,) = [r for r in caplog.records if r.getMessage() == "run finished"]
+    assert (line.podnotifier, line.notifier, line.phase, line.reason, line.requester,
+            line.held_time) == (name, "lock", "Succeeded", "Released", "u", held_time)
 
 
 async def test_a_release_requested_before_held_releases_once_held(held: Held) -> None:

@@ -4,7 +4,9 @@ control, and the wiring of build_app."""
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
+from pathlib import Path
 
 import httpx
 from fastapi import APIRouter
@@ -194,3 +196,16 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
     assert scraped[("container_notifier_authentication_reviews_total", ())] == 1
     assert scraped[("container_notifier_authentication_cache_hits_total", ())] == 3
     assert scraped[("container_notifier_podnotifiers_in_flight", ())] == 0
+
+
+def test_docs_list_every_series_served() -> None:
+    """docs/metrics.md's tables name exactly the series families a server's /metrics serves."""
+    metrics = Metrics()
+    metrics.watch_reviews(authorization=ReviewCounters(), authentication=ReviewCounters())
+    metrics.watch_leader(lambda: True)
+    served = set()
+    for family in text_string_to_metric_families(metrics.exposition()[0].decode()):
+        served.add(f"{family.name}_total" if family.type == "counter" else family.name)
+    docs = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", docs, re.MULTILINE))
+    assert documented == served

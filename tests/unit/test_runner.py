@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from apiserver.jsonlog import JSONFormatter
 from apiserver.notifier import records
 from apiserver.notifier.declarations import ExecAction, Notifier, SignalAction
 from apiserver.notifier.events import RunEvents
@@ -315,6 +317,49 @@ async def test_capacity_is_bounded_across_the_server(setup: Setup) -> None:
     for plan in plans:
         await setup.runner.wait(NS, plan.record, 5)
     assert setup.runner.has_capacity()
+
+
+def _finished_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records
+            if r.name == "apiserver.notifier.runner" and r.getMessage() == "run finished"]
+
+
+async def test_a_finished_run_logs_one_line_with_its_outcome_and_never_its_output(
+        setup: Setup, caplog: pytest.LogCaptureFixture) -> None:
+    setup.execute.results["app"] = dataclasses.replace(
+        result(3, b"stdout SECRET-1\n", message="exited with SECRET-2"),
+        stderr=b"stderr SECRET-3\n")
+    with caplog.at_level(logging.INFO, logger="apiserver.notifier.runner"):
+        plan = await setup.plan("app")
+        done = await setup.run(plan)
+        await _until(lambda: len(_finished_lines(caplog)) == 1)
+    assert "SECRET" in json.dumps(done["status"])  # the record keeps what the log must not
+    (line,) = _finished_lines(caplog)
+    assert line.levelno == logging.INFO
+    fields = {key: getattr(line, key) for key in (
+        "namespace", "podnotifier", "pod", "notifier", "phase", "reason", "requester")}
+    assert fields == {"namespace": NS, "podnotifier": plan.record, "pod": "db-0",
+                      "notifier": "quiesce", "phase": "Failed", "reason": "NonZeroExitCode",
+                      "requester": "u"}
+    assert 0 <= line.duration_seconds < 5
+    assert not hasattr(line, "held_time")
+    formatted = JSONFormatter().format(line)
+    assert "SECRET" not in formatted and "stdout" not in formatted, formatted
+
+
+async def test_a_run_whose_record_was_deleted_logs_its_end_once(
+        setup: Setup, caplog: pytest.LogCaptureFixture) -> None:
+    setup.execute.gates["app"] = asyncio.Event()
+    plan = await setup.plan("app")
+    with caplog.at_level(logging.INFO, logger="apiserver.notifier.runner"):
+        setup.runner.start(plan)
+        await _until(lambda: setup.execute.running == 1)
+        await setup.store.delete(NS, plan.record)
+        setup.execute.gates["app"].set()
+        await _until(lambda: setup.metrics.finished != [])
+    (line,) = _finished_lines(caplog)
+    assert (line.phase, line.reason, line.notifier, line.requester) == (
+        "Failed", "RecordDeleted", "quiesce", "u")
 
 
 async def test_retry_until_stored_backs_off_capped_and_gives_up_on_request() -> None:
