@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -57,6 +58,7 @@ from apiserver.registry.resources import (
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import ObjectStore
+from apiserver.registry.timed_store import TimedObjectStore
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Draining, Readiness
 from apiserver.serving.metrics import Metrics
@@ -70,8 +72,15 @@ STORED_RESOURCES = (PODNOTIFIERS, NOTIFICATIONS, NOTIFICATION_RUNS, NOTIFICATION
 """What the server stores, in one backend: with ``--storage=kubernetes`` each has its storage
 CRD (apiservice/storage-crds.yaml), checked at start."""
 
+WATCHED_RESOURCES = (PODNOTIFIERS.plural, NOTIFICATIONS.plural)
+"""The resources whose watches the server serves (``container_notifier_watches``)."""
+
 EVENTS_DRAIN_SECONDS = 2.0
 """At shutdown, how long writing the Events still queued may take."""
+
+
+def _synced(cache: KubeObjectStore) -> bool:
+    return cache.synced
 
 
 def replica_name() -> str:
@@ -189,7 +198,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         sqlite = database
         readiness.add("storage", lambda: sqlite.writable)
         stores = [SqliteObjectStore(database, resource) for resource in STORED_RESOURCES]
+    stores = [TimedObjectStore(store, metrics) for store in stores]
     record_store, notification_store, run_store, pod_set_store, ledger_store = stores
+    metrics.watch_watches(watches.count, WATCHED_RESOURCES)
     records = PodNotifierStore(record_store, ledger_store, replica)
     replica_lease = ReplicaLease(
         kube, options.leader_elect_resource_namespace, replica,
@@ -209,6 +220,10 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     readiness.add("pod-index", pod_index.synced.is_set)
     readiness.add("pod-cache", pod_cache.has_synced)
     readiness.add("owner-templates", owners.has_synced)
+    metrics.watch_caches({"pod-index": pod_index.synced.is_set, "pod-cache": pod_cache.has_synced,
+                          "owner-templates": owners.has_synced,
+                          **{f"storage-{cache.resource.plural}": functools.partial(
+                              _synced, cache) for cache in caches}})
 
     def exec_endpoint() -> KubeEndpoint:
         """Where runs exec, as the server's own identity (re-read: tokens rotate)."""

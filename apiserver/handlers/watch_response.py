@@ -42,8 +42,13 @@ class Watches:
     """
 
     def __init__(self) -> None:
-        self._open: set[Watch] = set()
+        self._open: dict[Watch, str] = {}
+        """Each open watch and the resource (plural) it watches."""
         self._stopped = False
+
+    def count(self, resource: str) -> int:
+        """How many watch streams of `resource` (its plural) are open now."""
+        return sum(1 for held in self._open.values() if held == resource)
 
     def stop(self) -> None:
         """End every open watch stream, and any opened from now on, after its current event."""
@@ -52,10 +57,10 @@ class Watches:
             watch.close()
 
     @contextlib.contextmanager
-    def holding(self, watch: Watch, timeout: float) -> Iterator[None]:
-        """Within: ``watch`` is closed by ``stop`` or after ``timeout`` seconds. After: closed,
-        whichever way the block ends."""
-        self._open.add(watch)
+    def holding(self, watch: Watch, timeout: float, resource: str = "") -> Iterator[None]:
+        """Within: ``watch`` (a watch of `resource`, counted by ``count``) is closed by ``stop``
+        or after ``timeout`` seconds. After: closed, whichever way the block ends."""
+        self._open[watch] = resource
         if self._stopped:
             watch.close()
         deadline = asyncio.get_running_loop().call_later(timeout, watch.close)
@@ -64,7 +69,7 @@ class Watches:
         finally:
             deadline.cancel()
             watch.close()
-            self._open.discard(watch)
+            self._open.pop(watch, None)
 
 
 class WatchResponse(StreamingResponse):
@@ -75,14 +80,15 @@ class WatchResponse(StreamingResponse):
     """
 
     def __init__(self, lines: AsyncIterator[bytes], *, watch: Watch, watches: Watches,
-                 timeout: float) -> None:
+                 timeout: float, resource: str) -> None:
         super().__init__(lines, media_type=JSON_MEDIA_TYPE)
         self._watch = watch
+        self._resource = resource
         self._watches = watches
         self._timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        with self._watches.holding(self._watch, self._timeout):
+        with self._watches.holding(self._watch, self._timeout, self._resource):
             await super().__call__(scope, receive, send)
 
 
@@ -115,7 +121,7 @@ async def watch(store: ObjectStore, renderer: Renderer, namespace: str | None,
     timeout = float(options.timeout_seconds) or MIN_REQUEST_TIMEOUT_SECONDS * (
         1 + random.random())
     return WatchResponse(_event_lines(renderer, store_watch, initial), watch=store_watch,
-                         watches=watches, timeout=timeout)
+                         watches=watches, timeout=timeout, resource=store.resource.plural)
 
 
 def _line(event_type: str, obj: Any) -> bytes:

@@ -17,7 +17,8 @@ of the exposition (as Kubernetes components serve none): see docs/metrics.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import (
@@ -44,6 +45,11 @@ REQUEST_DURATION_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.
                             4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 300, 600)
 """k8s.io/apiserver's buckets up to 60 s, then to 600 s: a pods/notify request waits for its run
 (bounded by --max-timeout-seconds)."""
+
+STORE_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                          10)
+"""Seconds: a SQLite operation takes about a millisecond, a Kubernetes backend write a round
+trip to kube-apiserver."""
 
 
 class Metrics:
@@ -88,6 +94,18 @@ class Metrics:
             f"{PREFIX}_leader",
             "1 while this replica leads the Notification fan-out (holds the leader Lease), "
             "else 0.", registry=self.registry)
+        self._watches = Gauge(
+            f"{PREFIX}_watches",
+            "Watch streams served now, by resource.", ["resource"], registry=self.registry)
+        self._cache_synced = Gauge(
+            f"{PREFIX}_cache_synced",
+            "1 once an informer cache has its first list of kube-apiserver's objects, else 0.",
+            ["cache"], registry=self.registry)
+        self._store_duration = Histogram(
+            f"{PREFIX}_store_operation_duration_seconds",
+            "Time an operation of the object store took (success or error), by operation and "
+            "stored resource.", ["operation", "resource"], buckets=STORE_DURATION_BUCKETS,
+            registry=self.registry)
         self._unexpected_errors = Counter(
             f"{PREFIX}_unexpected_errors",
             "Requests that failed with an error the server did not expect (a bug): each is "
@@ -143,7 +161,26 @@ class Metrics:
 
     def watch_leader(self, is_leader: Callable[[], bool]) -> None:
         """Read `is_leader()` at scrape time for the leader gauge."""
-        self._leader.set_function(lambda: 1.0 if is_leader() else 0.0)
+        self._leader.set_function(functools.partial(_as_gauge, is_leader))
+
+    def watch_watches(self, count: Callable[[str], int], resources: Sequence[str]) -> None:
+        """Read `count(resource)`, the watch streams of each of `resources` served now, at
+        scrape time."""
+        for resource in resources:
+            self._watches.labels(resource=resource).set_function(
+                functools.partial(count, resource))
+
+    def watch_caches(self, synced: Mapping[str, Callable[[], bool]]) -> None:
+        """Read each cache's `synced()` at scrape time; the keys are the fixed cache names."""
+        for cache, is_synced in synced.items():
+            self._cache_synced.labels(cache=cache).set_function(
+                functools.partial(_as_gauge, is_synced))
+
+    def store_operation_finished(self, operation: str, resource: str,
+                                 duration_seconds: float) -> None:
+        """An object store operation ended (``apiserver.registry.timed_store``)."""
+        self._store_duration.labels(operation=operation, resource=resource).observe(
+            max(duration_seconds, 0.0))
 
     def watch_reviews(self, authorization: ReviewCounters,
                       authentication: ReviewCounters) -> None:
@@ -155,6 +192,10 @@ class Metrics:
         OpenMetrics), and its content type."""
         encoder, content_type = choose_encoder(accept)
         return encoder(self._exposed), content_type
+
+
+def _as_gauge(condition: Callable[[], bool]) -> float:
+    return 1.0 if condition() else 0.0
 
 
 class _WithoutCreated:

@@ -196,6 +196,15 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
     assert scraped[("container_notifier_authentication_reviews_total", ())] == 1
     assert scraped[("container_notifier_authentication_cache_hits_total", ())] == 3
     assert scraped[("container_notifier_podnotifiers_in_flight", ())] == 0
+    # Ready: every cache has synced; no watch is served; the store is timed.
+    assert {labels: value for (name, labels), value in scraped.items()
+            if name == "container_notifier_cache_synced"} == {
+        (("cache", cache),): 1 for cache in ("pod-index", "pod-cache", "owner-templates")}
+    assert {labels: value for (name, labels), value in scraped.items()
+            if name == "container_notifier_watches"} == {
+        (("resource", resource),): 0 for resource in ("podnotifiers", "notifications")}
+    assert any(name == "container_notifier_store_operation_duration_seconds_count"
+               for name, _ in scraped)
 
 
 def test_docs_list_every_series_served() -> None:
