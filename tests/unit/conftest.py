@@ -1,12 +1,14 @@
 """Fixtures for unit tests: a PKI like a cluster's, a fake kube-apiserver (MockTransport), the
 registry's SQLite database, the storage backends the store conformance suite runs against, the
-whole server in-process (``InProcessServer``) and the hypothesis profiles."""
+whole server in-process (``InProcessServer``), the logging configuration restored after a test
+that configures it, and the hypothesis profiles."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import ssl
 import threading
@@ -495,3 +497,14 @@ def in_process_server(tmp_path_factory: pytest.TempPathFactory, pki: PKI
     server = InProcessServer(tmp_path_factory.mktemp("server"), pki)
     yield server
     server.close()
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """Put back the root logger's handlers and level, and httpx's level, that a test's call of
+    the server's logging configuration changed."""
+    root, httpx_logger = logging.getLogger(), logging.getLogger("httpx")
+    saved = (root.handlers[:], root.level, httpx_logger.level)
+    yield
+    root.handlers[:], root.level = saved[0], saved[1]
+    httpx_logger.setLevel(saved[2])

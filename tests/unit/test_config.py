@@ -241,15 +241,6 @@ def test_json_log_line_has_time_level_msg_and_fields():
     assert set(line) == {"time", "level", "msg", "logger", "user"}
 
 
-@pytest.fixture
-def restore_logging():
-    root, httpx_logger = logging.getLogger(), logging.getLogger("httpx")
-    saved = (root.handlers[:], root.level, httpx_logger.level)
-    yield
-    root.handlers[:], root.level = saved[0], saved[1]
-    httpx_logger.setLevel(saved[2])
-
-
 @pytest.mark.usefixtures("restore_logging")
 def test_configure_writes_json_lines_to_stderr(capsys):
     jsonlog.configure("info")

@@ -259,15 +259,6 @@ def test_every_startup_misconfiguration_is_a_startup_error():
         assert issubclass(kind, StartupError), kind
 
 
-@pytest.fixture
-def restore_logging():
-    root, httpx_logger = logging.getLogger(), logging.getLogger("httpx")
-    saved = (root.handlers[:], root.level, httpx_logger.level)
-    yield
-    root.handlers[:], root.level = saved[0], saved[1]
-    httpx_logger.setLevel(saved[2])
-
-
 @pytest.mark.usefixtures("restore_logging")
 def test_main_prints_a_startup_error_as_one_line_and_exits_1(monkeypatch, capsys, tmp_path):
     async def refuse(options: ServerOptions) -> None:
