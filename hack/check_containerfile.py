@@ -248,6 +248,12 @@ class _PipCall:
 
 
 def _pip_call(arguments: list[str]) -> _PipCall | None:
+    """The install/wheel/download call of pip `arguments` (after pip's general options)."""
+    arguments = list(arguments)
+    while arguments and arguments[0].startswith("-"):
+        option = arguments.pop(0)
+        if option in _PIP_VALUE_OPTIONS and "=" not in option and arguments:
+            arguments.pop(0)
     if not arguments or arguments[0] not in ("install", "wheel", "download"):
         return None
     call = _PipCall(arguments[0], set(), [], [])

@@ -1,0 +1,101 @@
+"""The Containerfile's steps work, performed without a container engine
+(tests/support/containerfile_steps.py): the locked dependencies install with --require-hashes
+(from PyPI, through a pip cache kept in ~/.cache/container-notifier/pip), the package with
+--no-deps, and the server's script then runs from the final stage's WORKDIR as it would in a
+read-only container: nothing needs $HOME and nothing is written, bytecode included.
+
+What only a real build shows is not covered: the base image's own Python (this interpreter
+stands in for it), USER and file ownership, the OCI labels (hack/check_containerfile.py checks
+those statically)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from localcluster.layout import REPO_ROOT
+from tests.support.containerfile_steps import Result, perform
+
+PIP_CACHE = Path.home() / ".cache" / "container-notifier" / "pip"
+NETWORK_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CERT",
+                     "PIP_DEFAULT_TIMEOUT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "HTTP_PROXY",
+                     "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+"""How this machine reaches PyPI: passed to the RUN steps (nothing else of its environment)."""
+
+VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Result:
+    overrides: dict[str, str | None] = {
+        name: os.environ[name] for name in NETWORK_VARIABLES if name in os.environ}
+    overrides |= {"PIP_NO_CACHE_DIR": None, "PIP_CACHE_DIR": str(PIP_CACHE)}
+    return perform(REPO_ROOT / "Containerfile", REPO_ROOT, tmp_path_factory.mktemp("image"),
+                   build_args={"VERSION": VERSION, "REVISION": "test"}, overrides=overrides)
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under `root` with its size and modification time."""
+    found = {}
+    for directory, names, files in os.walk(root):
+        for name in names + files:
+            path = Path(directory, name)
+            status = path.lstat()
+            found[str(path.relative_to(root))] = (status.st_size, status.st_mtime_ns)
+    return found
+
+
+def run_entrypoint(image: Result, *args: str, **env: str | None) -> subprocess.CompletedProcess:
+    """The ENTRYPOINT with `args`, from the WORKDIR, in the final stage's environment and a
+    HOME that does not exist (`env` changes or, None, removes variables)."""
+    run_env: dict[str, str] = {**image.env, "HOME": str(image.root / "nonexistent")}
+    for key, value in env.items():
+        if value is None:
+            run_env.pop(key, None)
+        else:
+            run_env[key] = value
+    return subprocess.run([*image.entrypoint, *args], cwd=image.workdir, env=run_env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_entrypoint_prints_the_package_version_from_the_workdir(image: Result) -> None:
+    assert image.entrypoint == ["container-notifier-apiserver"]
+    assert image.workdir.is_dir()
+    before = snapshot(image.root)
+    result = run_entrypoint(image, "--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"container-notifier {VERSION}\n"
+    assert snapshot(image.root) == before
+
+
+def test_help_imports_the_server_without_writing_bytecode_or_anything_else(
+        image: Result) -> None:
+    """Even allowed to write bytecode, importing the whole server writes nothing: every module
+    was compiled at build time."""
+    before = snapshot(image.root)
+    result = run_entrypoint(image, "--help", PYTHONDONTWRITEBYTECODE=None)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: container-notifier-apiserver")
+    assert "--secure-port" in result.stdout
+    assert snapshot(image.root) == before
+
+
+def test_the_image_runs_the_installed_package_and_keeps_no_build_leftovers(
+        image: Result) -> None:
+    python = [str(path) for path in image.root.glob("opt/*/venv/bin/python")]
+    assert len(python) == 1
+    result = subprocess.run(
+        [*python, "-c", "import apiserver, certs, kubectl_notify, fastapi, kubernetes\n"
+         "for module in (apiserver, certs, kubectl_notify):\n    print(module.__file__)"],
+        cwd=image.workdir, env=image.env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    files = result.stdout.split()
+    assert len(files) == 3
+    assert all(Path(file).is_relative_to(image.root) for file in files), files
+    assert not (image.root / "src").exists()
+    assert not list(image.root.glob("opt/build-venv"))
+    assert not list(image.root.glob("tmp/wheels"))
