@@ -6,7 +6,7 @@ export PYTHONPATH := $(CURDIR)/hack
 
 HAPROXY := /usr/sbin/haproxy
 
-.PHONY: venv haproxy test lint demo bench cluster-up cluster-down cluster-status
+.PHONY: venv haproxy test lint lock image demo bench cluster-up cluster-down cluster-status
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -32,6 +32,23 @@ lint: venv
 	$(VENV)/bin/ruff check apiserver certs hack kubectl_notify tests
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(PY) hack/check_containerfile.py
+
+# The hash-locked requirements the image installs (docs/image.md): run after changing
+# pyproject.toml's dependencies or build-system; `make lock LOCK_FLAGS=--upgrade` moves every
+# pin to the newest release. Resolved for this venv's Python: keep it the image's (3.11).
+LOCK_FLAGS ?=
+PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet \
+	--generate-hashes --strip-extras --no-emit-find-links --no-emit-index-url $(LOCK_FLAGS)
+
+lock: venv
+	$(PIP_COMPILE) --output-file requirements/runtime.lock pyproject.toml
+	$(PIP_COMPILE) --allow-unsafe --only-build-deps --all-build-deps \
+		--output-file requirements/build.lock pyproject.toml
+
+# The server image (docs/image.md): IMAGE=<repository> TAG=<tag> to name it.
+image:
+	bash hack/image.sh
 
 test: lint $(HAPROXY)
 	bash hack/build.sh >/dev/null
