@@ -13,7 +13,7 @@ What it checks (docs/image.md):
   fetching build dependencies (``--no-index`` or ``--no-build-isolation``);
 - requirements/runtime.lock pins every runtime dependency of pyproject.toml with hashes, and
   what those need (as the lock's ``# via`` comments and the installed metadata tell), resolved
-  for the Python of the image's base;
+  for the Python of the image's base; requirements/build.lock likewise for the build system;
 - the final stage: a numeric non-root USER equal to the Deployment's ``runAsUser``,
   ``PYTHONDONTWRITEBYTECODE=1``, an exec-form ENTRYPOINT naming a script of the package, and
   the OCI labels (version and revision from build arguments).
@@ -51,6 +51,7 @@ from containerfile import (
 ROOT = Path(__file__).resolve().parent.parent
 CONTAINERFILE = "Containerfile"
 RUNTIME_LOCK = "requirements/runtime.lock"
+BUILD_LOCK = "requirements/build.lock"
 DEPLOYMENT = "apiservice/deployment.yaml"
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"}
 """The environment of the python images before the Containerfile's own."""
@@ -138,24 +139,27 @@ def _parent_name(via: str) -> str | None:
     return canonicalize_name(via)
 
 
-def lock_problems(lock_text: str, dependencies: list[str], project: str) -> list[str]:
-    """Problems of a runtime lock: an entry without a hash, a dependency of pyproject.toml
-    missing or at a version its specifier excludes, a parent or an installed requirement of an
-    entry that is not locked."""
-    where = RUNTIME_LOCK
+def lock_problems(lock_text: str, requirements: list[str], project: str,
+                  where: str = RUNTIME_LOCK) -> list[str]:
+    """Problems of lock file `where` for the `requirements` of pyproject.toml (of project
+    `project`): an entry without a hash, a requirement missing or at a version its specifier
+    excludes, an entry locked for the project that it no longer requires, a parent or an
+    installed requirement of an entry that is not locked."""
     try:
         entries = read_lock(lock_text)
     except ValueError as error:
         return [f"{where}:{error}"]
     problems = [f"{where}:{entry.line}: {entry.name}=={entry.version} has no --hash: "
                 f"regenerate with `make lock`" for entry in entries.values() if not entry.hashes]
-    for text in dependencies:
+    required: set[str] = set()
+    for text in requirements:
         requirement = Requirement(text)
         if requirement.marker and not requirement.marker.evaluate():
             continue
+        required.add(canonicalize_name(requirement.name))
         entry = entries.get(canonicalize_name(requirement.name))
         if entry is None:
-            problems.append(f"{where}: {requirement.name} (pyproject.toml dependency {text!r}) "
+            problems.append(f"{where}: {requirement.name} (pyproject.toml requires {text!r}) "
                             f"is not locked: run `make lock`")
         elif not requirement.specifier.contains(entry.version, prereleases=True):
             problems.append(f"{where}:{entry.line}: {entry.name}=={entry.version} does not "
@@ -163,15 +167,19 @@ def lock_problems(lock_text: str, dependencies: list[str], project: str) -> list
     for entry in entries.values():
         for via in entry.via:
             parent = _parent_name(via)
-            if parent is not None and parent != canonicalize_name(project) \
+            if via.startswith(f"{project} (") and entry.name not in required:
+                problems.append(f"{where}:{entry.line}: {entry.name} is locked for {via}, "
+                                f"which no longer requires it: run `make lock`")
+            elif parent is not None and parent != canonicalize_name(project) \
                     and parent not in entries:
                 problems.append(f"{where}:{entry.line}: {entry.name} is locked for {via}, "
                                 f"which is not locked itself: run `make lock`")
-        problems += _installed_requirement_problems(entry, entries)
+        problems += _installed_requirement_problems(entry, entries, where)
     return problems
 
 
-def _installed_requirement_problems(entry: LockEntry, entries: dict[str, LockEntry]) -> list[str]:
+def _installed_requirement_problems(entry: LockEntry, entries: dict[str, LockEntry],
+                                    where: str) -> list[str]:
     """What the installed distribution of `entry` requires (if this environment has exactly
     the locked version) that the lock does not pin."""
     try:
@@ -187,7 +195,7 @@ def _installed_requirement_problems(entry: LockEntry, entries: dict[str, LockEnt
         if requirement.marker and not requirement.marker.evaluate(environment):
             continue
         if canonicalize_name(requirement.name) not in entries:
-            problems.append(f"{RUNTIME_LOCK}:{entry.line}: {entry.name}=={entry.version} "
+            problems.append(f"{where}:{entry.line}: {entry.name}=={entry.version} "
                             f"requires {text!r}, which is not locked: run `make lock`")
     return problems
 
@@ -560,6 +568,13 @@ class Checker:
         project = self.pyproject["project"]
         self.problems += lock_problems(path.read_text(), project.get("dependencies", []),
                                        project["name"])
+        build = self.root / BUILD_LOCK
+        if not build.is_file():
+            self.problems.append(f"{BUILD_LOCK}: missing: run `make lock`")
+            return
+        self.problems += lock_problems(build.read_text(),
+                                       self.pyproject["build-system"]["requires"],
+                                       project["name"], BUILD_LOCK)
 
 
 def main(argv: list[str] | None = None) -> int:

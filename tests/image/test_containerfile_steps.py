@@ -1,8 +1,9 @@
 """The Containerfile's steps work, performed without a container engine
 (tests/support/containerfile_steps.py): the locked dependencies install with --require-hashes
-(from PyPI, through a pip cache kept in ~/.cache/container-notifier/pip), the package with
---no-deps, and the server's script then runs from the final stage's WORKDIR as it would in a
-read-only container: nothing needs $HOME and nothing is written, bytecode included.
+(from PyPI, or a pip cache in ~/.cache/container-notifier/pip where the index lets pip cache),
+the package with --no-deps, and the server's script then runs from the final stage's WORKDIR
+as it would in a read-only container: nothing needs $HOME and nothing is written, bytecode
+included.
 
 What only a real build shows is not covered: the base image's own Python (this interpreter
 stands in for it), USER and file ownership, the OCI labels (hack/check_containerfile.py checks
@@ -11,8 +12,10 @@ those statically)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,12 +33,14 @@ VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Result:
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Result]:
     overrides: dict[str, str | None] = {
         name: os.environ[name] for name in NETWORK_VARIABLES if name in os.environ}
     overrides |= {"PIP_NO_CACHE_DIR": None, "PIP_CACHE_DIR": str(PIP_CACHE)}
-    return perform(REPO_ROOT / "Containerfile", REPO_ROOT, tmp_path_factory.mktemp("image"),
-                   build_args={"VERSION": VERSION, "REVISION": "test"}, overrides=overrides)
+    scratch = tmp_path_factory.mktemp("image")
+    yield perform(REPO_ROOT / "Containerfile", REPO_ROOT, scratch,
+                  build_args={"VERSION": VERSION, "REVISION": "test"}, overrides=overrides)
+    shutil.rmtree(scratch)  # about 150 MB: not kept among pytest's last temporary directories
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:

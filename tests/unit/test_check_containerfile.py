@@ -161,8 +161,23 @@ def test_the_deployment_user_must_match(checkout: Path) -> None:
 def test_a_dependency_missing_from_the_lock(checkout: Path) -> None:
     edit(checkout, "requirements/runtime.lock", _sub(r"^httpx==.*\n(^\s+--hash.*\n)+", ""))
     found = problems(checkout)
-    assert any("httpx (pyproject.toml dependency 'httpx>=0.27') is not locked" in problem
+    assert any("httpx (pyproject.toml requires 'httpx>=0.27') is not locked" in problem
                for problem in found), found
+
+
+def test_a_dependency_pyproject_dropped_is_stale_in_the_lock(checkout: Path) -> None:
+    edit(checkout, "pyproject.toml", _replace('    "httpx>=0.27",\n', ""))
+    found = problems(checkout)
+    assert any("httpx is locked for container-notifier (pyproject.toml), which no longer "
+               "requires it" in problem for problem in found), found
+
+
+def test_the_build_lock_pins_the_build_system(checkout: Path) -> None:
+    edit(checkout, "pyproject.toml", _replace('requires = ["setuptools>=68"]',
+                                              'requires = ["setuptools>=999"]'))
+    found = problems(checkout)
+    assert any(problem.startswith("requirements/build.lock:") and "does not satisfy "
+               "pyproject.toml's 'setuptools>=999'" in problem for problem in found), found
 
 
 def test_a_lock_resolved_for_another_python(checkout: Path) -> None:
@@ -203,7 +218,7 @@ def test_lock_problems_name_each_gap() -> None:
     assert any("beta==2.0 has no --hash" in problem for problem in found)
     assert any("alpha==1.0 does not satisfy pyproject.toml's 'alpha>=2'" in problem
                for problem in found)
-    assert any("delta (pyproject.toml dependency 'delta') is not locked" in problem
+    assert any("delta (pyproject.toml requires 'delta') is not locked" in problem
                for problem in found)
     assert any("beta is locked for gamma, which is not locked itself" in problem
                for problem in found)
