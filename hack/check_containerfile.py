@@ -364,10 +364,9 @@ class Checker:
         *sources, destination = words
         into_directory = destination.endswith("/") or len(sources) > 1
         destination = _absolute(destination, state.workdir)
+        if "from" in flags:
+            return  # from another stage: nothing of the build context
         for source in sources:
-            if "from" in flags:
-                state.copied.append(_Copied(destination, "", True))  # from another stage
-                continue
             context = posixpath.normpath(source)
             path = self.root / context
             if not path.exists():

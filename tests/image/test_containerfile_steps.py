@@ -36,7 +36,9 @@ VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Result]:
     overrides: dict[str, str | None] = {
         name: os.environ[name] for name in NETWORK_VARIABLES if name in os.environ}
-    overrides |= {"PIP_NO_CACHE_DIR": None, "PIP_CACHE_DIR": str(PIP_CACHE)}
+    # this machine's pip configuration files stay out, as they are out of an image build
+    overrides |= {"PIP_NO_CACHE_DIR": None, "PIP_CACHE_DIR": str(PIP_CACHE),
+                  "PIP_CONFIG_FILE": os.devnull}
     scratch = tmp_path_factory.mktemp("image")
     yield perform(REPO_ROOT / "Containerfile", REPO_ROOT, scratch,
                   build_args={"VERSION": VERSION, "REVISION": "test"}, overrides=overrides)

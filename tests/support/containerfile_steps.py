@@ -37,7 +37,6 @@ class Result:
     env: dict[str, str]
     """The final stage's environment with image paths mapped into `root`."""
     workdir: Path
-    user: str
     entrypoint: list[str]
 
 
@@ -97,7 +96,7 @@ class StageRunner:
             (self.root / "root").mkdir()
             image_env = {instruction.line: env for instruction, env in walk(
                 self.containerfile, stage, self.base_env(False), self.build_args)}
-            workdir, user, entrypoint = "/", "", []
+            workdir, entrypoint = "/", []
             for instruction, env in walk(self.containerfile, stage, self.base_env(True),
                                          self.build_args, self.place):
                 image = image_env[instruction.line]
@@ -109,15 +108,13 @@ class StageRunner:
                     self.copy(instruction, image, workdir, stage_roots)
                 elif instruction.keyword == "RUN":
                     self.shell(instruction, env, workdir)
-                elif instruction.keyword == "USER":
-                    user = instruction.args
                 elif instruction.keyword == "ENTRYPOINT":
                     entrypoint = instruction.exec_form()
             if index == len(self.containerfile.stages) - 1:
                 shutil.rmtree(self.saved, ignore_errors=True)
                 env = variables_after(self.containerfile, stage, self.base_env(True),
                                       self.build_args, self.place)
-                return Result(self.root, env, Path(self.place(workdir)), user, entrypoint)
+                return Result(self.root, env, Path(self.place(workdir)), entrypoint)
             self.saved.mkdir(exist_ok=True)
             kept = self.saved / str(index)
             self.root.rename(kept)
