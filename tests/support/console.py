@@ -5,7 +5,9 @@ as KUBECONFIG."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from localcluster.layout import REPO_ROOT
@@ -32,3 +34,27 @@ def run(cluster: Cluster, command: str, timeout: float = 120.0) -> Ran:
     done = subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     return Ran(command, done.returncode, done.stdout)
+
+
+ANY = "…"
+"""In output a page shows, what differs per run (an age, an address)."""
+
+
+def shown_pattern(line: str) -> re.Pattern[str]:
+    """A pattern for one output line a page shows: its words in order, separated by any run of
+    spaces (tables are aligned per run), ``…`` standing for any text."""
+    words = [".*".join(re.escape(part) for part in word.split(ANY)) for word in line.split()]
+    return re.compile(r"\s+".join(words))
+
+
+def check_shown(ran: Ran, shown: Sequence[str]) -> None:
+    """Assert that `ran` succeeded and, if the page shows output for it, printed exactly those
+    lines (`shown_pattern`)."""
+    assert ran.returncode == 0 or shown, f"$ {ran.command}\n{ran.output}"
+    if not shown:
+        return
+    lines = ran.lines()
+    expected = [line for line in shown if line.strip()]
+    assert len(lines) == len(expected) and all(
+        shown_pattern(want).fullmatch(got) for want, got in zip(expected, lines, strict=True)
+    ), f"$ {ran.command}\nshown:\n" + "\n".join(expected) + "\nprinted:\n" + ran.output
