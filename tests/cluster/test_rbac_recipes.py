@@ -36,6 +36,16 @@ BACKUP = "system:serviceaccount:backup:backup-controller"
 GROUP = "notifier.x-k8s.io"
 
 
+GRANTS = ("Grant the backup controller", "Grant on-call", "Grant auditors")
+CHECKS = ("Check the backup controller", "Check on-call", "Check auditors")
+
+
+def test_this_module_runs_every_command_of_the_page() -> None:
+    run_here = [command for heading in (*GRANTS, "Undo") + CHECKS
+                for command in console_commands(PAGE, heading)]
+    assert sorted(run_here) == sorted(console_commands(PAGE))
+
+
 def _absent(cluster: Cluster, namespace: str) -> bool:
     with cluster.admin() as kube:
         return kube.get(f"/api/v1/namespaces/{namespace}").status_code == 404
@@ -62,7 +72,7 @@ def granted(cluster: Cluster) -> Iterator[None]:
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
             assert created.status_code == 201, created.text
     try:
-        for heading in ("Grant the backup controller", "Grant on-call", "Grant auditors"):
+        for heading in GRANTS:
             for command in console_commands(PAGE, heading):
                 ran = run(cluster, command)
                 assert ran.returncode == 0, f"{command}\n{ran.output}"
@@ -84,8 +94,7 @@ def db_pod(cluster: Cluster, granted: None) -> str:
     return str(pod["metadata"]["name"])
 
 
-@pytest.mark.parametrize("heading", ["Check the backup controller", "Check on-call",
-                                     "Check auditors"])
+@pytest.mark.parametrize("heading", CHECKS)
 def test_the_checks_answer_what_the_page_shows(cluster: Cluster, granted: None,
                                                heading: str) -> None:
     for step in console_transcript(PAGE, heading):

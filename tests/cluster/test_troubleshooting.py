@@ -13,7 +13,7 @@ import pytest
 
 from localcluster import plane
 from tests.support.console import check_shown, run
-from tests.support.doc_commands import console_transcript
+from tests.support.doc_commands import console_commands, console_transcript
 from tests.support.kube import Cluster, wait_until
 from tests.support.planes import extra_plane
 
@@ -21,6 +21,16 @@ pytestmark = pytest.mark.cluster
 
 PAGE = "docs/troubleshooting.md"
 APISERVICE = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha1.notifier.x-k8s.io"
+
+
+SECTIONS = ("Trust material", "See it", "What it does to discovery",
+            "What it does to namespace deletion", "Recover", "If the server is gone for good")
+"""The page's headings with commands, each run below."""
+
+
+def test_the_test_below_runs_every_command_of_the_page() -> None:
+    run_here = [command for heading in SECTIONS for command in console_commands(PAGE, heading)]
+    assert sorted(run_here) == sorted(console_commands(PAGE))
 
 
 def _section(cluster: Cluster, heading: str) -> None:
