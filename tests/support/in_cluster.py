@@ -107,9 +107,11 @@ def _volumes(cluster: Cluster, pod: dict[str, Any], container: dict[str, Any],
     volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
     mounts = {}
     for mount in container.get("volumeMounts", []):
+        volume = volumes[mount["name"]]
+        if "projected" in volume:  # the ServiceAccount token: --kubeconfig stands in for it
+            continue
         directory = root / mount["name"]
         directory.mkdir(parents=True, exist_ok=True)
-        volume = volumes[mount["name"]]
         if "secret" in volume:
             secret = _get(cluster, f"/api/v1/namespaces/{pod['metadata']['namespace']}/secrets/"
                           f"{volume['secret']['secretName']}")
