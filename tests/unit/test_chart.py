@@ -312,3 +312,8 @@ def test_install_test_runs_every_command_of_the_docs() -> None:
     under_tested_headings = [c for heading in INSTALL_TEST_HEADINGS
                              for c in console_commands(page, heading)]
     assert sorted(console_commands(page)) == sorted(under_tested_headings)
+
+
+def test_chart_readme_commands_are_the_docs_ones() -> None:
+    readme = render_manifests.CHART.relative_to(render_manifests.REPO_ROOT) / "README.md"
+    assert set(console_commands(readme)) <= set(console_commands("docs/install.md"))
