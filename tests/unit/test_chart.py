@@ -117,7 +117,7 @@ def test_bootstrap_mode_is_the_default() -> None:
     assert [a for a in args if a in BOOTSTRAP_FLAGS] == BOOTSTRAP_FLAGS
     assert not [a for a in args if a.startswith("--tls-")]
     assert volume(objects, "serving-cert") == {"name": "serving-cert",
-                                               "emptyDir": {"medium": "Memory"}}
+                                               "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
     apiservice = one(objects, "APIService")
     assert "caBundle" not in apiservice["spec"]
     assert "annotations" not in apiservice["metadata"]
