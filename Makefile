@@ -6,7 +6,16 @@ export PYTHONPATH := $(CURDIR)/hack
 
 HAPROXY := /usr/sbin/haproxy
 
-.PHONY: venv haproxy test lint lock image demo bench cluster-up cluster-down cluster-status
+# The chart is linted with each certificate mode, the optional objects on, and SQLite storage.
+CHART := charts/container-notifier
+CHART_VALUE_SETS := \
+	certificates.mode=bootstrap \
+	certificates.mode=cert-manager \
+	certificates.mode=secret,certificates.secret.name=serving,certificates.secret.caBundle=Q0E= \
+	networkPolicy.enabled=true,networkPolicy.apiserver.cidrs={10.0.0.0/24},metrics.serviceMonitor.enabled=true \
+	storage.backend=sqlite,replicas=1
+
+.PHONY: venv haproxy test lint chart-lint lock image demo bench cluster-up cluster-down cluster-status
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,7 +37,7 @@ $(HAPROXY):
 
 haproxy: $(HAPROXY)
 
-lint: venv
+lint: venv chart-lint
 	$(VENV)/bin/ruff check apiserver certs hack kubectl_notify tests
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
@@ -49,6 +58,17 @@ lock: venv
 # The server image (docs/image.md): IMAGE=<repository> TAG=<tag> to name it.
 image:
 	bash hack/image.sh
+
+# helm lint and helm template of each value set, then the drift check: apiservice/ (generated
+# from the chart by hack/render_manifests.py) must equal the chart's output.
+chart-lint: venv
+	@bins="$$(bash hack/build.sh 2>/dev/null | tail -1)" && for set in $(CHART_VALUE_SETS); do \
+		echo "helm lint/template $(CHART) --set $$set"; \
+		"$$bins/helm" lint --strict --quiet $(CHART) --set "$$set" >/dev/null && \
+		"$$bins/helm" template container-notifier $(CHART) --namespace container-notifier \
+			--set "$$set" >/dev/null || exit 1; \
+	done
+	$(PY) hack/render_manifests.py --check
 
 test: lint $(HAPROXY)
 	bash hack/build.sh >/dev/null

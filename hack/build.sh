@@ -10,7 +10,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 k8s_version="$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/build/kubernetes/go.mod")"
 etcd_version="$(awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $3}' "$here/build/etcd/go.mod")"
 kwok_version="$(awk '/^require sigs.k8s.io\/kwok /{print $3}' "$here/build/kwok/go.mod")"
+helm_version="$(awk '/^require helm.sh\/helm\/v3 /{print $3}' "$here/build/helm/go.mod")"
 cache_root="${CN_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/container-notifier/bin}"
+# helm's version is not in the directory name (a new helm must not rebuild the kube binaries):
+# it is in the binary's name, helm-<version>, and "helm" links to it.
 bin_dir="$cache_root/k8s-$k8s_version-etcd-$etcd_version-kwok-$kwok_version"
 mkdir -p "$bin_dir"
 
@@ -36,11 +39,13 @@ for spec in \
   "kubernetes kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver" \
   "kubernetes kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager" \
   "kubernetes kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler" \
-  "kubernetes kubectl k8s.io/kubernetes/cmd/kubectl"; do
+  "kubernetes kubectl k8s.io/kubernetes/cmd/kubectl" \
+  "helm helm-$helm_version helm.sh/helm/v3/cmd/helm"; do
   read -r dir name pkg <<<"$spec"
   [[ -x "$bin_dir/$name" ]] || built_any=1
   build "$dir" "$name" "$pkg"
 done
+ln -sfn "helm-$helm_version" "$bin_dir/helm"
 # kwok's stage definitions ship inside its module; standalone kwok needs them passed with --config.
 if [[ ! -d "$bin_dir/kwok-stages" ]]; then
   kwok_dir="$(cd "$here/build/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"

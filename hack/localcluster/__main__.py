@@ -115,17 +115,22 @@ def _wait_answers(plane: Startup, probe: health.Probe, timeout: float) -> None:
                    probe.answers, timeout)
 
 
-def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS) -> None:
-    """Start the plane unless it is healthy; on failure stop what was started, raise StartFailed."""
+def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS,
+       server: bool = True) -> None:
+    """Start the plane unless it is healthy; on failure stop what was started, raise StartFailed.
+
+    server=False: the control plane and its kwok nodes only, without the extension (nothing
+    registered, no replica, no HAProxy), for tests that install it themselves (the Helm
+    chart); such a plane is always started afresh."""
     started_at = time.monotonic()
-    found = health.check(layout, ports, replicas)
+    found = health.check(layout, ports, replicas) if server else ["without the extension"]
     if not found:
         print(f"cluster: already running and healthy; kubeconfig {layout.kubeconfig}")
         return
     if layout.state_file.exists():
         print("cluster: not healthy, starting afresh:\n  " + "\n  ".join(found))
     down(layout, quiet=True)
-    if not haproxy.BINARY.exists():
+    if server and not haproxy.BINARY.exists():
         raise StartFailed(f"{haproxy.BINARY} is missing: install the Debian package haproxy "
                           "(apt-get install -y haproxy; `make cluster-up` does it as root)")
     bins = build_binaries()
@@ -156,6 +161,10 @@ def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS) 
         plane.wait_for(components.CONTROLLER_MANAGER, "the default ServiceAccount",
                        lambda: default_service_account_exists(layout, ports),
                        COMPONENT_READY_SECONDS)
+        if not server:
+            print(f"cluster: up without the extension in {time.monotonic() - started_at:.1f} s;"
+                  f" export KUBECONFIG={layout.kubeconfig}")
+            return
         crds = notifier.register(bins, layout, ports)
         # Each replica checks at start that its storage CRDs are served.
         plane.wait_for(components.KUBE_APISERVER, f"CRDs {', '.join(crds)} to be Established",
