@@ -41,6 +41,7 @@ lint: venv chart-lint
 	$(VENV)/bin/ruff check apiserver certs hack kubectl_notify tests
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(PY) hack/alert_rules.py --check
 
 # helm lint and helm template of each value set, then the drift check: apiservice/ (generated
 # from the chart by hack/render_manifests.py) must equal the chart's output.
