@@ -42,6 +42,7 @@ lint: venv chart-lint
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) hack/check_containerfile.py
+	$(PY) hack/alert_rules.py --check
 
 # The hash-locked requirements the image installs (docs/image.md): run after changing
 # pyproject.toml's dependencies or build-system; `make lock LOCK_FLAGS=--upgrade` moves every

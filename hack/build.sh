@@ -11,9 +11,11 @@ k8s_version="$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/build/kuber
 etcd_version="$(awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $3}' "$here/build/etcd/go.mod")"
 kwok_version="$(awk '/^require sigs.k8s.io\/kwok /{print $3}' "$here/build/kwok/go.mod")"
 helm_version="$(awk '/^require helm.sh\/helm\/v3 /{print $3}' "$here/build/helm/go.mod")"
+prometheus_version="$(awk '/^require github.com\/prometheus\/prometheus /{print $3}' "$here/build/prometheus/go.mod")"
 cache_root="${CN_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/container-notifier/bin}"
-# helm's version is not in the directory name (a new helm must not rebuild the kube binaries):
-# it is in the binary's name, helm-<version>, and "helm" links to it.
+# helm's and promtool's versions are not in the directory name (a new one must not rebuild the
+# kube binaries): they are in the binaries' names, helm-<version> and promtool-<version>, which
+# "helm" and "promtool" link to.
 bin_dir="$cache_root/k8s-$k8s_version-etcd-$etcd_version-kwok-$kwok_version"
 mkdir -p "$bin_dir"
 
@@ -40,12 +42,14 @@ for spec in \
   "kubernetes kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager" \
   "kubernetes kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler" \
   "kubernetes kubectl k8s.io/kubernetes/cmd/kubectl" \
-  "helm helm-$helm_version helm.sh/helm/v3/cmd/helm"; do
+  "helm helm-$helm_version helm.sh/helm/v3/cmd/helm" \
+  "prometheus promtool-$prometheus_version github.com/prometheus/prometheus/cmd/promtool"; do
   read -r dir name pkg <<<"$spec"
   [[ -x "$bin_dir/$name" ]] || built_any=1
   build "$dir" "$name" "$pkg"
 done
 ln -sfn "helm-$helm_version" "$bin_dir/helm"
+ln -sfn "promtool-$prometheus_version" "$bin_dir/promtool"
 # kwok's stage definitions ship inside its module; standalone kwok needs them passed with --config.
 if [[ ! -d "$bin_dir/kwok-stages" ]]; then
   kwok_dir="$(cd "$here/build/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
