@@ -262,8 +262,9 @@ def test_image_and_scheduling_values() -> None:
     digest = "sha256:" + "a" * 64
     assert server(render("image.repository=r.example/cn", f"image.digest={digest}"))[
         "image"] == f"r.example/cn@{digest}"
-    assert server(render("image.tag=1.2.3"))["image"] == "ghcr.io/container-notifier/container-notifier:1.2.3"
-    assert server(render())["image"] == "ghcr.io/container-notifier/container-notifier:0.1.0"
+    repository = "ghcr.io/container-notifier/container-notifier"
+    assert server(render("image.tag=1.2.3"))["image"] == f"{repository}:1.2.3"
+    assert server(render())["image"] == f"{repository}:0.1.0"
     pod = one(render("priorityClassName=system-cluster-critical", "nodeSelector.pool=infra",
                      "tolerations[0].key=dedicated", "tolerations[0].operator=Exists",
                      "extraArgs={--log-level=debug}"), "Deployment")["spec"]["template"]
