@@ -178,8 +178,9 @@ def test_rotations_through_the_aggregator_lose_no_request(rotation: Cluster) -> 
         {"apiGroups": ["notifier.x-k8s.io"], "resources": ["pods/notify"], "verbs": ["create"]},
         {"apiGroups": ["notifier.x-k8s.io"], "resources": ["podnotifiers"],
          "verbs": ["get", "list", "watch"]}])
-    pod = rotation.create_pod(namespace, "app", annotations=declare(
-        app=[exec_notifier("reload", "true")]))["metadata"]["name"]
+    (deployed,) = rotation.deploy(namespace, "app", annotations=declare(
+        app=[exec_notifier("reload", "true")]))
+    pod = deployed["metadata"]["name"]
     collection = f"{API}/namespaces/{namespace}/podnotifiers"
     seen, stop = Observed(), threading.Event()
     counts, failures = {"requests": 0}, []
