@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import json
 import queue
+import shlex
 import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,8 +25,10 @@ import httpx
 import pytest
 from cryptography import x509
 
+from localcluster import __main__ as localcluster
 from localcluster import processes
 from localcluster.notifier import APISERVICE_NAME, NOTIFIER_NAMESPACE
+from tests.support.doc_commands import console_commands
 from tests.support.kube import Cluster, wait_until
 from tests.support.notify import API, declare, exec_notifier, notify
 from tests.support.planes import extra_plane
@@ -249,3 +253,40 @@ def report(seen: Observed, requests: int, failures: list[str], seconds: float) -
         lag = f"{published_at - at:+.2f}s" if published_at is not None else "never"
         print(f"  Secret bundle of {len(cas)} CA(s) at {at - min(seen.secret.values()):.1f}s: "
               f"in the APIService after {lag}")
+
+
+def run_documented(cluster: Cluster, command: str) -> str:
+    """A docs page's kubectl command, run against `cluster` as admin."""
+    assert command.startswith("kubectl "), command
+    kubectl = (f"{shlex.quote(str(cluster.bins / 'kubectl'))} "
+               f"--kubeconfig={shlex.quote(str(cluster.layout.kubeconfig))}")
+    done = subprocess.run(kubectl + command.removeprefix("kubectl"), shell=True,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_deleting_the_secret_replaces_the_ca(rotation: Cluster) -> None:
+    with rotation.admin() as kube:
+        _, before = secret_certificates(kube)
+    (printed,) = [run_documented(rotation, c) for c in console_commands(
+        "docs/certificates.md", "Forcing a rotation") if " get secret " in c]
+    assert x509.load_pem_x509_certificate(base64.b64decode(printed)).issuer == before[0].subject
+    for command in console_commands("docs/certificates.md", "Forcing a rotation"):
+        if " delete secret " in command:
+            run_documented(rotation, command)
+
+    def replaced() -> bool:
+        with rotation.admin() as kube:
+            response = kube.get(SECRET)
+            if response.status_code != 200:
+                return False
+            serving, bundle = secret_certificates(kube)
+            return (len(bundle) == 1 and bundle[0] not in before and published(kube) == bundle
+                    and all(served(rotation, r) == serving for r in range(rotation.replicas)))
+
+    wait_until(replaced, "a new CA in the Secret, the APIService and both replicas", 30)
+    wait_until(lambda: localcluster.apiservice_available(rotation.layout, rotation.ports),
+               "the APIService to be Available", 30)
+    with rotation.admin() as kube:
+        assert kube.get(API).status_code == 200
