@@ -267,10 +267,13 @@ class InvalidOptions(StartupError, ValueError):
     """Options that are each valid but do not fit together; the message names the flags."""
 
 
-def bootstrap_mode(options: ServerOptions) -> bool:
-    """Neither --tls-cert-file nor --tls-private-key-file: the server bootstraps its serving
-    certificate (``check`` refuses one without the other)."""
-    return options.tls_cert_file is None and options.tls_private_key_file is None
+def tls_files(options: ServerOptions) -> tuple[Path, Path] | None:
+    """Files mode's --tls-cert-file and --tls-private-key-file; None in bootstrap mode, when
+    neither is given and the server bootstraps its serving certificate (``check`` refuses one
+    without the other)."""
+    if options.tls_cert_file is None or options.tls_private_key_file is None:
+        return None
+    return options.tls_cert_file, options.tls_private_key_file
 
 
 def check(options: ServerOptions) -> None:

@@ -31,7 +31,7 @@ from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.certificates.files import CertDir
 from apiserver.certificates.plan import Policy
 from apiserver.certificates.reconciler import ServingCertificates
-from apiserver.config import KUBERNETES, ServerOptions, bootstrap_mode, check
+from apiserver.config import KUBERNETES, ServerOptions, check, tls_files
 from apiserver.fanout import scope
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
@@ -150,16 +150,18 @@ async def serve(options: ServerOptions) -> None:
     mode (no TLS files given) the serving certificate is in --cert-dir before anything
     listens."""
     check(options)
+    given = tls_files(options)
+    files = ServingTLS(*given) if given else None
     clients = connect(options)
     database = None
     certificates = None
     try:
-        if bootstrap_mode(options):
+        if files is None:
             certificates = serving_certificates(options, clients.main)
             await certificates.start()
             tls = ServingTLS(certificates.cert_dir.cert_file, certificates.cert_dir.key_file)
-        elif options.tls_cert_file is not None and options.tls_private_key_file is not None:
-            tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
+        else:
+            tls = files
         if options.storage == KUBERNETES:
             await check_installed(clients.main, STORED_RESOURCES)
         await check_readable(clients.authentication)

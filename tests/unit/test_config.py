@@ -13,7 +13,6 @@ from apiserver.__main__ import build_parser
 from apiserver.config import (
     InvalidOptions,
     ServerOptions,
-    bootstrap_mode,
     check,
     deprecation_warnings,
     flag_name,
@@ -22,6 +21,7 @@ from apiserver.config import (
     log_level,
     options_from_args,
     parse_duration,
+    tls_files,
 )
 from apiserver.jsonlog import JSONFormatter
 from apiserver.version import version
@@ -233,9 +233,10 @@ def test_bad_values_exit_with_the_flag_and_what_to_use(capsys, flag, value, mess
 def test_no_flag_is_required_and_the_default_is_bootstrap_mode():
     options = options_from_args(build_parser().parse_args([]))
     assert options == ServerOptions()
-    assert bootstrap_mode(options)
+    assert tls_files(options) is None
     check(options)
-    assert not bootstrap_mode(options_from_args(build_parser().parse_args(REQUIRED)))
+    assert tls_files(options_from_args(build_parser().parse_args(REQUIRED))) == (
+        Path("c"), Path("k"))
 
 
 def test_bootstrap_defaults_are_the_install_plans():
