@@ -226,13 +226,19 @@ class ServingCertificates:
         """The first reconcile, before the server listens; raises CertificateBootstrapFailed
         (one line) if kube-apiserver refuses or stays unreachable."""
         backoff = self._backoff or Backoff(initial=1.0, maximum=8.0)
-        for attempt in range(STARTUP_ATTEMPTS):
+        attempts = 0
+        while True:
             try:
                 return await self.reconcile()
             except Refused as refused:
                 raise CertificateBootstrapFailed(self._refusal(refused)) from None
+            except ConflictsPersist as error:
+                raise CertificateBootstrapFailed(
+                    f"cannot bootstrap the serving certificate: {error}; is another program "
+                    "writing them?") from None
             except KubeUnavailable as error:
-                if attempt == STARTUP_ATTEMPTS - 1:
+                attempts += 1
+                if attempts == STARTUP_ATTEMPTS:
                     raise CertificateBootstrapFailed(
                         f"cannot bootstrap the serving certificate in secret {self.secret}: "
                         f"kube-apiserver unavailable ({error}); check --kubeconfig and that "
@@ -240,11 +246,6 @@ class ServingCertificates:
                 log.warning("kube-apiserver unavailable; retrying the serving certificate "
                             "bootstrap", extra={"secret": self.secret, "error": str(error)})
                 await asyncio.sleep(backoff.delay())
-            except ConflictsPersist as error:
-                raise CertificateBootstrapFailed(
-                    f"cannot bootstrap the serving certificate: {error}; is another program "
-                    "writing them?") from None
-        raise AssertionError("unreachable")
 
     def _refusal(self, refused: Refused) -> str:
         error, on_apiservice = refused.error, refused.on_apiservice
