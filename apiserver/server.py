@@ -3,10 +3,11 @@
 Nothing below this module imports it. ``serve`` connects to kube-apiserver, opens the store,
 assembles authentication, authorization, the notifier runner, admission, the fan-out and the
 HTTP routes, and runs them under uvicorn; a misconfiguration found on the way (``check``, the
-serving certificate, the kubeconfigs, the storage CRDs, the trust ConfigMap's permission) is
-raised as a ``StartupError`` before anything is served. The app's lifespan starts and stops
-the background work (trust material watch, pod index, record collection, this replica's Lease,
-the fan-out leader election).
+serving certificate files, the kubeconfigs, the serving certificate bootstrap's Secret and
+APIService, the storage CRDs, the trust ConfigMap's permission) is raised as a ``StartupError``
+before anything is served. The app's lifespan starts and stops the background work (trust
+material watch, pod index, record collection, this replica's Lease, the fan-out leader
+election, and in bootstrap mode the serving certificate's renewal and rotation).
 """
 
 from __future__ import annotations
