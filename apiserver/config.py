@@ -138,8 +138,9 @@ class ServerOptions:
         "changes")
     cert_dir: Path = option(
         Path("/var/run/container-notifier/serving-cert"), parse=Path,
-        help="bootstrap mode (no --tls-cert-file): where this replica writes the tls.crt and "
-        "tls.key it serves, from the --serving-cert-secret Secret (created if missing)")
+        help="bootstrap mode (no --tls-cert-file): the directory (created if missing) where "
+        "this replica writes the tls.crt and tls.key it serves, taken from the "
+        "--serving-cert-secret Secret")
     serving_cert_secret: str = option(
         "container-notifier-serving-cert", metavar="NAME",
         help="bootstrap mode: the Secret every replica shares, holding the CA, the serving "
