@@ -39,7 +39,8 @@ SERVING_VALIDITY_SECONDS = 20
 CA_VALIDITY_SECONDS = 60
 ROTATION_ARGS = [f"--serving-cert-validity={SERVING_VALIDITY_SECONDS}s",
                  f"--serving-cert-ca-validity={CA_VALIDITY_SECONDS}s"]
-"""Renewal every ~13 s; a next CA after ~38 s, signing ~10 s after its bundle is published."""
+"""Renewal every ~13 s; a next CA after ~38 s, signing ~10 s after its bundle is published; the
+retired CA dropped when its last certificate expires, within 20 s."""
 SECRET = f"/api/v1/namespaces/{NOTIFIER_NAMESPACE}/secrets/container-notifier-serving-cert"
 APISERVICE = f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE_NAME}"
 ROTATION_DEADLINE_SECONDS = 150.0
@@ -214,6 +215,10 @@ def test_rotations_through_the_aggregator_lose_no_request(rotation: Cluster) -> 
             wait_until(lambda: rotated(seen, first_issuer),
                        "a serving renewal and a CA rotation served by both replicas",
                        ROTATION_DEADLINE_SECONDS, interval=1.0)
+            # ... and the retired CA leaves the bundle once its last certificate expired.
+            wait_until(lambda: len(seen.bundles[-1][1]) == 1
+                       and any(len(cas) == 2 for _, cas in seen.bundles),
+                       "the retired CA to leave the APIService's caBundle", 60, interval=0.5)
             rotation_seconds = time.monotonic() - started
             after = notify(notifier, namespace, pod, "reload")
             assert after.status_code == 201, after.text
@@ -227,10 +232,13 @@ def test_rotations_through_the_aggregator_lose_no_request(rotation: Cluster) -> 
     report(seen, counts["requests"], failures, rotation_seconds)
     assert counts["requests"] > 100
     assert failures == [], failures[:5]
-    # The aggregator was given old and new CA together before the new one signed.
-    new_cas = {ca for _, cas in seen.bundles for ca in cas} - {seen.bundles[0][1][0]}
-    assert any(len(cas) >= 2 and seen.bundles[0][1][0] in cas and set(cas) & new_cas
+    # The aggregator was given old and new CA together before the new one signed, and the new
+    # one alone after the old one's last certificate expired.
+    first_ca = seen.bundles[0][1][0]
+    new_cas = {ca for _, cas in seen.bundles for ca in cas} - {first_ca}
+    assert any(len(cas) >= 2 and first_ca in cas and set(cas) & new_cas
                for _, cas in seen.bundles), seen.bundles
+    assert seen.bundles[-1][1][0] in new_cas
     # Both replicas end serving the same certificate, the Secret's.
     with rotation.admin() as kube:
         serving, _ = secret_certificates(kube)
