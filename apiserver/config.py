@@ -127,11 +127,46 @@ class ServerOptions:
 
     bind_address: str = option("0.0.0.0", help="address to listen on for HTTPS")
     secure_port: int = option(8443, parse=parse_port, help="port to listen on for HTTPS")
-    tls_cert_file: Path = option(
-        parse=Path, help="PEM serving certificate (with any intermediates after it); re-read "
-        "when the file changes")
-    tls_private_key_file: Path = option(
-        parse=Path, help="PEM private key of --tls-cert-file; re-read when the file changes")
+    tls_cert_file: Path | None = option(
+        None, parse=Path, help="PEM serving certificate (with any intermediates after it); re-read "
+        "when the file changes. Give it with --tls-private-key-file to serve your own "
+        "certificate (cert-manager, a hand-made Secret): nothing is written and no APIService "
+        "is touched. Give neither to bootstrap one (--cert-dir, --serving-cert-secret; "
+        "docs/certificates.md)")
+    tls_private_key_file: Path | None = option(
+        None, parse=Path, help="PEM private key of --tls-cert-file; re-read when the file "
+        "changes")
+    cert_dir: Path = option(
+        Path("/var/run/container-notifier/serving-cert"), parse=Path,
+        help="bootstrap mode (no --tls-cert-file): the directory (created if missing) where "
+        "this replica writes the tls.crt and tls.key it serves, taken from the "
+        "--serving-cert-secret Secret")
+    serving_cert_secret: str = option(
+        "container-notifier-serving-cert", metavar="NAME",
+        help="bootstrap mode: the Secret every replica shares, holding the CA, the serving "
+        "certificate and the CA bundle to trust; created, renewed and rotated by the server")
+    serving_cert_secret_namespace: str = option(
+        "container-notifier", metavar="NAMESPACE",
+        help="bootstrap mode: the namespace of --serving-cert-secret (the server's own; also "
+        "the namespace in the certificate's names)")
+    serving_cert_service: str = option(
+        "container-notifier", metavar="NAME",
+        help="bootstrap mode: the Service the aggregator dials; the certificate is for <svc>, "
+        "<svc>.<ns>, <svc>.<ns>.svc and <svc>.<ns>.svc.cluster.local "
+        "(ns: --serving-cert-secret-namespace)")
+    apiservice_name: str = option(
+        "v1alpha1.notifier.x-k8s.io", metavar="NAME",
+        help="bootstrap mode: the APIService whose spec.caBundle the server keeps equal to the "
+        "Secret's CA bundle; '' leaves every APIService alone")
+    serving_cert_validity: float = option(
+        720 * 3600.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        help="bootstrap mode: how long a serving certificate is valid (never past its CA); it "
+        "is renewed after 2/3 of it")
+    serving_cert_ca_validity: float = option(
+        8760 * 3600.0, parse=parse_duration, show=format_duration, metavar="DURATION",
+        help="bootstrap mode: how long a CA is valid; after 2/3 of it a next CA joins the "
+        "bundle, and signs once the bundle has been published for 1/6 of it; at least "
+        "--serving-cert-validity")
     kubeconfig: Path | None = option(
         None, parse=Path, help="kubeconfig used to reach kube-apiserver (its current context); "
         "without it, the in-cluster service account is used")
@@ -233,9 +268,32 @@ class InvalidOptions(StartupError, ValueError):
     """Options that are each valid but do not fit together; the message names the flags."""
 
 
+def tls_files(options: ServerOptions) -> tuple[Path, Path] | None:
+    """Files mode's --tls-cert-file and --tls-private-key-file; None in bootstrap mode, when
+    neither is given and the server bootstraps its serving certificate (``check`` refuses one
+    without the other)."""
+    if options.tls_cert_file is None or options.tls_private_key_file is None:
+        return None
+    return options.tls_cert_file, options.tls_private_key_file
+
+
 def check(options: ServerOptions) -> None:
-    """Raise InvalidOptions (one line) unless the options fit together: leader election needs
-    lease duration > renew deadline > retry period > 0."""
+    """Raise InvalidOptions (one line) unless the options fit together: both TLS files or
+    neither; serving certificate validity > 0 and at most the CA validity; leader election
+    needs lease duration > renew deadline > retry period > 0."""
+    if (options.tls_cert_file is None) != (options.tls_private_key_file is None):
+        given, missing = (("--tls-cert-file", "--tls-private-key-file")
+                          if options.tls_private_key_file is None
+                          else ("--tls-private-key-file", "--tls-cert-file"))
+        raise InvalidOptions(
+            f"{given} is given without {missing}: give both (serve your own certificate) or "
+            "neither (bootstrap one into --serving-cert-secret)")
+    serving, ca = options.serving_cert_validity, options.serving_cert_ca_validity
+    if not 0 < serving <= ca:
+        raise InvalidOptions(
+            f"--serving-cert-validity ({format_duration(serving)}) must be more than 0 and at "
+            f"most --serving-cert-ca-validity ({format_duration(ca)}): a certificate cannot "
+            "outlive the CA that signed it")
     lease = options.leader_elect_lease_duration
     deadline = options.leader_elect_renew_deadline
     retry = options.leader_elect_retry_period

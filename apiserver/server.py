@@ -3,16 +3,18 @@
 Nothing below this module imports it. ``serve`` connects to kube-apiserver, opens the store,
 assembles authentication, authorization, the notifier runner, admission, the fan-out and the
 HTTP routes, and runs them under uvicorn; a misconfiguration found on the way (``check``, the
-serving certificate, the kubeconfigs, the storage CRDs, the trust ConfigMap's permission) is
-raised as a ``StartupError`` before anything is served. The app's lifespan starts and stops
-the background work (trust material watch, pod index, record collection, this replica's Lease,
-the fan-out leader election).
+serving certificate files, the kubeconfigs, the serving certificate bootstrap's Secret and
+APIService, the storage CRDs, the trust ConfigMap's permission) is raised as a ``StartupError``
+before anything is served. The app's lifespan starts and stops the background work (trust
+material watch, pod index, record collection, this replica's Lease, the fan-out leader
+election, and in bootstrap mode the serving certificate's renewal and rotation).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import functools
 import logging
 import os
@@ -27,7 +29,10 @@ from apiserver.authn.authenticator import Authenticator
 from apiserver.authn.tokenreview import TokenReviewer
 from apiserver.authn.trust import TrustMaterial, TrustStore, TrustWatcher, check_readable
 from apiserver.authz.sar import SubjectAccessReviewAuthorizer
-from apiserver.config import KUBERNETES, ServerOptions, check
+from apiserver.certificates.files import CertDir
+from apiserver.certificates.plan import Policy
+from apiserver.certificates.reconciler import ServingCertificates
+from apiserver.config import KUBERNETES, ServerOptions, check, tls_files
 from apiserver.fanout import scope
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
@@ -129,13 +134,35 @@ def connect(options: ServerOptions,
                        delegated(options.authorization_kubeconfig, "--authorization-kubeconfig"))
 
 
+def serving_certificates(options: ServerOptions, kube: KubeClient) -> ServingCertificates:
+    """The bootstrap's reconciler of the --serving-cert-* options, --cert-dir and
+    --apiservice-name."""
+    policy = Policy(service=options.serving_cert_service,
+                    namespace=options.serving_cert_secret_namespace,
+                    serving_validity=datetime.timedelta(seconds=options.serving_cert_validity),
+                    ca_validity=datetime.timedelta(seconds=options.serving_cert_ca_validity))
+    return ServingCertificates(kube, policy, CertDir(options.cert_dir),
+                               secret_name=options.serving_cert_secret,
+                               apiservice=options.apiservice_name)
+
+
 async def serve(options: ServerOptions) -> None:
-    """Serve until SIGINT or SIGTERM; a StartupError if the server cannot start."""
+    """Serve until SIGINT or SIGTERM; a StartupError if the server cannot start. In bootstrap
+    mode (no TLS files given) the serving certificate is in --cert-dir before anything
+    listens."""
     check(options)
-    tls = ServingTLS(options.tls_cert_file, options.tls_private_key_file)
+    given = tls_files(options)
+    files = ServingTLS(*given) if given else None
     clients = connect(options)
     database = None
+    certificates = None
     try:
+        if files is None:
+            certificates = serving_certificates(options, clients.main)
+            await certificates.start()
+            tls = ServingTLS(certificates.cert_dir.cert_file, certificates.cert_dir.key_file)
+        else:
+            tls = files
         if options.storage == KUBERNETES:
             await check_installed(clients.main, STORED_RESOURCES)
         await check_readable(clients.authentication)
@@ -146,7 +173,8 @@ async def serve(options: ServerOptions) -> None:
         raise
     watches, draining = Watches(), Draining()
     app = build_app(options, clients.main, tls, database, watches, draining, replica_name(),
-                    authentication=clients.authentication, authorization=clients.authorization)
+                    authentication=clients.authentication, authorization=clients.authorization,
+                    certificates=certificates)
     await Server(uvicorn_config(app, tls, options.bind_address, options.secure_port),
                  watches.stop, draining=draining,
                  shutdown_delay=options.shutdown_delay_duration).serve()
@@ -155,7 +183,8 @@ async def serve(options: ServerOptions) -> None:
 def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
               database: SqliteDatabase | None, watches: Watches, draining: Draining,
               replica: str, *, authentication: KubeClient | None = None,
-              authorization: KubeClient | None = None) -> FastAPI:
+              authorization: KubeClient | None = None,
+              certificates: ServingCertificates | None = None) -> FastAPI:
     """The app with every component wired; its lifespan runs the background work and closes
     the clients and `database` at the end. TokenReviews and the trust ConfigMap go through
     `authentication`, SubjectAccessReviews through `authorization` (each `kube` if not given;
@@ -164,7 +193,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     its identity in the fan-out leader election.
     With ``--storage=kubernetes`` records, Notifications, their scopes and the pods' ledgers are
     kept as storage custom resources (``registry/kube_store.py``) and `database` is not used
-    (``serve`` opens none); otherwise all of them are kept in `database`."""
+    (``serve`` opens none); otherwise all of them are kept in `database`. `certificates` (bootstrap
+    mode) keeps the serving certificate current in the background."""
     clients = KubeClients(kube, authentication or kube, authorization or kube)
     trust_store = TrustStore()
 
@@ -177,6 +207,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         clients.authorization, allowed_ttl=options.authorization_webhook_cache_authorized_ttl,
         denied_ttl=options.authorization_webhook_cache_unauthorized_ttl)
     metrics = Metrics()
+    metrics.watch_serving_certificate(
+        tls.expiration_timestamp, certificates.ca_expiration if certificates else None)
     metrics.watch_reviews(authorization=authorizer.counters, authentication=tokens.counters)
     readiness = Readiness()
     readiness.add("trust-material", lambda: trust_store.material is not None)
@@ -284,6 +316,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
                 options.max_records_per_pod), name="record-collector"),
             asyncio.create_task(takeover.run(), name="takeover"),
         ]
+        if certificates is not None:
+            background.append(asyncio.create_task(certificates.run(),
+                                                  name="serving-certificates"))
         log.info("started", extra={"address": options.bind_address,
                                    "port": options.secure_port,
                                    "kube_apiserver": kube.base_url})

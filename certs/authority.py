@@ -17,6 +17,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 DEFAULT_VALIDITY = datetime.timedelta(days=365)
+DEFAULT_BACKDATE = datetime.timedelta(minutes=5)
+"""How far before its issue a certificate's notBefore is set, so that a peer whose clock is a
+little behind accepts it at once."""
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,21 @@ class KeyPair:
 
     @classmethod
     def load(cls, cert_path: Path, key_path: Path) -> KeyPair:
-        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        try:
+            return cls.from_pem(cert_path.read_bytes(), key_path.read_bytes())
+        except ValueError as error:
+            raise ValueError(f"{key_path}: {error}") from None
+
+    @classmethod
+    def from_pem(cls, cert_pem: bytes, key_pem: bytes) -> KeyPair:
+        """The pair of a PEM certificate and its PEM (unencrypted ECDSA) key; ValueError if
+        either is malformed, the key is not ECDSA, or it is not the certificate's key."""
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ValueError(f"{key_path}: expected an ECDSA private key, got {type(key).__name__}")
+            raise ValueError(f"expected an ECDSA private key, got {type(key).__name__}")
+        if key.public_key() != cert.public_key():
+            raise ValueError("the private key is not the certificate's")
         return cls(cert, key)
 
 
@@ -63,18 +77,21 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def new_ca(common_name: str, validity: datetime.timedelta = DEFAULT_VALIDITY) -> KeyPair:
-    """A self-signed CA certificate that may sign leaf certificates only."""
+def new_ca(common_name: str, validity: datetime.timedelta = DEFAULT_VALIDITY, *,
+           now: datetime.datetime | None = None,
+           backdate: datetime.timedelta = DEFAULT_BACKDATE) -> KeyPair:
+    """A self-signed CA certificate that may sign leaf certificates only, valid from `backdate`
+    before `now` (default: the current time) until `validity` after it."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = _name(common_name)
-    now = _now()
+    now = now or _now()
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_before(now - backdate)
         .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
@@ -101,8 +118,12 @@ def issue(
     server: bool = False,
     client: bool = False,
     validity: datetime.timedelta = DEFAULT_VALIDITY,
+    now: datetime.datetime | None = None,
+    backdate: datetime.timedelta = DEFAULT_BACKDATE,
+    not_after: datetime.datetime | None = None,
 ) -> KeyPair:
-    """Issue a leaf certificate signed by `ca`.
+    """Issue a leaf certificate signed by `ca`, valid from `backdate` before `now` (default:
+    the current time) until `validity` after it, or until `not_after` if that is earlier.
 
     `server` adds the serverAuth extended key usage, `client` adds clientAuth; Kubernetes reads a
     client certificate's CN as the user name and each O as a group.
@@ -110,7 +131,8 @@ def issue(
     if not (server or client):
         raise ValueError(f"certificate {common_name!r}: set server=True, client=True or both")
     key = ec.generate_private_key(ec.SECP256R1())
-    now = _now()
+    now = now or _now()
+    end = now + validity if not_after is None else min(now + validity, not_after)
     usages = []
     if server:
         usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
@@ -122,8 +144,8 @@ def issue(
         .issuer_name(ca.cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + validity)
+        .not_valid_before(now - backdate)
+        .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(

@@ -105,7 +105,7 @@ def kustomization_yaml(variant: Variant) -> str:
 # Generated from charts/container-notifier by hack/render_manifests.py: edit the chart and run
 # `PYTHONPATH=hack python hack/render_manifests.py` (make lint fails when they differ).
 {summary}
-# Set the image in your overlay: `kustomize edit set image container-notifier=<image>@<digest>`.
+# Set the image in your overlay: `kustomize edit set image ghcr.io/container-notifier/container-notifier=<image>@<digest>`.
 # docs/install.md.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization

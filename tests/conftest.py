@@ -10,6 +10,7 @@ import pytest
 
 from localcluster import __main__ as localcluster
 from localcluster.layout import Layout, Ports
+from tests.support.extension import serving_ca_bundle
 from tests.support.kube import Cluster
 
 
@@ -21,7 +22,9 @@ def cluster() -> Iterator[Cluster]:
         started = time.monotonic()
         localcluster.up(layout, ports, localcluster.NODE_COUNT)
         print(f"\ncluster: started for this session in {time.monotonic() - started:.1f} s")
-    yield Cluster(layout, ports, localcluster.build_binaries())
+    session = Cluster(layout, ports, localcluster.build_binaries())
+    serving_ca_bundle(session)  # known for the tests that stop kube-apiserver
+    yield session
     if not reuse:
         localcluster.down(layout)
 

@@ -101,6 +101,14 @@ class Metrics:
             f"{PREFIX}_cache_synced",
             "1 once an informer cache has its first list of kube-apiserver's objects, else 0.",
             ["cache"], registry=self.registry)
+        self._serving_certificate_expiration = Gauge(
+            f"{PREFIX}_serving_certificate_expiration_timestamp_seconds",
+            "The notAfter (Unix time) of the serving certificate this replica presents to new "
+            "connections.", registry=self.registry)
+        self._serving_ca_expiration = Gauge(
+            f"{PREFIX}_serving_ca_expiration_timestamp_seconds",
+            "The notAfter (Unix time) of the CA signing the bootstrapped serving certificate; "
+            "0 when the certificate comes from --tls-cert-file.", registry=self.registry)
         self._store_duration = Histogram(
             f"{PREFIX}_store_operation_duration_seconds",
             "Time an operation of the object store took (success or error), by operation and "
@@ -162,6 +170,14 @@ class Metrics:
     def watch_leader(self, is_leader: Callable[[], bool]) -> None:
         """Read `is_leader()` at scrape time for the leader gauge."""
         self._leader.set_function(functools.partial(_as_gauge, is_leader))
+
+    def watch_serving_certificate(self, certificate: Callable[[], float],
+                                  ca: Callable[[], float] | None = None) -> None:
+        """Read the serving certificate's and (bootstrap mode) its CA's notAfter at scrape
+        time."""
+        self._serving_certificate_expiration.set_function(certificate)
+        if ca is not None:
+            self._serving_ca_expiration.set_function(ca)
 
     def watch_watches(self, count: Callable[[str], int], resources: Sequence[str]) -> None:
         """Read `count(resource)`, the watch streams of each of `resources` served now, at

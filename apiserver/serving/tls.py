@@ -17,6 +17,8 @@ import os
 import ssl
 from pathlib import Path
 
+from cryptography import x509
+
 from apiserver.errors import StartupError
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,7 @@ class ServingTLS:
         self._cert_file = cert_file
         self._key_file = key_file
         self._client_trust = ""
+        self._not_after = 0.0
         self._stamp = self._file_stamp()
         for flag, path, marker, what in (
                 ("--tls-cert-file", cert_file, b"-----BEGIN CERTIFICATE-----", "certificate"),
@@ -58,6 +61,12 @@ class ServingTLS:
         self.context: ssl.SSLContext = self._current
         """The context to listen with; new connections move to the newest context."""
 
+    def expiration_timestamp(self) -> float:
+        """The notAfter (Unix time) of the certificate new connections get, after reloading
+        the files if they changed; 0 if it cannot be read."""
+        self._reload_if_changed()
+        return self._not_after
+
     def set_client_trust(self, pem_bundle: str) -> None:
         """Verify client certificates of new connections against `pem_bundle` (PEM CAs)."""
         if pem_bundle == self._client_trust:
@@ -73,6 +82,7 @@ class ServingTLS:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self._cert_file, self._key_file)
+        self._not_after = _not_after(self._cert_file)
         context.verify_mode = ssl.CERT_OPTIONAL
         if trust:
             context.load_verify_locations(cadata=trust)
@@ -106,3 +116,12 @@ class ServingTLS:
         except OSError:
             return None
         return tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in stats)
+
+
+def _not_after(cert_file: Path) -> float:
+    """The notAfter of the first certificate in `cert_file` (just loaded), or 0."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    except (OSError, ValueError):
+        return 0.0
+    return cert.not_valid_after_utc.timestamp()

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -116,12 +117,13 @@ def _wait_answers(plane: Startup, probe: health.Probe, timeout: float) -> None:
 
 
 def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS,
-       server: bool = True) -> None:
+       server: bool = True, server_args: Sequence[str] = ()) -> None:
     """Start the plane unless it is healthy; on failure stop what was started, raise StartFailed.
 
     server=False: the control plane and its kwok nodes only, without the extension (nothing
     registered, no replica, no HAProxy), for tests that install it themselves (the Helm
-    chart); such a plane is always started afresh."""
+    chart); such a plane is always started afresh. `server_args` are appended to every server
+    replica's command line (e.g. short certificate validities)."""
     started_at = time.monotonic()
     found = health.check(layout, ports, replicas) if server else ["without the extension"]
     if not found:
@@ -172,7 +174,7 @@ def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS,
                        COMPONENT_READY_SECONDS)
         servers = [components.replica(i) for i in range(replicas)]
         for i, name in enumerate(servers):
-            plane.launch(name, notifier.server_argv(layout, ports, i))
+            plane.launch(name, notifier.server_argv(layout, ports, i, server_args))
         for name in servers:
             _wait_answers(plane, probe[name], COMPONENT_READY_SECONDS)
         plane.launch(components.HAPROXY, haproxy.argv(layout))

@@ -28,8 +28,10 @@ class Probe:
     component: str
     url: str
     ca: Path | None
-    """Verify the serving certificate against this CA; None: the component serves a self-signed
-    certificate made at start, so it is not verified."""
+    """Verify the serving certificate against this CA; None: not verified, for a component
+    that serves a self-signed certificate made at start, and for the server replicas (and
+    HAProxy before them), whose CA they bootstrap and rotate themselves: the APIService's
+    Available condition checks that the aggregator trusts what they serve."""
     client: Path | None = None
     """pki/ directory whose admin certificate to present (kube-apiserver's /readyz needs a user)."""
 
@@ -50,8 +52,7 @@ def probes(layout: Layout, ports: Ports, replicas: int) -> tuple[Probe, ...]:
     """One probe per process, in components.plane(replicas) order."""
     pki = layout.pki
     replica_probes = tuple(
-        Probe(components.replica(i), f"https://127.0.0.1:{ports.replica(i)}/readyz",
-              pki / "notifier-ca.crt")
+        Probe(components.replica(i), f"https://127.0.0.1:{ports.replica(i)}/readyz", None)
         for i in range(replicas))
     return (
         Probe(components.ETCD, f"http://127.0.0.1:{ports.etcd}/health", None),
@@ -62,8 +63,7 @@ def probes(layout: Layout, ports: Ports, replicas: int) -> tuple[Probe, ...]:
         Probe(components.SCHEDULER, f"https://127.0.0.1:{ports.scheduler}/healthz", None),
         Probe(components.KWOK, f"https://127.0.0.1:{ports.kwok}/healthz", pki / "ca.crt"),
         *replica_probes,
-        Probe(components.HAPROXY, f"https://127.0.0.1:{ports.notifier}/readyz",
-              pki / "notifier-ca.crt"),
+        Probe(components.HAPROXY, f"https://127.0.0.1:{ports.notifier}/readyz", None),
     )
 
 

@@ -107,6 +107,11 @@ class Layout:
         """The extension server's kubeconfig (its ServiceAccount's name, by client certificate)."""
         return self.root / "notifier.kubeconfig"
 
+    def serving_cert_dir(self, replica: str) -> Path:
+        """Where server replica `replica` (its pod name) writes the serving certificate it
+        bootstrapped (--cert-dir)."""
+        return self.root / "serving-cert" / replica
+
     @property
     def haproxy_config(self) -> Path:
         return self.root / "haproxy.cfg"

@@ -5,15 +5,20 @@ adapted for replicas that run on the host: no Deployment and no PodDisruptionBud
 no pods to schedule or evict), and a Service of type ExternalName pointing at 127.0.0.1, so the
 aggregator dials https://127.0.0.1:<notifier port>, where HAProxy passes the connection on to a
 ready replica, and verifies the serving certificate against the caBundle for the name
-container-notifier.container-notifier.svc. Every replica serves the same certificate.
+container-notifier.container-notifier.svc.
+
+The replicas run in bootstrap mode, as the Deployment does: they agree on one CA and serving
+certificate in the Secret container-notifier/container-notifier-serving-cert, each writes the
+pair to its own --cert-dir under the state directory, and they fill the APIService's caBundle
+(registered without one) themselves (docs/certificates.md).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -40,32 +45,34 @@ SHUTDOWN_DELAY = "3s"
 stopped drains for longer than that before it stops accepting connections."""
 
 
-def server_argv(layout: Layout, ports: Ports, replica: int) -> list[str]:
-    """Server replica `replica` on its own port, with Kubernetes storage (no data directory);
-    env(1) sets POD_NAME and POD_NAMESPACE as the downward API does and execs the server, so
-    the recorded pid is the server's and a restart with the same argv is the same replica."""
-    pki = layout.pki
+def server_argv(layout: Layout, ports: Ports, replica: int,
+                server_args: Sequence[str] = ()) -> list[str]:
+    """Server replica `replica` on its own port, with Kubernetes storage (no data directory)
+    and a bootstrapped serving certificate in its own --cert-dir, then `server_args`; env(1)
+    sets POD_NAME and POD_NAMESPACE as the downward API does and execs the server, so the
+    recorded pid is the server's and a restart with the same argv is the same replica."""
     return [
         "/usr/bin/env", f"POD_NAME={pod_name(replica)}", f"POD_NAMESPACE={NOTIFIER_NAMESPACE}",
         # -u: unbuffered, so that its log holds everything it wrote when it exits or is killed.
         sys.executable, "-u", "-m", "apiserver",
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.replica(replica)}",
-        f"--tls-cert-file={pki / 'notifier-serving.crt'}",
-        f"--tls-private-key-file={pki / 'notifier-serving.key'}",
+        f"--cert-dir={layout.serving_cert_dir(pod_name(replica))}",
+        f"--serving-cert-secret-namespace={NOTIFIER_NAMESPACE}",
         f"--kubeconfig={layout.notifier_kubeconfig}",
         "--storage=kubernetes",
         f"--shutdown-delay-duration={SHUTDOWN_DELAY}",
+        *server_args,
     ]
 
 
 def local_manifests(bins: Path, layout: Layout, ports: Ports) -> list[dict]:
-    """apiservice/ rendered by kustomize, minus IN_CLUSTER_ONLY_KINDS, pointed at loopback."""
+    """apiservice/ rendered by kustomize, minus IN_CLUSTER_ONLY_KINDS, pointed at loopback;
+    the APIService without caBundle, as in apiservice/ (the replicas fill it)."""
     rendered = subprocess.run([str(bins / "kubectl"), "kustomize", str(REPO_ROOT / "apiservice")],
                               check=True, capture_output=True, text=True).stdout
     objects = [o for o in yaml.safe_load_all(rendered)
                if o and o["kind"] not in IN_CLUSTER_ONLY_KINDS]
-    ca_bundle = base64.b64encode((layout.pki / "notifier-ca.crt").read_bytes()).decode()
     for obj in objects:
         if obj["kind"] == "Service" and obj["metadata"]["name"] == NOTIFIER_SERVICE:
             obj["spec"] = {"type": "ExternalName", "externalName": "127.0.0.1",
@@ -73,7 +80,6 @@ def local_manifests(bins: Path, layout: Layout, ports: Ports) -> list[dict]:
         if obj["kind"] == "APIService":
             obj["spec"]["service"] = {"name": NOTIFIER_SERVICE, "namespace": NOTIFIER_NAMESPACE,
                                       "port": ports.notifier}
-            obj["spec"]["caBundle"] = ca_bundle
     return objects
 
 

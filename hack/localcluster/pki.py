@@ -75,6 +75,8 @@ def ensure(layout: Layout, ports: Ports) -> None:
     _leaf(pki / "kwok-serving", lambda: issue(
         ca, "kwok", dns_names=("localhost",), ip_addresses=("127.0.0.1",), server=True))
 
+    # A serving pair for a server started in files mode (--tls-cert-file): the plane's replicas
+    # bootstrap theirs; tests/cluster/test_startup_errors.py starts one with these files.
     notifier_ca = load_or_create_ca(pki, "notifier-ca", "container-notifier-serving-ca")
     _leaf(pki / "notifier-serving", lambda: issue(
         notifier_ca, NOTIFIER_SERVICE,

@@ -29,13 +29,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start(cluster: Cluster, *flags: str) -> str:
-    """The one line a server with `flags` prints when it refuses to start."""
+def start(cluster: Cluster, *flags: str, files: bool = True) -> str:
+    """The one line a server with `flags` prints when it refuses to start; with `files`, it
+    serves the plane's notifier serving pair (files mode), else it bootstraps one."""
     pki = cluster.layout.pki
+    tls = [f"--tls-cert-file={pki / 'notifier-serving.crt'}",
+           f"--tls-private-key-file={pki / 'notifier-serving.key'}"] if files else []
     process = subprocess.run(
         [sys.executable, "-m", "apiserver", "--bind-address=127.0.0.1",
-         f"--secure-port={free_port()}", f"--tls-cert-file={pki / 'notifier-serving.crt'}",
-         f"--tls-private-key-file={pki / 'notifier-serving.key'}", "--storage=kubernetes",
+         f"--secure-port={free_port()}", *tls, "--storage=kubernetes",
          *flags], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert process.returncode == 1, process.stderr
     assert "Traceback" not in process.stderr
@@ -82,3 +84,17 @@ def test_without_the_storage_crds(cluster: Cluster, tmp_path: Path) -> None:
         "storedpodnotifiers.storage.notifier.x-k8s.io is not installed: apply "
         "apiservice/storage-crds.yaml and the server's RBAC in apiservice/rbac-server.yaml "
         "(kubectl apply -k apiservice/ installs both) and start again")
+
+
+def test_bootstrap_mode_with_an_identity_that_may_not_read_the_secret(
+        cluster: Cluster, tmp_path) -> None:
+    line = start(cluster, f"--kubeconfig={cluster.user(NOBODY).kubeconfig}",
+                 f"--cert-dir={tmp_path}", files=False)
+    assert ("cannot bootstrap the serving certificate in secret "
+            "container-notifier/container-notifier-serving-cert (403 Forbidden") in line
+    assert line.endswith("grant the server's identity get, update on secrets named "
+                         "container-notifier-serving-cert and create on secrets in namespace "
+                         "container-notifier (Role container-notifier:serving-cert in "
+                         "apiservice/rbac-server.yaml), or give --tls-cert-file and "
+                         "--tls-private-key-file")
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@ publishes."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
@@ -19,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from certs.authority import KeyPair
 from localcluster import plane, processes
+from localcluster.notifier import APISERVICE_NAME
 from tests.support.kube import Cluster, User
 
 API = "/apis/notifier.x-k8s.io/v1alpha1"
@@ -40,11 +42,39 @@ def cluster_pair(cluster: Cluster, stem: str) -> KeyPair:
     return KeyPair.load(cluster.layout.pki / f"{stem}.crt", cluster.layout.pki / f"{stem}.key")
 
 
+_LAST_BUNDLE: dict[Path, str] = {}
+"""Each plane's CA bundle as last read, for tests that reach the server while kube-apiserver is
+stopped."""
+
+
+def serving_ca_bundle(cluster: Cluster) -> str:
+    """The CAs the aggregator trusts for the server: the APIService's caBundle, which the
+    replicas keep equal to their bootstrapped CA bundle (docs/certificates.md); the last one
+    read while kube-apiserver does not answer."""
+    try:
+        with cluster.admin(timeout=10.0) as admin:
+            answer = admin.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE_NAME}")
+    except httpx.TransportError:
+        if cluster.layout.root in _LAST_BUNDLE:
+            return _LAST_BUNDLE[cluster.layout.root]
+        raise
+    answer.raise_for_status()
+    bundle = base64.b64decode(answer.json()["spec"]["caBundle"]).decode()
+    _LAST_BUNDLE[cluster.layout.root] = bundle
+    return bundle
+
+
 def server_ssl_context(cluster: Cluster, cert: KeyPair | None = None,
-                       ca: str = "notifier-ca") -> ssl.SSLContext:
-    """Trusts the extension server's serving CA (or pki/<ca>.crt); presents `cert` as the
-    client certificate."""
-    context = ssl.create_default_context(cafile=str(cluster.layout.pki / f"{ca}.crt"))
+                       ca: str | None = None) -> ssl.SSLContext:
+    """Trusts the extension server's serving CA bundle, as the aggregator does (or, given `ca`,
+    pki/<ca>.crt); presents `cert` as the client certificate. The bootstrapped certificate
+    names the Service (container-notifier.container-notifier.svc), not the loopback address
+    dialed here, so only the chain is verified, not the name."""
+    if ca is None:
+        context = ssl.create_default_context(cadata=serving_ca_bundle(cluster))
+        context.check_hostname = False
+    else:
+        context = ssl.create_default_context(cafile=str(cluster.layout.pki / f"{ca}.crt"))
     if cert is not None:
         with tempfile.TemporaryDirectory(prefix="client-cert-") as directory:
             cert_path, key_path = Path(directory) / "tls.crt", Path(directory) / "tls.key"

@@ -21,6 +21,7 @@ from apiserver.config import (
     log_level,
     options_from_args,
     parse_duration,
+    tls_files,
 )
 from apiserver.jsonlog import JSONFormatter
 from apiserver.version import version
@@ -176,6 +177,10 @@ def test_every_flag_sets_its_option():
         "--leader-elect-lease-duration", "30s", "--leader-elect-renew-deadline", "20s",
         "--leader-elect-retry-period", "4s", "--leader-elect-resource-name", "elect",
         "--leader-elect-resource-namespace", "ns", "--log-level", "debug", "--v", "3",
+        "--cert-dir", "/certs", "--serving-cert-secret", "sec",
+        "--serving-cert-secret-namespace", "sns", "--serving-cert-service", "svc",
+        "--apiservice-name", "", "--serving-cert-validity", "20s",
+        "--serving-cert-ca-validity", "1m",
     ])
     expected = ServerOptions(
         tls_cert_file=Path("c"), tls_private_key_file=Path("k"), bind_address="127.0.0.1",
@@ -189,7 +194,10 @@ def test_every_flag_sets_its_option():
         shutdown_delay_duration=3.0,
         leader_elect_lease_duration=30.0, leader_elect_renew_deadline=20.0,
         leader_elect_retry_period=4.0, leader_elect_resource_name="elect",
-        leader_elect_resource_namespace="ns", log_level="debug", v=3)
+        leader_elect_resource_namespace="ns", log_level="debug", v=3, cert_dir=Path("/certs"),
+        serving_cert_secret="sec", serving_cert_secret_namespace="sns",
+        serving_cert_service="svc", apiservice_name="", serving_cert_validity=20.0,
+        serving_cert_ca_validity=60.0)
     assert options_from_args(args) == expected
     defaults = ServerOptions(tls_cert_file=Path("c"), tls_private_key_file=Path("k"))
     assert all(getattr(expected, field.name) != getattr(defaults, field.name)
@@ -222,11 +230,52 @@ def test_bad_values_exit_with_the_flag_and_what_to_use(capsys, flag, value, mess
     assert message in capsys.readouterr().err
 
 
-def test_required_flags(capsys):
-    with pytest.raises(SystemExit):
-        build_parser().parse_args([])
-    assert ("the following arguments are required: --tls-cert-file, --tls-private-key-file"
-            in capsys.readouterr().err)
+def test_no_flag_is_required_and_the_default_is_bootstrap_mode():
+    options = options_from_args(build_parser().parse_args([]))
+    assert options == ServerOptions()
+    assert tls_files(options) is None
+    check(options)
+    assert tls_files(options_from_args(build_parser().parse_args(REQUIRED))) == (
+        Path("c"), Path("k"))
+
+
+def test_bootstrap_defaults_are_the_install_plans():
+    options = ServerOptions()
+    assert (options.cert_dir, options.serving_cert_secret, options.serving_cert_secret_namespace,
+            options.serving_cert_service, options.apiservice_name) == (
+        Path("/var/run/container-notifier/serving-cert"), "container-notifier-serving-cert",
+        "container-notifier", "container-notifier", "v1alpha1.notifier.x-k8s.io")
+    assert (options.serving_cert_validity, options.serving_cert_ca_validity) == (
+        30 * 86400.0, 365 * 86400.0)
+
+
+@pytest.mark.parametrize(("given", "missing"), [
+    (["--tls-cert-file", "c"], "--tls-private-key-file"),
+    (["--tls-private-key-file", "k"], "--tls-cert-file"),
+])
+def test_one_tls_flag_alone_is_an_error(given, missing):
+    options = options_from_args(build_parser().parse_args(given))
+    with pytest.raises(InvalidOptions) as refused:
+        check(options)
+    assert str(refused.value) == (
+        f"{given[0]} is given without {missing}: give both (serve your own certificate) or "
+        "neither (bootstrap one into --serving-cert-secret)")
+
+
+@pytest.mark.parametrize(("serving", "ca"), [("0", "1h"), ("2h", "1h")])
+def test_serving_validity_must_fit_in_the_ca_validity(serving, ca):
+    options = options_from_args(build_parser().parse_args(
+        ["--serving-cert-validity", serving, "--serving-cert-ca-validity", ca]))
+    with pytest.raises(InvalidOptions, match=rf"^--serving-cert-validity \({serving}\) must be "
+                       rf"more than 0 and at most --serving-cert-ca-validity \({ca}\)"):
+        check(options)
+
+
+def test_validities_accept_seconds():
+    options = options_from_args(build_parser().parse_args(
+        ["--serving-cert-validity", "30s", "--serving-cert-ca-validity", "90s"]))
+    assert (options.serving_cert_validity, options.serving_cert_ca_validity) == (30.0, 90.0)
+    check(options)
 
 
 def test_json_log_line_has_time_level_msg_and_fields():

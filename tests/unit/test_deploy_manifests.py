@@ -99,3 +99,42 @@ def test_the_service_selects_the_deployments_pods() -> None:
     template = _one("Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= template.items()
 
+
+
+def test_the_server_bootstraps_its_certificate_into_an_emptydir() -> None:
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    (server,) = pod["containers"]
+    args = server["args"]
+    assert not [a for a in args if a.startswith(("--tls-cert-file", "--tls-private-key-file"))]
+    assert "--serving-cert-secret-namespace=$(POD_NAMESPACE)" in args
+    (cert_dir,) = [a.partition("=")[2] for a in args if a.startswith("--cert-dir=")]
+    (mount,) = [m for m in server["volumeMounts"] if m["mountPath"] == cert_dir]
+    assert not mount.get("readOnly")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["emptyDir"]["medium"] == "Memory"
+    assert "caBundle" not in _one("APIService")["spec"]
+
+
+def _role(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in _rendered() if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def test_the_bootstrap_rbac_is_the_install_plans() -> None:
+    assert _role("Role", "container-notifier:serving-cert")["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"],
+         "resourceNames": ["container-notifier-serving-cert"],
+         "verbs": ["get", "list", "watch", "update", "patch"]}]
+    assert _role("ClusterRole", "container-notifier:apiservice-ca-bundle")["rules"] == [
+        {"apiGroups": ["apiregistration.k8s.io"], "resources": ["apiservices"],
+         "resourceNames": ["v1alpha1.notifier.x-k8s.io"],
+         "verbs": ["get", "list", "watch", "update", "patch"]}]
+    for kind, name, role_kind in (
+            ("RoleBinding", "container-notifier:serving-cert", "Role"),
+            ("ClusterRoleBinding", "container-notifier:apiservice-ca-bundle", "ClusterRole")):
+        binding = _role(kind, name)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                      "kind": role_kind, "name": name}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "container-notifier",
+                                        "namespace": "container-notifier"}]

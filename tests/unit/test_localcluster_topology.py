@@ -28,6 +28,14 @@ def test_each_replica_has_its_own_port_and_name_and_drains_before_it_stops(
         assert "--storage=kubernetes" in argv
         assert not [a for a in argv if a.startswith("--data-dir=")], "nothing on local disk"
         assert "--shutdown-delay-duration=3s" in argv
+        # Bootstrap mode, each replica its own --cert-dir under the state directory.
+        assert not [a for a in argv if a.startswith("--tls-")]
+        assert f"--cert-dir={tmp_path / 'serving-cert' / f'container-notifier-{i}'}" in argv
+
+
+def test_server_args_are_appended_to_each_replica(tmp_path: Path) -> None:
+    argv = notifier.server_argv(Layout(tmp_path), PORTS, 0, ["--serving-cert-validity=30s"])
+    assert argv[-1] == "--serving-cert-validity=30s"
 
 
 def test_the_plane_names_each_replica_then_haproxy() -> None:

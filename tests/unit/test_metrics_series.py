@@ -96,3 +96,16 @@ async def test_timed_store_observes_each_operation_by_resource_errors_included(
         "container_notifier_store_operation_duration_seconds_sum",
         {"operation": "create", "resource": "podnotifiers"})
     assert total is not None and total > 0
+
+
+def test_serving_certificate_expiry_is_read_at_scrape_time():
+    metrics = Metrics()
+    value = metrics.registry.get_sample_value
+    ca_name = "container_notifier_serving_ca_expiration_timestamp_seconds"
+    cert_name = "container_notifier_serving_certificate_expiration_timestamp_seconds"
+    expiry = {"cert": 100.0, "ca": 500.0}
+    metrics.watch_serving_certificate(lambda: expiry["cert"])
+    assert (value(cert_name), value(ca_name)) == (100.0, 0.0)  # files mode: no CA known
+    metrics.watch_serving_certificate(lambda: expiry["cert"], lambda: expiry["ca"])
+    expiry["cert"] = 200.0
+    assert (value(cert_name), value(ca_name)) == (200.0, 500.0)

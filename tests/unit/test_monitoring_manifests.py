@@ -112,7 +112,8 @@ def test_every_alert_is_annotated_with_a_severity() -> None:
     assert {r["alert"] for r in rules} >= {
         "ContainerNotifierAPIServiceUnavailable", "ContainerNotifierHighFailureRatio",
         "ContainerNotifierTimeouts", "ContainerNotifierRunsStuck",
-        "ContainerNotifierNoFanoutLeader", "ContainerNotifierReplicasNotReady"}
+        "ContainerNotifierNoFanoutLeader", "ContainerNotifierReplicasNotReady",
+        "ContainerNotifierServingCertificateExpiresSoon"}
     for rule in rules:
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
         assert rule["annotations"]["summary"].strip(), rule["alert"]
@@ -143,3 +144,12 @@ def test_the_dashboard_has_the_panels_asked_for() -> None:
                  "container_notifier_notifications_finished_total",
                  "container_notifier_leader", "container_notifier_cache_synced"):
         assert name in exprs, name
+
+
+def test_the_certificate_alert_watches_the_served_certificates_expiry() -> None:
+    (rule,) = [r for r in _rules()
+               if r["alert"] == "ContainerNotifierServingCertificateExpiresSoon"]
+    assert metric_names(rule["expr"]) == {
+        "container_notifier_serving_certificate_expiration_timestamp_seconds"}
+    # Earlier than the bootstrap's renewal point of a default (30-day) certificate, 10 days out.
+    assert "7 * 86400" in rule["expr"]

@@ -20,6 +20,7 @@ import pytest
 
 from apiserver import __main__ as entry
 from apiserver.authn.trust import TrustNotReadable, check_readable
+from apiserver.certificates.reconciler import CertificateBootstrapFailed
 from apiserver.config import SQLITE, InvalidOptions, ServerOptions, flag_name, flag_of
 from apiserver.errors import StartupError
 from apiserver.handlers.watch_response import Watches
@@ -253,9 +254,32 @@ async def test_serve_stops_before_serving_and_closes_its_clients(
     assert not (tmp_path / "data").exists()  # nothing opened
 
 
+async def test_bootstrap_mode_refused_the_secret_stops_before_serving(monkeypatch, tmp_path):
+    """Without TLS files the certificate is bootstrapped first; a refusal is one line naming
+    the Role to grant, nothing is written to --cert-dir and the clients are closed."""
+    def handle(request: httpx.Request) -> httpx.Response:
+        if "/secrets/" in request.url.path:
+            return status(403, "Forbidden", "secrets is forbidden")
+        return httpx.Response(200, json={"items": []})
+
+    recording = Recording(FakeKube(), {})
+    recording.handle = handle  # type: ignore[method-assign]
+    client = recording.client()
+    monkeypatch.setattr("apiserver.server.connect",
+                        lambda options: KubeClients(client, client, client))
+    with pytest.raises(CertificateBootstrapFailed, match=(
+            r"^cannot bootstrap the serving certificate in secret "
+            r"container-notifier/container-notifier-serving-cert \(403 Forbidden: secrets is "
+            r"forbidden\): grant .* \(Role container-notifier:serving-cert in ")):
+        await serve(options(tmp_path, tls_cert_file=None, tls_private_key_file=None,
+                            cert_dir=tmp_path / "certs"))
+    assert recording.closed
+    assert not (tmp_path / "certs").exists()
+
+
 def test_every_startup_misconfiguration_is_a_startup_error():
     for kind in (InvalidOptions, KubeconfigError, ServingCertificateUnusable,
-                 StorageNotInstalled, TrustNotReadable, DataDirInUse):
+                 StorageNotInstalled, TrustNotReadable, DataDirInUse, CertificateBootstrapFailed):
         assert issubclass(kind, StartupError), kind
 
 

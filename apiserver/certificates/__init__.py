@@ -1,0 +1,8 @@
+"""The built-in serving certificate bootstrap (docs/certificates.md): a CA and a serving
+certificate kept in a Secret that every replica shares, written to --cert-dir, rotated before
+they expire, and the APIService's caBundle kept equal to the Secret's CA bundle.
+
+`plan` decides what the Secret should hold (pure, given the time); `secret` maps that to and
+from the Secret's keys; `files` writes the serving pair for the TLS layer; `reconciler` reads
+and writes the Secret and the APIService with optimistic concurrency and runs the loop.
+"""
