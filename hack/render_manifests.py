@@ -105,8 +105,8 @@ def kustomization_yaml(variant: Variant) -> str:
 # Generated from charts/container-notifier by hack/render_manifests.py: edit the chart and run
 # `PYTHONPATH=hack python hack/render_manifests.py` (make lint fails when they differ).
 {summary}
-# Set the image in your overlay: `kustomize edit set image ghcr.io/container-notifier/container-notifier=<image>@<digest>`.
-# docs/install.md.
+# Set your image in an overlay of your own (docs/install.md, "Install with kustomize"):
+# `kustomize edit set image ghcr.io/container-notifier/container-notifier=<image>@<digest>`.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
