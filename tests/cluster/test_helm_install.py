@@ -150,6 +150,13 @@ def crd_path(plural: str) -> str:
             f"{plural}.storage.notifier.x-k8s.io")
 
 
+def assert_all_removed(cluster: Cluster) -> None:
+    """The server's namespace and every storage CRD (with the records) are gone."""
+    assert wait_gone(cluster, f"/api/v1/namespaces/{NAMESPACE}", 120.0)
+    for plural in STORAGE_CRDS:
+        assert wait_gone(cluster, crd_path(plural)), f"{plural} was not deleted"
+
+
 def helm_install_upgrade_uninstall(cluster: Cluster, mode: str,
                                    simulate: Callable[[], Any] | None) -> None:
     """The Helm sections of docs/install.md in `mode`."""
@@ -184,9 +191,7 @@ def helm_install_upgrade_uninstall(cluster: Cluster, mode: str,
         assert status(cluster, SERVING_SECRET) == 200, "the serving Secret was not kept"
 
         run_docs(cluster, "Remove everything")
-        assert wait_gone(cluster, f"/api/v1/namespaces/{NAMESPACE}", 120.0)
-        for plural in STORAGE_CRDS:
-            assert wait_gone(cluster, crd_path(plural)), f"{plural} was not deleted"
+        assert_all_removed(cluster)
         cluster.delete_namespace(namespace)
     finally:
         for servers in hosted:
@@ -204,9 +209,7 @@ def kustomize_install_uninstall(cluster: Cluster, mode: str,
         run_docs(cluster, "Uninstall with kustomize")
         hosted.pop().stop()
         assert wait_gone(cluster, APISERVICE)
-        assert wait_gone(cluster, f"/api/v1/namespaces/{NAMESPACE}", 120.0)
-        for plural in STORAGE_CRDS:
-            assert wait_gone(cluster, crd_path(plural)), f"{plural} was not deleted"
+        assert_all_removed(cluster)
         cluster.delete_namespace(namespace)
     finally:
         for servers in hosted:
