@@ -12,6 +12,7 @@ import re
 import ssl
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,17 @@ def test_serving_files_that_are_not_pem_or_do_not_match_say_so(tmp_path, pki):
         ServingTLS(tmp_path / "tls.crt", tmp_path / "alice.key")
 
 
+def connected_to(monkeypatch: pytest.MonkeyPatch,
+                 handle: Callable[[httpx.Request], httpx.Response]) -> Recording:
+    """Make `serve` connect every client to `handle` (a Recording, to see it closed)."""
+    recording = Recording(FakeKube(), {})
+    recording.handle = handle  # type: ignore[method-assign]
+    client = recording.client()
+    monkeypatch.setattr("apiserver.server.connect",
+                        lambda options: KubeClients(client, client, client))
+    return recording
+
+
 @pytest.mark.parametrize(("storage", "answers", "error"), [
     ("kubernetes", {"/apis/apiextensions.k8s.io/": status(404, "NotFound", "not found")},
      StorageNotInstalled),
@@ -242,11 +254,7 @@ async def test_serve_stops_before_serving_and_closes_its_clients(
                 return response
         return httpx.Response(200, json={"items": []})
 
-    recording = Recording(FakeKube(), {})
-    recording.handle = handle  # type: ignore[method-assign]
-    client = recording.client()
-    monkeypatch.setattr("apiserver.server.connect",
-                        lambda options: KubeClients(client, client, client))
+    recording = connected_to(monkeypatch, handle)
     pki.serving.write(tmp_path / "tls.crt", tmp_path / "tls.key")
     with pytest.raises(error):
         await serve(options(tmp_path, storage=storage))
@@ -262,11 +270,7 @@ async def test_bootstrap_mode_refused_the_secret_stops_before_serving(monkeypatc
             return status(403, "Forbidden", "secrets is forbidden")
         return httpx.Response(200, json={"items": []})
 
-    recording = Recording(FakeKube(), {})
-    recording.handle = handle  # type: ignore[method-assign]
-    client = recording.client()
-    monkeypatch.setattr("apiserver.server.connect",
-                        lambda options: KubeClients(client, client, client))
+    recording = connected_to(monkeypatch, handle)
     with pytest.raises(CertificateBootstrapFailed, match=(
             r"^cannot bootstrap the serving certificate in secret "
             r"container-notifier/container-notifier-serving-cert \(403 Forbidden: secrets is "
