@@ -31,12 +31,13 @@ from typing import Any
 import httpx
 import yaml
 
-from localcluster import haproxy, processes
+from localcluster import __main__ as localcluster
+from localcluster import haproxy, notifier, processes
 from tests.support.kube import Cluster, wait_until
+from tests.support.plugin import service_account_token
 
-APISERVICE = "v1alpha1.notifier.x-k8s.io"
+APISERVICE = notifier.APISERVICE_NAME
 APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
-TOKEN_SECONDS = 3600
 _VARIABLE = re.compile(r"\$\((\w+)\)")
 
 
@@ -68,13 +69,7 @@ def _get(cluster: Cluster, path: str, **params: str) -> dict[str, Any]:
 
 def service_account_kubeconfig(cluster: Cluster, namespace: str, name: str, path: Path) -> Path:
     """A kubeconfig of ServiceAccount `name` (a TokenRequest token), written to `path`."""
-    with cluster.admin() as kube:
-        response = kube.post(
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-            json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                  "spec": {"expirationSeconds": TOKEN_SECONDS}})
-    assert response.status_code == 201, response.text
-    token = response.json()["status"]["token"]
+    token = service_account_token(cluster, namespace, name)
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
         "clusters": [{"name": "local", "cluster": {
@@ -166,15 +161,6 @@ def _ready(port: int) -> bool:
         return False
 
 
-def apiservice_available(cluster: Cluster) -> bool:
-    with cluster.admin() as kube:
-        response = kube.get(f"{APISERVICES}/{APISERVICE}")
-    if response.status_code != 200:
-        return False
-    return any(c["type"] == "Available" and c["status"] == "True"
-               for c in response.json().get("status", {}).get("conditions", []))
-
-
 def start(cluster: Cluster, namespace: str = "container-notifier",
           deployment: str = "container-notifier", service: str = "container-notifier",
           timeout: float = 120.0) -> HostedDeployment:
@@ -207,8 +193,8 @@ def start(cluster: Cluster, namespace: str = "container-notifier",
         for i, child in enumerate(hosted.children[:-1]):
             _wait_ready(layout.logs, child, ports.replica(i), timeout)
         point_service_at(cluster, namespace, service, ports.notifier)
-        wait_until(lambda: apiservice_available(cluster), f"APIService {APISERVICE} Available",
-                   timeout)
+        wait_until(lambda: localcluster.apiservice_available(layout, ports),
+                   f"APIService {APISERVICE} Available", timeout)
     except BaseException:
         hosted.stop()
         raise
