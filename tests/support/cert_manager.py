@@ -18,10 +18,6 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-
 from certs.authority import KeyPair, issue, new_ca
 from tests.support.kube import Cluster
 
@@ -58,9 +54,7 @@ def install_crds(cluster: Cluster) -> None:
 
 def _key_pair(secret: dict[str, Any]) -> KeyPair:
     data = secret["data"]
-    key = serialization.load_pem_private_key(base64.b64decode(data["tls.key"]), password=None)
-    assert isinstance(key, ec.EllipticCurvePrivateKey), "the simulated CA key is ECDSA"
-    return KeyPair(x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"])), key)
+    return KeyPair.from_pem(base64.b64decode(data["tls.crt"]), base64.b64decode(data["tls.key"]))
 
 
 def _secret(name: str, namespace: str, certificate: str, pair: KeyPair,
