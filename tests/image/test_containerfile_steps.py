@@ -1,9 +1,9 @@
 """The Containerfile's steps work, performed without a container engine
-(tests/support/containerfile_steps.py): the locked dependencies install with --require-hashes
-(from PyPI, or a pip cache in ~/.cache/container-notifier/pip where the index lets pip cache),
-the package with --no-deps, and the server's script then runs from the final stage's WORKDIR
-as it would in a read-only container: nothing needs $HOME and nothing is written, bytecode
-included.
+(tests/support/containerfile_steps.py): the locked dependencies install with --require-hashes,
+offline (no index: only the wheels `make wheels` downloaded into $CN_WHEELHOUSE, by default
+~/.cache/container-notifier/wheels; `make test` runs it first), the package with --no-deps, and
+the server's script then runs from the final stage's WORKDIR as it would in a read-only
+container: nothing needs $HOME and nothing is written, bytecode included.
 
 What only a real build shows is not covered: the base image's own Python (this interpreter
 stands in for it), USER and file ownership, the OCI labels (hack/check_containerfile.py checks
@@ -21,27 +21,34 @@ from pathlib import Path
 import pytest
 
 from localcluster.layout import REPO_ROOT
-from tests.support.containerfile_steps import Result, perform
+from tests.support.containerfile_steps import Result, StepFailed, perform
 
-PIP_CACHE = Path.home() / ".cache" / "container-notifier" / "pip"
-NETWORK_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CERT",
-                     "PIP_DEFAULT_TIMEOUT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "HTTP_PROXY",
-                     "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
-"""How this machine reaches PyPI: passed to the RUN steps (nothing else of its environment)."""
+WHEELHOUSE = Path(os.environ.get("CN_WHEELHOUSE") or Path(
+    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "container-notifier" / "wheels")
+"""Where the RUN steps' pip finds every wheel the lock files pin (the Makefile's CN_WHEELHOUSE,
+with the same default)."""
 
 VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Result]:
+    if not any(WHEELHOUSE.glob("*.whl")):
+        pytest.fail(f"no wheels in {WHEELHOUSE} (CN_WHEELHOUSE): run `make wheels` (`make test` "
+                    "runs it) to download the ones requirements/*.lock pin", pytrace=False)
+    # no index, only the wheelhouse; this machine's pip configuration files stay out, as they
+    # are out of an image build (a file: URL, as pip splits PIP_FIND_LINKS at whitespace)
     overrides: dict[str, str | None] = {
-        name: os.environ[name] for name in NETWORK_VARIABLES if name in os.environ}
-    # this machine's pip configuration files stay out, as they are out of an image build
-    overrides |= {"PIP_NO_CACHE_DIR": None, "PIP_CACHE_DIR": str(PIP_CACHE),
-                  "PIP_CONFIG_FILE": os.devnull}
+        "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": WHEELHOUSE.as_uri(), "PIP_CONFIG_FILE": os.devnull}
     scratch = tmp_path_factory.mktemp("image")
-    yield perform(REPO_ROOT / "Containerfile", REPO_ROOT, scratch,
-                  build_args={"VERSION": VERSION, "REVISION": "test"}, overrides=overrides)
+    try:
+        result = perform(REPO_ROOT / "Containerfile", REPO_ROOT, scratch,
+                         build_args={"VERSION": VERSION, "REVISION": "test"}, overrides=overrides)
+    except StepFailed as error:
+        error.add_note(f"pip had no index, only {WHEELHOUSE}: if a pinned wheel is missing "
+                       "there, run `make wheels`")
+        raise
+    yield result
     shutil.rmtree(scratch)  # about 150 MB: not kept among pytest's last temporary directories
 
 

@@ -171,7 +171,8 @@ def perform(containerfile: Path, context: Path, scratch: Path, *,
             overrides: dict[str, str | None] | None = None, timeout: float = 300) -> Result:
     """Perform every stage of `containerfile` with build context `context` under the empty
     directory `scratch`. `overrides` change (or, None, remove) variables of every RUN step only:
-    how the build reaches the network or a cache, never what it installs."""
+    where the build finds what it installs (e.g. a local wheel directory instead of an index),
+    never what it installs."""
     runner = StageRunner(read(containerfile), context, scratch, build_args or {},
                          overrides or {}, timeout)
     return runner.run()
