@@ -18,6 +18,10 @@ cache_root="${CN_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/container-notifier/b
 # "helm" and "promtool" link to.
 bin_dir="$cache_root/k8s-$k8s_version-etcd-$etcd_version-kwok-$kwok_version"
 mkdir -p "$bin_dir"
+# One build at a time per cache: a second run (another checkout, a test that needs a binary)
+# waits for the first, then finds its binaries built.
+exec 9>"$cache_root/.build.lock"
+flock 9
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 
 from localcluster import admin, components, haproxy, health, notifier, pki, processes
+from localcluster.addresses import NODE_IP
 from localcluster.layout import HACK_DIR, REPLICAS, Layout, Ports
 from localcluster.startup import StartFailed, Startup, busy_ports
 
@@ -51,6 +52,14 @@ PORTS_RELEASE_SECONDS = 10.0
 
 
 def create_nodes(layout: Layout, ports: Ports, count: int) -> None:
+    """`count` kwok nodes, created with their addresses (InternalIP and Hostname).
+
+    kwok's node-initialize stage writes an `addresses` key whenever a node lacks either type,
+    and without `--node-name` it has no Hostname to write: the key goes out empty, and the
+    strategic merge patch then deletes every address. That stage runs again whenever a node is
+    not Ready, as after kube-controller-manager marked it Unknown during a kube-apiserver
+    restart, and exec failed with "no preferred addresses found". A node created with both
+    types gets no `addresses` key from that stage, so it keeps them."""
     with admin.client(layout, ports) as kube:
         for i in range(count):
             name = f"kwok-node-{i}"
@@ -63,6 +72,8 @@ def create_nodes(layout: Layout, ports: Ports, count: int) -> None:
                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                "kubernetes.io/arch": "amd64", "type": "kwok"},
                 },
+                "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP},
+                                         {"type": "Hostname", "address": name}]},
             }
             response = kube.post("/api/v1/nodes", json=node)
             if response.status_code not in (201, 409):

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from localcluster.addresses import NODE_IP, POD_CIDR, SERVICE_CLUSTER_IP_RANGE
 from localcluster.layout import HACK_DIR, Layout, Ports
 from localcluster.pki import FRONT_PROXY_CLIENT_NAME
-
-SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 
 ETCD = "etcd"
 KUBE_APISERVER = "kube-apiserver"
@@ -146,10 +145,10 @@ def kwok(bins: Path, layout: Layout, ports: Ports) -> list[str]:
         f"--kubeconfig={layout.kubeconfig}",
         f"--config={layout.kwok_config}",
         "--manage-all-nodes=true",
-        "--node-ip=127.0.0.1",
+        f"--node-ip={NODE_IP}",
         f"--node-port={ports.kwok}",
         f"--server-address=127.0.0.1:{ports.kwok}",
         f"--tls-cert-file={pki / 'kwok-serving.crt'}",
         f"--tls-private-key-file={pki / 'kwok-serving.key'}",
-        "--cidr=10.244.0.0/16",
+        f"--cidr={POD_CIDR}",
     ]

@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from certs.authority import KeyPair, issue, load_or_create_ca
+from localcluster.addresses import KUBERNETES_SERVICE_IP
 from localcluster.layout import Layout, Ports
 
 APISERVER_SANS = (
@@ -66,8 +67,8 @@ def ensure(layout: Layout, ports: Ports) -> None:
     front_proxy_ca = load_or_create_ca(pki, "front-proxy-ca", "container-notifier-front-proxy-ca")
 
     _leaf(pki / "apiserver", lambda: issue(
-        ca, "kube-apiserver", dns_names=APISERVER_SANS, ip_addresses=("127.0.0.1", "10.96.0.1"),
-        server=True))
+        ca, "kube-apiserver", dns_names=APISERVER_SANS,
+        ip_addresses=("127.0.0.1", KUBERNETES_SERVICE_IP), server=True))
     _leaf(pki / "apiserver-kubelet-client", lambda: issue(
         ca, "kube-apiserver-kubelet-client", organizations=("system:masters",), client=True))
     _leaf(pki / "front-proxy-client", lambda: issue(

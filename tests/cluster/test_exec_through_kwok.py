@@ -3,6 +3,7 @@ inside its own PID namespace."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -10,6 +11,8 @@ import websockets
 
 from apiserver.notifier.exec_protocol import Channel, ExecReason
 from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container, exec_url
+from localcluster.addresses import NODE_IP
+from tests.support.control_plane import restart_kube_apiserver
 from tests.support.kube import Cluster, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -78,3 +81,61 @@ async def test_kill_pid_1_reaches_the_namespace_init(
     # The shell ran in kwok's PID namespace: its pid is small and PID 1 there is our init.
     assert 1 < int(result.stdout) < 100000
     wait_until(lambda: hups() == before + 1, "SIGHUP recorded by the PID-namespace init", 5)
+
+
+def node_addresses(cluster: Cluster) -> dict[str, list[tuple[str, str]]]:
+    with cluster.admin() as kube:
+        nodes = kube.get("/api/v1/nodes").json()["items"]
+    return {n["metadata"]["name"]: sorted((a["type"], a["address"])
+                                          for a in n["status"].get("addresses", []))
+            for n in nodes}
+
+
+def assert_nodes_addressed(cluster: Cluster) -> None:
+    found = node_addresses(cluster)
+    assert found and all(addresses == [("Hostname", name), ("InternalIP", NODE_IP)]
+                         for name, addresses in found.items()), found
+
+
+async def echo_works(cluster: Cluster, namespace: str, name: str) -> None:
+    result = await exec_in_container(_endpoint(cluster), namespace, name, "app",
+                                     ["echo", "still here"], timeout_seconds=20)
+    assert result.reason == ExecReason.COMPLETED, result.message
+    assert result.stdout == b"still here\n"
+
+
+async def test_exec_works_after_kube_apiserver_restarts(
+        cluster: Cluster, pod: tuple[str, str]) -> None:
+    """kube-apiserver dials a node's InternalIP for exec; the nodes keep it across a restart of
+    kube-apiserver, so exec does not fail with "no preferred addresses found"."""
+    assert_nodes_addressed(cluster)
+    await asyncio.to_thread(restart_kube_apiserver, cluster)
+    assert_nodes_addressed(cluster)
+    await echo_works(cluster, *pod)
+
+
+async def test_a_node_that_was_not_ready_keeps_its_addresses(
+        cluster: Cluster, pod: tuple[str, str]) -> None:
+    """What kube-controller-manager does to every node when kube-apiserver was away longer
+    than the node monitor's grace period: Ready becomes Unknown, and kwok initializes the node
+    again. Its addresses stay (kwok used to delete them then: exec failed with "no preferred
+    addresses found")."""
+    with cluster.admin() as kube:
+        for node in node_addresses(cluster):
+            response = kube.patch(
+                f"/api/v1/nodes/{node}/status",
+                headers={"Content-Type": "application/strategic-merge-patch+json"},
+                json={"status": {"conditions": [{
+                    "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status."}]}})
+            assert response.status_code == 200, response.text
+
+    def ready_again() -> bool:
+        with cluster.admin() as kube:
+            nodes = kube.get("/api/v1/nodes").json()["items"]
+        return all(c["status"] == "True" for n in nodes for c in n["status"]["conditions"]
+                   if c["type"] == "Ready")
+
+    wait_until(ready_again, "kwok to initialize the nodes again", 30)
+    assert_nodes_addressed(cluster)
+    await echo_works(cluster, *pod)
