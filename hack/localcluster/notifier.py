@@ -5,7 +5,9 @@ adapted for replicas that run on the host: no Deployment and no PodDisruptionBud
 no pods to schedule or evict), and a Service of type ExternalName pointing at 127.0.0.1, so the
 aggregator dials https://127.0.0.1:<notifier port>, where HAProxy passes the connection on to a
 ready replica, and verifies the serving certificate against the caBundle for the name
-container-notifier.container-notifier.svc.
+container-notifier.container-notifier.svc (point_at_host; tests/support/host_service.py
+applies the same rewrite to the chart's and the kustomize directories' manifests when the test
+installs them by docs/install.md's commands).
 
 The replicas run in bootstrap mode, as the Deployment does: they agree on one CA and serving
 certificate in the Secret container-notifier/container-notifier-serving-cert, each writes the
@@ -18,7 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import httpx
@@ -66,21 +68,46 @@ def server_argv(layout: Layout, ports: Ports, replica: int,
     ]
 
 
+HOST_ADDRESS = "127.0.0.1"
+"""Where the Service points when the replicas run on the host: HAProxy listens there."""
+
+
+def host_service_spec(port: int) -> dict:
+    """The spec of the Service NOTIFIER_SERVICE for replicas on the host: an ExternalName of
+    HOST_ADDRESS on `port` (no ClusterIP, no selector), so the aggregator dials
+    HOST_ADDRESS:`port` (HAProxy) and never a ClusterIP or a pod IP."""
+    return {"type": "ExternalName", "externalName": HOST_ADDRESS,
+            "ports": [{"name": "https", "port": port}]}
+
+
+def point_at_host(objects: Iterable[dict | None], port: int) -> list[dict]:
+    """`objects` (manifests of apiservice/ or of the chart, in any namespace) with the Service
+    NOTIFIER_SERVICE's spec host_service_spec(`port`) and the APIService APISERVICE_NAME's
+    spec.service.port `port`; everything else (metadata, the APIService's caBundle or its
+    absence) as it was. Empty documents (None) are dropped; `objects` is not changed."""
+    pointed = []
+    for obj in objects:
+        if not obj:
+            continue
+        kind, name = obj.get("kind"), obj.get("metadata", {}).get("name")
+        if kind == "Service" and name == NOTIFIER_SERVICE:
+            obj = {**obj, "spec": host_service_spec(port)}
+        elif kind == "APIService" and name == APISERVICE_NAME:
+            spec = obj["spec"]
+            obj = {**obj, "spec": {**spec, "service": {**spec["service"], "port": port}}}
+        pointed.append(obj)
+    return pointed
+
+
 def local_manifests(bins: Path, layout: Layout, ports: Ports) -> list[dict]:
-    """apiservice/ rendered by kustomize, minus IN_CLUSTER_ONLY_KINDS, pointed at loopback;
-    the APIService without caBundle, as in apiservice/ (the replicas fill it)."""
+    """apiservice/ rendered by kustomize, minus IN_CLUSTER_ONLY_KINDS, pointed at loopback
+    (point_at_host, HAProxy's port); the APIService without caBundle, as in apiservice/ (the
+    replicas fill it)."""
     rendered = subprocess.run([str(bins / "kubectl"), "kustomize", str(REPO_ROOT / "apiservice")],
                               check=True, capture_output=True, text=True).stdout
     objects = [o for o in yaml.safe_load_all(rendered)
                if o and o["kind"] not in IN_CLUSTER_ONLY_KINDS]
-    for obj in objects:
-        if obj["kind"] == "Service" and obj["metadata"]["name"] == NOTIFIER_SERVICE:
-            obj["spec"] = {"type": "ExternalName", "externalName": "127.0.0.1",
-                           "ports": [{"name": "https", "port": ports.notifier}]}
-        if obj["kind"] == "APIService":
-            obj["spec"]["service"] = {"name": NOTIFIER_SERVICE, "namespace": NOTIFIER_NAMESPACE,
-                                      "port": ports.notifier}
-    return objects
+    return point_at_host(objects, ports.notifier)
 
 
 def register(bins: Path, layout: Layout, ports: Ports) -> list[str]:

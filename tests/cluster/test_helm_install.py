@@ -8,6 +8,9 @@ built-in `edit` role (the chart's aggregated roles), upgrade (the new Deployment
 served, the record and the caBundle are kept), uninstall (what docs/install.md says is deleted
 is, what it says is kept is), remove everything, then install with kustomize, notify, and
 uninstall with kustomize.
+
+The installs create the Service and the APIService already pointed at the host-run servers
+(tests/support/host_service.py), so kube-apiserver never dials the Service's ClusterIP.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import pytest
 
 from localcluster.layout import REPO_ROOT
-from tests.support import cert_manager, in_cluster
+from tests.support import cert_manager, host_service, in_cluster
 from tests.support.doc_commands import console_commands
 from tests.support.kube import Cluster, User
 from tests.support.notify import API, declare, exec_notifier, notify
@@ -58,10 +61,15 @@ def plane() -> Iterator[Cluster]:
 def run_docs(cluster: Cluster, heading: str,
              before: dict[int, Callable[[], Any]] | None = None) -> None:
     """Run the commands under `heading` of docs/install.md as written, from the repository
-    root, with the plane's kubeconfig and its helm and kubectl first on PATH; before command
-    i, call before[i] (what the cluster would do meanwhile: kubelet, cert-manager)."""
+    root, with the plane's kubeconfig and wrappers of its helm and kubectl first on PATH
+    (tests/support/host_service.py: `helm install`/`upgrade` and `kubectl apply -k` create the
+    Service and APIService pointed at the plane's HAProxy port, where in_cluster.start runs the
+    servers); before command i, call before[i] (what the cluster would do meanwhile: kubelet,
+    cert-manager)."""
+    wrappers = host_service.write_wrappers(cluster.bins, cluster.ports.notifier,
+                                           cluster.layout.root / "host-service-bin")
     env = {**os.environ, "KUBECONFIG": str(cluster.layout.kubeconfig),
-           "PATH": f"{cluster.bins}:{os.environ['PATH']}"}
+           "PATH": f"{wrappers}:{cluster.bins}:{os.environ['PATH']}"}
     for i, command in enumerate(console_commands(PAGE, heading)):
         if before and i in before:
             before[i]()

@@ -11,9 +11,12 @@ holds, as kubelet would start the container:
 - the pod's ServiceAccount identity: a TokenRequest token in a kubeconfig (--kubeconfig), so the
   chart's RBAC is what the server is allowed;
 - a loopback port instead of the container port (--bind-address=127.0.0.1, --secure-port).
-HAProxy in front of them stands in for the Service's load balancing: the Service becomes an
-ExternalName of 127.0.0.1 and the APIService names the HAProxy port (as
-hack/localcluster/notifier.py does for the local plane).
+HAProxy in front of them stands in for the Service's load balancing. The Service must already
+be an ExternalName of 127.0.0.1 on HAProxy's port and the APIService name that port, as they
+were created (tests/support/host_service.py rewrites the manifests before helm or kubectl
+creates them, as hack/localcluster/notifier.py does for the local plane's own registration):
+`start` checks that, it does not patch them, so the aggregator never dials the Service's
+ClusterIP.
 
 Not exercised this way: the image (not pulled or run), kubelet (probes, volume mounts,
 securityContext, resource limits), pod networking and the Service's ClusterIP routing.
@@ -136,21 +139,28 @@ def server_argv(cluster: Cluster, pod: dict[str, Any], port: int, root: Path,
             f"--secure-port={port}", f"--kubeconfig={kubeconfig}"]
 
 
-def point_service_at(cluster: Cluster, namespace: str, service: str, port: int) -> None:
-    """Service `service` an ExternalName of 127.0.0.1 and the APIService on `port`, where
-    HAProxy listens (kube-apiserver here has no route to a ClusterIP or a pod IP)."""
-    with cluster.admin() as kube:
-        response = kube.patch(
-            f"/api/v1/namespaces/{namespace}/services/{service}",
-            headers={"Content-Type": "application/merge-patch+json"},
-            json={"spec": {"type": "ExternalName", "externalName": "127.0.0.1",
-                           "clusterIP": None, "clusterIPs": None, "selector": None,
-                           "ports": [{"name": "hosted", "port": port, "protocol": "TCP"}]}})
-        assert response.status_code == 200, response.text
-        response = kube.patch(f"{APISERVICES}/{APISERVICE}",
-                              headers={"Content-Type": "application/merge-patch+json"},
-                              json={"spec": {"service": {"port": port}}})
-        assert response.status_code == 200, response.text
+def assert_pointed_at_host(cluster: Cluster, namespace: str, service: str, port: int) -> None:
+    """Service `service` is an ExternalName of 127.0.0.1 on `port` (HAProxy's) and the
+    APIService names it on `port`: the objects were created so (tests/support/host_service.py),
+    or the aggregator has been dialling the Service's ClusterIP."""
+    live = _get(cluster, f"/api/v1/namespaces/{namespace}/services/{service}")["spec"]
+    assert _contains(live, notifier.host_service_spec(port)) and "selector" not in live, (
+        f"Service {namespace}/{service} is not pointed at 127.0.0.1:{port} (install through "
+        f"tests/support/host_service.py's wrappers): {live}")
+    wanted = {"name": service, "namespace": namespace, "port": port}
+    named = _get(cluster, f"{APISERVICES}/{APISERVICE}")["spec"]["service"]
+    assert named == wanted, f"APIService {APISERVICE} names {named}, not {wanted}"
+
+
+def _contains(live: Any, wanted: Any) -> bool:
+    """`live` has every field of `wanted` (lists item by item), and maybe more (defaults)."""
+    if isinstance(wanted, dict):
+        return isinstance(live, dict) and all(
+            key in live and _contains(live[key], value) for key, value in wanted.items())
+    if isinstance(wanted, list):
+        return (isinstance(live, list) and len(live) == len(wanted)
+                and all(_contains(a, b) for a, b in zip(live, wanted, strict=True)))
+    return bool(live == wanted)
 
 
 def _ready(port: int) -> bool:
@@ -164,11 +174,12 @@ def _ready(port: int) -> bool:
 def start(cluster: Cluster, namespace: str = "container-notifier",
           deployment: str = "container-notifier", service: str = "container-notifier",
           timeout: float = 120.0) -> HostedDeployment:
-    """Run a server process for each Running pod of `deployment` (by its selector), HAProxy in
-    front, point the Service and APIService at it, and wait until the APIService is Available.
-    The processes are recorded in the plane's processes.json, so `localcluster down` stops
-    them if the test does not."""
+    """Check that the Service and APIService point at HAProxy's port (assert_pointed_at_host),
+    run a server process for each Running pod of `deployment` (by its selector), HAProxy in
+    front, and wait until the APIService is Available. The processes are recorded in the
+    plane's processes.json, so `localcluster down` stops them if the test does not."""
     layout, ports = cluster.layout, cluster.ports
+    assert_pointed_at_host(cluster, namespace, service, ports.notifier)
     spec = _get(cluster, f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment}")
     selector = ",".join(f"{k}={v}" for k, v in spec["spec"]["selector"]["matchLabels"].items())
     replicas = spec["spec"]["replicas"]
@@ -192,7 +203,6 @@ def start(cluster: Cluster, namespace: str = "container-notifier",
                        + [c.tracked for c in hosted.children])
         for i, child in enumerate(hosted.children[:-1]):
             _wait_ready(layout.logs, child, ports.replica(i), timeout)
-        point_service_at(cluster, namespace, service, ports.notifier)
         wait_until(lambda: localcluster.apiservice_available(layout, ports),
                    f"APIService {APISERVICE} Available", timeout)
     except BaseException:
