@@ -178,7 +178,8 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         if not pods:  # AllPods (scope_errors refuses any other empty scope)
             obj["status"]["conditions"] = [waiting_for_pods(namespace, selector)]
         if dry_run(http):
-            return add_warnings(JSONResponse(obj, status_code=201), ask.warnings)
+            return add_warnings(JSONResponse(await store.check_create(obj), status_code=201),
+                                ask.warnings)
         created = await store.create(obj)
         await fanout.begin(created, [(pod.name, pod.uid) for pod in pods])
         return add_warnings(JSONResponse(created, status_code=201), ask.warnings)
