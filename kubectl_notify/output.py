@@ -67,6 +67,8 @@ def last_line(text: str) -> str:
 
 
 def _shorten(text: str, width: int = OUTPUT_WIDTH) -> str:
+    """`text` escaped (``escape_terminal``), then cut to `width` characters as printed."""
+    text = escape_terminal(text)
     return text if len(text) <= width else text[:width - 3] + "..."
 
 

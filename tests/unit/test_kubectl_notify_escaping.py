@@ -68,6 +68,13 @@ def test_table_columns_line_up_as_printed() -> None:
                                                   (third, "two"))] == [10, 10, 10]
 
 
+def test_a_cell_is_cut_to_its_width_as_printed() -> None:
+    text = output.record_result({"metadata": {"name": "r"}, "status": {"phase": "Succeeded",
+        "containers": [{"name": "db", "phase": "Succeeded", "exitCode": 0,
+                        "stdout": "\x1b" * 40}]}})
+    assert text.splitlines()[-1].endswith("   " + "^[" * 28 + "^...")
+
+
 def test_a_cr_inside_a_line_is_shown_not_taken_for_a_line_break() -> None:
     assert output.last_line("progress 10%\rprogress 100%\r\n") == (
         "progress 10%\rprogress 100%")
