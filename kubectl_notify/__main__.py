@@ -26,14 +26,24 @@ from kubectl_notify.cli import (
 )
 from kubectl_notify.commands import access, fanout, listing, notify, release
 from kubectl_notify.errors import SUCCEEDED, PluginError
+from kubectl_notify.escaping import escape_terminal
 from kubectl_notify.impersonation import Impersonating
 from kubectl_notify.terminal import Terminal
 
 INTERRUPTED = 130
 
 
+class EscapingFormatter(logging.Formatter):
+    """Log lines (on stderr) escaped as everything else the plugin prints."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_terminal(super().format(record))
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> int:
-    logging.basicConfig(level=logging.ERROR, format="error: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter("error: %(message)s"))
+    logging.basicConfig(level=logging.ERROR, handlers=[handler])
     terminal = Terminal(sys.stdout, sys.stdout.isatty())
     try:
         invocation = parse(list(sys.argv[1:] if argv is None else argv))
@@ -46,7 +56,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
                                    flags.impersonate_groups) if flags.impersonate else None)
         return asyncio.run(_run(target, command, terminal, transport))
     except PluginError as error:
-        print(error, file=sys.stderr)
+        print(escape_terminal(str(error)), file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted: what was started goes on on the server", file=sys.stderr)

@@ -20,6 +20,7 @@ from kubectl_notify import cli
 from kubectl_notify.api import NotifierAPI
 from kubectl_notify.commands.listing import declarations
 from kubectl_notify.errors import PluginError
+from kubectl_notify.escaping import escape_terminal
 from kubectl_notify.kubeconfig import Target, resolve
 
 COBRA_NO_FILE_COMPLETION = ":4"
@@ -129,6 +130,6 @@ def kubectl_complete(argv: Sequence[str] | None = None) -> int:
     """The ``kubectl_complete-notify`` console script (kubectl's plugin completion)."""
     words = list(sys.argv[1:] if argv is None else argv)
     for word in candidates(words or [""]):
-        print(word)
+        print(escape_terminal(word))
     print(COBRA_NO_FILE_COMPLETION)
     return 0

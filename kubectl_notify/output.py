@@ -13,6 +13,7 @@ import yaml
 
 from kubectl_notify.api import GROUP
 from kubectl_notify.durations import format_duration
+from kubectl_notify.escaping import escape_terminal
 
 OUTPUT_WIDTH = 60
 """At most this many characters of a container's output go in the OUTPUT column."""
@@ -22,8 +23,9 @@ BAR_WIDTH = 30
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """Rows under a header, columns padded to their widest cell plus three spaces."""
-    lines = [list(header), *(list(row) for row in rows)]
+    """Rows under a header, columns padded to their widest cell plus three spaces; cells are
+    escaped first (``escape_terminal``), so the columns line up as printed."""
+    lines = [[escape_terminal(cell) for cell in line] for line in (header, *rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("   ".join(cell.ljust(width) for cell, width in zip(line, widths,
                                                                            strict=True)).rstrip()
@@ -51,12 +53,22 @@ def _duration(start: str | None, end: str | None) -> str:
     return "-" if seconds is None else format_duration(seconds)
 
 
+def lines_of(text: str) -> list[str]:
+    """`text`'s lines as ``str.splitlines`` gives them, but split at newlines (CRLF counts as
+    one) and nowhere else: a CR inside a line stays, to be shown escaped (``\\r``), instead
+    of hiding what came before it."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
 def last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in lines_of(text) if line.strip()]
     return lines[-1] if lines else ""
 
 
 def _shorten(text: str, width: int = OUTPUT_WIDTH) -> str:
+    """`text` escaped (``escape_terminal``), then cut to `width` characters as printed."""
+    text = escape_terminal(text)
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
@@ -120,7 +132,7 @@ def _tails(containers: Iterable[Mapping[str, Any]]) -> list[str]:
     blocks = []
     for c in containers:
         for stream in ("stdout", "stderr"):
-            lines = (c.get(stream) or "").splitlines()[-TAIL_LINES:]
+            lines = lines_of(c.get(stream) or "")[-TAIL_LINES:]
             if lines:
                 truncated = " (truncated)" if c.get(f"{stream}Truncated") else ""
                 blocks.append(f"--- {c.get('name')} {stream}, last {len(lines)} "

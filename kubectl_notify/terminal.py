@@ -1,10 +1,13 @@
 """Where a command prints: its output stream and whether that is a terminal (progress is
-redrawn in place only on a terminal)."""
+redrawn in place only on a terminal). Everything printed is escaped first
+(``escaping.escape_terminal``): only the plugin's own redraw sequence reaches the terminal."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TextIO
+
+from kubectl_notify.escaping import escape_terminal
 
 
 @dataclass
@@ -13,11 +16,11 @@ class Terminal:
     tty: bool
 
     def line(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        print(escape_terminal(text), file=self.out, flush=True)
 
     def redraw(self, text: str) -> None:
         """Replace the current line with `text` (a terminal only)."""
-        self.out.write(f"\r\033[K{text}")
+        self.out.write(f"\r\033[K{escape_terminal(text)}")
         self.out.flush()
 
     def end_redraw(self) -> None:

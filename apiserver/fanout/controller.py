@@ -1315,6 +1315,14 @@ class FanoutManager:
         if held:
             log.info("quiesce locks rebuilt from the stored scopes", extra={"locks": held})
 
+    async def scope_pods(self, notification: dict[str, Any]) -> list[str] | None:
+        """The names of the pods in the Notification's scope, in the order they joined (the
+        pods its window holds and its release unquiesces); None if it has no recorded run."""
+        uid = notification["metadata"]["uid"]
+        if await self.parts.scopes.run(uid) is None:
+            return None
+        return [pod.pod for pod in await self.parts.scopes.pods(uid)]
+
     async def request_release(self, notification: dict[str, Any], at: str) -> bool:
         """The release action, on any replica: store the request in the run (the leader's run
         reads it within about a second; this replica's own run at once). False if the

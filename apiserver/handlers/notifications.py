@@ -9,8 +9,10 @@ refused request stores nothing. Deleting a running Notification stops new starts
 back the pods whose notifier succeeded. A server-side apply of a missing Notification creates it
 through the same path, after checking `create notifications` too (the middleware checked
 `patch`). The release action (`POST .../notifications/{name}/release`, authorized by the access
-middleware as `create notifications/release`) ends a quiesce window: any replica stores the
-request in the Notification's run, where the fan-out leader reads it.
+middleware as `create notifications/release`, and here as `create pods/notify` on every pod of
+the window, as releasing one held record needs on its pod: `release_access`) ends a quiesce
+window: any replica stores the request in the Notification's run, where the fan-out leader
+reads it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from apiserver.handlers.caller import CurrentUser, current_user
 from apiserver.handlers.collection import Collection, collection_router
 from apiserver.handlers.notify import dry_run
 from apiserver.handlers.options import field_validation
+from apiserver.handlers.release_access import require_release
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient, paths
 from apiserver.notifier import records
@@ -134,6 +137,13 @@ def release_errors(spec: dict[str, Any], pods: list[PodInScope]) -> list[FieldEr
         "unquiesces, e.g. unquiesce")]
 
 
+def _no_recorded_run(name: str) -> errors.Conflict:
+    return errors.Conflict(
+        f'Notification "{name}" has no recorded run (it is being created, or its server '
+        "stopped before recording its pods); retry in a few seconds",
+        group=NOTIFICATIONS.group, resource=NOTIFICATIONS.plural, name=name)
+
+
 def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authorizer: Authorizer,
            watches: Watches, *, max_parallelism: int, max_timeout_seconds: int,
            max_hold_seconds: int) -> APIRouter:
@@ -178,7 +188,8 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         if not pods:  # AllPods (scope_errors refuses any other empty scope)
             obj["status"]["conditions"] = [waiting_for_pods(namespace, selector)]
         if dry_run(http):
-            return add_warnings(JSONResponse(obj, status_code=201), ask.warnings)
+            return add_warnings(JSONResponse(await store.check_create(obj), status_code=201),
+                                ask.warnings)
         created = await store.create(obj)
         await fanout.begin(created, [(pod.name, pod.uid) for pod in pods])
         return add_warnings(JSONResponse(created, status_code=201), ask.warnings)
@@ -210,28 +221,33 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         return await create_notification(http, namespace, await read_object(http), user, [])
 
     @routes.post(f"{NAMESPACED}/{{name}}/release")
-    async def release(namespace: str, name: str, http: Request) -> JSONResponse:
+    async def release(namespace: str, name: str, http: Request, user: CurrentUser
+                      ) -> JSONResponse:
         """End the quiesce window: 200 with the Notification (its status.window
-        .releaseRequestedTime set); a finished one is answered as it is; with dryRun nothing
-        is stored."""
+        .releaseRequestedTime set), once the caller may create pods/notify on every pod of
+        the window (``release_access``); a finished one is answered as it is; with dryRun
+        nothing is stored."""
+        dry = dry_run(http)
         obj = await store.get(namespace, name)
         if not (obj.get("spec") or {}).get("release"):
             raise errors.Conflict(
                 f'Notification "{name}" has no spec.release, so it has no quiesce window to '
                 "release; only a Notification created with spec.release can be released",
                 group=NOTIFICATIONS.group, resource=NOTIFICATIONS.plural, name=name)
+        pods = await fanout.scope_pods(obj)
+        await require_release(authorizer, user, namespace, pods or [],
+                              resource=NOTIFICATIONS.plural, name=name, what="a quiesce window")
         if (obj.get("status") or {}).get("phase") in records.FINISHED_PHASES:
             return JSONResponse(obj)
+        if pods is None:
+            raise _no_recorded_run(name)
         at = records.now()
-        if dry_run(http):
+        if dry:
             state = dict(obj.get("status") or {})
             state["window"] = {"releaseRequestedTime": at, **(state.get("window") or {})}
             return JSONResponse({**obj, "status": state})
         if not await fanout.request_release(obj, at):
-            raise errors.Conflict(
-                f'Notification "{name}" has no recorded run (it is being created, or its '
-                "server stopped before recording its pods); retry in a few seconds",
-                group=NOTIFICATIONS.group, resource=NOTIFICATIONS.plural, name=name)
+            raise _no_recorded_run(name)
         uid = obj["metadata"]["uid"]
 
         def requested(current: dict[str, Any]) -> dict[str, Any]:

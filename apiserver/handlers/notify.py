@@ -1,8 +1,10 @@
 """POST .../namespaces/{ns}/pods/{pod}/notify: run a notifier the pod declared.
 
 The access middleware has already allowed `create pods/notify` on this pod. Then: read and
-validate the body, read the pod and its declarations, apply the trust rules, and (unless
-dryRun=All) create the bounded PodNotifier record and start the run. `waitSeconds` holds the
+validate the body, read the pod and its declarations, apply the trust rules, and create the
+bounded PodNotifier record and start the run; dryRun=All makes every check of that last step
+too (``Admission.check``: capacity, the pod's bounds, the name, the size cap) and stores and
+starts nothing. `waitSeconds` holds the
 answer until the run settles (it finished, or a held notifier's record is Held) or that many
 seconds pass; the answer is always 201 with the record as stored at that moment.
 """
@@ -24,7 +26,6 @@ from apiserver.notifier import request
 from apiserver.notifier.admission import Admission
 from apiserver.notifier.runner import Runner
 from apiserver.registry.errors import NotFound
-from apiserver.registry.objects import generate_name
 from apiserver.registry.store import ObjectStore
 
 MAX_WAIT_SECONDS = 50
@@ -64,10 +65,8 @@ def router(admission: Admission, runner: Runner, records: ObjectStore,
                                field_validation(http))
         admitted = await admission.admit(user, await admission.read_pod(namespace, pod), ask)
         if dry_run:
-            record = admitted.record
-            meta = record["metadata"]
-            meta.setdefault("name", generate_name(meta.pop("generateName", "")))
-            return add_warnings(JSONResponse(record, status_code=201), ask.warnings)
+            return add_warnings(JSONResponse(await admission.check(admitted), status_code=201),
+                                ask.warnings)
         created = await admission.start(admitted)
         if wait_seconds:
             name = created["metadata"]["name"]

@@ -227,6 +227,7 @@ async def patch_object(resource: ResourceType, store: ObjectStore, renderer: Ren
     try:
         if options.dry_run:
             result = patch.apply_to(copy.deepcopy(await store.get(namespace, name)))
+            store.check_update(result)
         else:
             result = await store.guaranteed_update(namespace, name, patch.apply_to)
     except errors.NotFound:

@@ -9,8 +9,8 @@ a POST here, or a server-side apply of a missing record, answers 405 saying so (
 the record as the request would leave it, storing nothing) asks for the release of
 a held notifier (``apiserver.notifier.holds``) and answers 200 with the record as stored. The
 access middleware has allowed ``create podnotifiers/release``; releasing also needs what
-starting the run needed, ``create pods/notify`` on the record's pod, checked here (403 naming
-what is missing).
+starting the run needed, ``create pods/notify`` on the record's pod, checked here as for a
+Notification's window (``release_access``; 403 naming what is missing).
 """
 
 from __future__ import annotations
@@ -21,15 +21,14 @@ from fastapi.responses import JSONResponse
 from apiserver import errors
 from apiserver.api.decoding import parse_body
 from apiserver.api.media import BODY_MEDIA_TYPES, JSON_MEDIA_TYPE
-from apiserver.api.resources import GROUP, VERSION
 from apiserver.api.routes import PODNOTIFIER_RELEASE_PATH
 from apiserver.api.tables import PODNOTIFIER_TABLE
-from apiserver.authz.attributes import RequestAttributes, denial_message
 from apiserver.authz.sar import Authorizer
 from apiserver.handlers.body import MAX_BODY_BYTES, media_type, read_limited
 from apiserver.handlers.caller import CurrentUser
 from apiserver.handlers.collection import Collection, collection_router
 from apiserver.handlers.notify import dry_run
+from apiserver.handlers.release_access import require_release
 from apiserver.handlers.watch_response import Watches
 from apiserver.notifier.holds import HoldReleases
 from apiserver.registry.resources import PODNOTIFIERS
@@ -59,18 +58,9 @@ def release_router(store: ObjectStore, releases: HoldReleases, authorizer: Autho
         dry = dry_run(http)
         await _read_optional_object(http)
         record = await store.get(namespace, name)
-        pod = str(record.get("spec", {}).get("podName", ""))
-        notify = RequestAttributes.for_resource(
-            "create", group=GROUP, version=VERSION, resource="pods", subresource="notify",
-            namespace=namespace, name=pod)
-        decision = await authorizer.authorize(user, notify)
-        if not decision.allowed:
-            raise errors.Forbidden(
-                errors.forbidden_message(
-                    PODNOTIFIERS.plural, GROUP, name,
-                    f"releasing a held notifier needs create pods/notify on its pod "
-                    f'"{pod}": {denial_message(user.name, notify, decision.reason)}'),
-                group=GROUP, resource=PODNOTIFIERS.plural, name=name)
+        await require_release(authorizer, user, namespace,
+                              [str(record.get("spec", {}).get("podName", ""))],
+                              resource=PODNOTIFIERS.plural, name=name, what="a held notifier")
         if dry:
             return JSONResponse(releases.preview(record, user))
         return JSONResponse(await releases.request(namespace, name, user))

@@ -8,6 +8,8 @@ client's kinds), which pods/notify answers as they are and a fan-out records as 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -182,19 +184,10 @@ class Admission:
 
     async def start(self, admitted: Admitted) -> dict[str, Any]:
         """Store the record (at most K per pod) and start its run."""
-        if not self._runner.has_capacity():
-            raise TooManyRuns(
-                f"the server is running its maximum of {self._limits.max_concurrent_executions}"
-                " notifiers at once; retry shortly", retry_after_seconds=RETRY_AFTER_SECONDS)
-        try:
+        self._check_capacity()
+        with _run_bounds():
             created = await self._records.create_bounded(
                 admitted.record, max_per_pod=self._limits.max_records_per_pod)
-        except Conflict as error:
-            raise RunConflict(error.message, group=error.group, resource=error.resource,
-                              name=error.name) from None
-        except TooManyRequests as error:
-            raise TooManyRuns(error.message,
-                              retry_after_seconds=error.retry_after_seconds) from None
         meta = admitted.pod["metadata"]
         self._runner.start(Plan(
             namespace=meta["namespace"], record=created["metadata"]["name"], pod=meta["name"],
@@ -204,3 +197,31 @@ class Admission:
             max_hold_seconds=admitted.max_hold_seconds))
         return created
 
+    async def check(self, admitted: Admitted) -> dict[str, Any]:
+        """Every check ``start`` makes, storing and starting nothing (a dry run): the server's
+        capacity, the pod's bounds, the name and the record's size cap, each failing as in
+        ``start``. Returns the record as it would be created."""
+        self._check_capacity()
+        with _run_bounds():
+            return await self._records.check_bounded(
+                admitted.record, max_per_pod=self._limits.max_records_per_pod)
+
+    def _check_capacity(self) -> None:
+        if not self._runner.has_capacity():
+            raise TooManyRuns(
+                f"the server is running its maximum of {self._limits.max_concurrent_executions}"
+                " notifiers at once; retry shortly", retry_after_seconds=RETRY_AFTER_SECONDS)
+
+
+@contextlib.contextmanager
+def _run_bounds() -> Iterator[None]:
+    """The pod's bounds refusing a run, as this module's errors: ``RunConflict`` (409),
+    ``TooManyRuns`` (429)."""
+    try:
+        yield
+    except Conflict as error:
+        raise RunConflict(error.message, group=error.group, resource=error.resource,
+                          name=error.name) from None
+    except TooManyRequests as error:
+        raise TooManyRuns(error.message,
+                          retry_after_seconds=error.retry_after_seconds) from None

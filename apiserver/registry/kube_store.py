@@ -51,8 +51,9 @@ from apiserver.registry.errors import (
 )
 from apiserver.registry.objects import (
     GENERATE_NAME_ATTEMPTS,
+    already_exists,
+    check_size,
     checked_new,
-    encode,
     generate_name,
     metadata,
     no_free_name,
@@ -215,7 +216,7 @@ class KubeObjectStore(ObjectStore):
         self._kube = kube
         self._kind = storage_kind(resource)
         self._instance = instance
-        self._max_object_bytes = max_object_bytes
+        self.max_object_bytes = max_object_bytes
         self._max_queued_events = max_queued_events
         self._clock_ns = clock_ns
         self._informer = Informer(kube, self._kind.collection, name=self._kind.crd_name,
@@ -303,7 +304,7 @@ class KubeObjectStore(ObjectStore):
                     entry, live = await self._live(namespace, name), True
                     current = entry.object
                     continue
-                self._check_size(desired)
+                check_size(self.resource, desired, self.max_object_bytes)
                 body = self._storage_object(desired, entry.sequence)
                 try:
                     stored = await self._call(
@@ -650,7 +651,7 @@ class KubeObjectStore(ObjectStore):
             obj = copy.deepcopy(prepared)
             name = fixed or generate_name(meta["generateName"])
             obj["metadata"]["name"] = name
-            self._check_size(obj)
+            check_size(self.resource, obj, self.max_object_bytes)
             body = self._storage_object(obj, self._clock_ns())
             try:
                 stored = await self._call(name, self._kube.post(self._path(namespace), body))
@@ -660,18 +661,6 @@ class KubeObjectStore(ObjectStore):
                 continue
             return await self._settled(stored)
         raise no_free_name(self.resource, meta["generateName"])
-
-    def _check_size(self, obj: Object) -> None:
-        """The public object with its server-owned metadata at their longest."""
-        meta = metadata(obj)
-        sized = {**obj, "metadata": {**meta, "uid": "0" * 36, "resourceVersion": "9" * 19,
-                                     "creationTimestamp": "2000-01-01T00:00:00Z"}}
-        size = len(encode(sized).encode())
-        if size > self._max_object_bytes:
-            raise TooLarge(
-                f'{self.resource.qualified} "{meta.get("name", "")}" is too large: {size} bytes, '
-                f"the limit is {self._max_object_bytes}; keep less output in status",
-                resource=self.resource, name=meta.get("name", ""))
 
     @staticmethod
     def _identity_kept(stored: Object, desired: Object) -> Object:
@@ -710,8 +699,7 @@ class KubeObjectStore(ObjectStore):
         if code == 404:
             return not_found(self.resource, name) if name else NotFound(message)
         if code == 409 and reason == "AlreadyExists":
-            return AlreadyExists(f'{self.resource.qualified} "{name}" already exists',
-                                 resource=self.resource, name=name)
+            return already_exists(self.resource, name)
         if code == 409:
             return Conflict(
                 f'Operation cannot be fulfilled on {self.resource.qualified} "{name}": the '

@@ -1,5 +1,5 @@
-"""What every storage backend does alike: checking a new object, generating names, encoding,
-metadata."""
+"""What every storage backend does alike: checking a new object, the size cap, generating names,
+encoding, metadata."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from apiserver.registry.errors import AlreadyExists, BadRequest, required
+from apiserver.registry.errors import AlreadyExists, BadRequest, TooLarge, required
 from apiserver.registry.resources import ResourceType
 
 # Kubernetes' generateName: at most 58 characters of the prefix, then 5 characters from an
@@ -49,6 +49,28 @@ def checked_new(resource: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any
     if meta.get("resourceVersion"):
         raise BadRequest("resourceVersion should not be set on objects to be created")
     return prepared
+
+
+def check_size(resource: ResourceType, obj: Mapping[str, Any], max_bytes: int) -> None:
+    """``TooLarge`` if `obj` encodes to more than `max_bytes`, measured with its server-owned
+    metadata (uid, resourceVersion, creationTimestamp) at their longest, so that the same
+    object passes or fails alike on every backend, before and after they are set, and in a
+    dry run (``ObjectStore.check_create``)."""
+    meta = metadata(obj)
+    sized = {**obj, "metadata": {**meta, "uid": "0" * 36, "resourceVersion": "9" * 19,
+                                 "creationTimestamp": "2000-01-01T00:00:00Z"}}
+    size = len(encode(sized).encode())
+    if size > max_bytes:
+        name = str(meta.get("name") or meta.get("generateName") or "")
+        raise TooLarge(
+            f'{resource.qualified} "{name}" is too large: {size} bytes, the limit is '
+            f"{max_bytes}; store less in it (fewer or shorter labels and annotations, less "
+            "output in status)", resource=resource, name=name)
+
+
+def already_exists(resource: ResourceType, name: str) -> AlreadyExists:
+    return AlreadyExists(f'{resource.qualified} "{name}" already exists', resource=resource,
+                         name=name)
 
 
 def no_free_name(resource: ResourceType, prefix: str) -> AlreadyExists:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -52,6 +54,16 @@ _UNFINISHED = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
 _NEITHER_PENDING_NOR_RUNNING = "status.phase!=Pending,status.phase!=Running,status.phase!=Held"
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    """What a bounded create is decided on: the pod's ledger and the rule that admits a run."""
+
+    namespace: str
+    pod: str
+    notifier: str
+    admit: Callable[[list[Run]], None]
 
 
 def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -92,6 +104,7 @@ class PodNotifierStore(ObjectStore):
             raise ValueError(f"a PodNotifierStore needs a podnotifiers backend, not "
                              f"{backend.resource.plural}")
         self.resource = backend.resource
+        self.max_object_bytes = backend.max_object_bytes
         self.replica = replica
         self.grace_seconds = grace_seconds
         self.ledgers = PodLedgers(ledgers, grace_seconds=grace_seconds, clock=clock)
@@ -115,6 +128,30 @@ class PodNotifierStore(ObjectStore):
         record is created (if that fails, the run leaves the ledger again). The whole runs to
         its end even if the caller is cancelled.
         """
+        bounds = self._bounds(obj, max_per_pod, retry_after_seconds)
+        created = await _whole(self._create_bounded(
+            copy.deepcopy(dict(obj)), bounds.namespace, bounds.pod, bounds.notifier,
+            bounds.admit, max_per_pod))
+        self._trim_later(bounds.namespace, bounds.pod, max_per_pod)
+        return created
+
+    async def check_bounded(
+        self, obj: Mapping[str, Any], *, max_per_pod: int,
+        retry_after_seconds: int = DEFAULT_RETRY_AFTER_SECONDS,
+    ) -> Object:
+        """Every check ``create_bounded`` makes, storing nothing (a dry run): the pod's ledger
+        decides as it would (``Conflict``, ``TooManyRequests``), then the backend checks the
+        create (``ObjectStore.check_create``: the name, the size cap). Returns the record as
+        it would be created."""
+        bounds = self._bounds(obj, max_per_pod, retry_after_seconds)
+        await self._on_ledger(bounds.namespace, bounds.pod, bounds.admit, functools.partial(
+            self.ledgers.check, bounds.namespace, bounds.pod))
+        return await self._backend.check_create(obj)
+
+    def _bounds(self, obj: Mapping[str, Any], max_per_pod: int, retry_after_seconds: int
+                ) -> _Bounds:
+        """What a bounded create of `obj` is decided on, or ``Invalid`` naming what is
+        missing."""
         if max_per_pod < 1:
             raise ValueError("max_per_pod must be at least 1")
         spec, meta = _part(obj, "spec"), _part(obj, "metadata")
@@ -140,10 +177,7 @@ class PodNotifierStore(ObjectStore):
                     "the most it may keep; retry when one of them finishes",
                     resource=self.resource, retry_after_seconds=retry_after_seconds)
 
-        created = await _whole(self._create_bounded(
-            copy.deepcopy(dict(obj)), namespace, pod, notifier, admit, max_per_pod))
-        self._trim_later(namespace, pod, max_per_pod)
-        return created
+        return _Bounds(namespace, pod, notifier, admit)
 
     async def _create_bounded(self, obj: Object, namespace: str, pod: str, notifier: str,
                               admit: Callable[[list[Run]], None], max_per_pod: int) -> Object:
@@ -175,8 +209,16 @@ class PodNotifierStore(ObjectStore):
 
     async def _add_run(self, namespace: str, pod: str, pod_uid: str, run: Run,
                        admit: Callable[[list[Run]], None]) -> None:
-        """Add ``run`` to the ledger; if refused while runs past the grace are listed, once more
-        without the stale ones (the pod's records are read only then)."""
+        """Add ``run`` to the ledger unless ``admit`` refuses (``_on_ledger``)."""
+        await self._on_ledger(namespace, pod, admit, functools.partial(
+            self.ledgers.add, namespace, pod, pod_uid, run))
+
+    async def _on_ledger(self, namespace: str, pod: str, admit: Callable[[list[Run]], None],
+                         decide: Callable[..., Awaitable[None]]) -> None:
+        """Have ``admit`` decide on the pod's ledger through ``decide`` (``PodLedgers.add`` or
+        ``check``, given ``admit`` and ``unfinished``); if refused while runs past the grace
+        are listed, once more without the stale ones (the pod's records are read only
+        then)."""
         past_grace = False
 
         def admit_noting(runs: list[Run]) -> None:
@@ -185,13 +227,11 @@ class PodNotifierStore(ObjectStore):
             admit(runs)
 
         try:
-            await self.ledgers.add(namespace, pod, pod_uid, run, admit=admit_noting,
-                                   unfinished=lambda record: True)
+            await decide(admit=admit_noting, unfinished=lambda record: True)
         except (Conflict, TooManyRequests):
             if not past_grace:
                 raise
-            await self.ledgers.add(namespace, pod, pod_uid, run, admit=admit,
-                                   unfinished=await self._unfinished_of(namespace, pod))
+            await decide(admit=admit, unfinished=await self._unfinished_of(namespace, pod))
 
     async def _unfinished_of(self, namespace: str, pod: str) -> Callable[[str], bool]:
         """Whether a record of the pod is known (to this replica) to exist unfinished."""

@@ -19,16 +19,16 @@ from typing import Any, TypeVar
 
 from apiserver.registry import sqlite_database as db
 from apiserver.registry.errors import (
-    AlreadyExists,
     BadRequest,
     Expired,
     ResourceVersionTooLarge,
-    TooLarge,
     check_preconditions,
     not_found,
 )
 from apiserver.registry.objects import (
     GENERATE_NAME_ATTEMPTS,
+    already_exists,
+    check_size,
     checked_new,
     encode,
     generate_name,
@@ -85,7 +85,7 @@ class SqliteObjectStore(ObjectStore):
     ) -> None:
         self.resource = resource
         self._database = database
-        self._max_object_bytes = max_object_bytes
+        self.max_object_bytes = max_object_bytes
         self._max_queued_events = max_queued_events
         self._hub = WatchHub()
         self._writes: set[asyncio.Task[Any]] = set()
@@ -213,7 +213,7 @@ class SqliteObjectStore(ObjectStore):
             def run(connection: sqlite3.Connection) -> T:
                 if not indexed:
                     _create_indexes(connection, self.resource)
-                tx = _Transaction(connection, self.resource, self._max_object_bytes, changes)
+                tx = _Transaction(connection, self.resource, self.max_object_bytes, changes)
                 result = operation(tx)
                 db.compact(connection, self._database.event_retention)
                 return result
@@ -363,11 +363,7 @@ class _Transaction:
         namespace = meta["namespace"]
         if meta.get("name"):
             if _current(self.connection, self._resource, namespace, meta["name"]) is not None:
-                raise AlreadyExists(
-                    f'{self._resource.qualified} "{meta["name"]}" already exists',
-                    resource=self._resource,
-                    name=meta["name"],
-                )
+                raise already_exists(self._resource, meta["name"])
         else:
             meta["name"] = self._free_name(namespace, meta["generateName"])
         rv = db.next_resource_version(self.connection)
@@ -414,15 +410,8 @@ class _Transaction:
     def _insert(self, obj: Object, rv: int, created_rv: int) -> None:
         meta = metadata(obj)
         meta["resourceVersion"] = str(rv)
+        check_size(self._resource, obj, self._max_object_bytes)
         text = encode(obj)
-        size = len(text.encode())
-        if size > self._max_object_bytes:
-            raise TooLarge(
-                f'{self._resource.qualified} "{meta["name"]}" is too large: {size} bytes, the '
-                f"limit is {self._max_object_bytes}; keep less output in status",
-                resource=self._resource,
-                name=meta["name"],
-            )
         self.connection.execute(
             "INSERT INTO revisions (resource, namespace, name, rv, superseded, created_rv, "
             "object) VALUES (?, ?, ?, ?, NULL, ?, ?)",

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from apiserver.registry.errors import NotFound
+from apiserver.registry.objects import already_exists, check_size, checked_new, generate_name
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.watch import Watch
 
@@ -60,6 +62,27 @@ class ObjectStore(ABC):
     """Storage for the objects of one namespaced resource."""
 
     resource: ResourceType
+    max_object_bytes: int
+    """The size cap of one object (``objects.check_size``), checked on every write."""
+
+    async def check_create(self, obj: Mapping[str, Any]) -> Object:
+        """Every check ``create`` makes of `obj`, storing nothing (a dry run): the same
+        ``Invalid``, ``BadRequest``, ``AlreadyExists`` (the name is taken now) and ``TooLarge``,
+        through the same code. Returns `obj` as create would store it before the store stamps
+        its identity: with a name (one generated from generateName, not reserved)."""
+        prepared = checked_new(self.resource, obj)
+        meta = prepared["metadata"]
+        if meta.get("name"):
+            try:
+                await self.get(meta["namespace"], meta["name"])
+            except NotFound:
+                pass
+            else:
+                raise already_exists(self.resource, meta["name"])
+        else:
+            meta["name"] = generate_name(meta["generateName"])
+        check_size(self.resource, prepared, self.max_object_bytes)
+        return prepared
 
     @abstractmethod
     async def create(self, obj: Mapping[str, Any], *, cohort: Cohort | None = None) -> Object:
@@ -70,6 +93,11 @@ class ObjectStore(ABC):
         Raises ``AlreadyExists`` if the name is taken, ``TooLarge`` over the size cap,
         ``Invalid`` without namespace or name, ``BadRequest`` if a resourceVersion is set.
         """
+
+    def check_update(self, obj: Mapping[str, Any]) -> None:
+        """Every check ``guaranteed_update`` makes of the object it would store (the size
+        cap: ``TooLarge``), storing nothing (a dry run)."""
+        check_size(self.resource, obj, self.max_object_bytes)
 
     @abstractmethod
     async def get(self, namespace: str, name: str) -> Object:

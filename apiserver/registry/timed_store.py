@@ -31,6 +31,7 @@ class TimedObjectStore(ObjectStore):
 
     def __init__(self, inner: ObjectStore, observer: StoreObserver) -> None:
         self.resource = inner.resource
+        self.max_object_bytes = inner.max_object_bytes
         self._inner = inner
         self._observer = observer
 

@@ -1,7 +1,10 @@
-"""Admission.start: the server-wide cap on runs in flight comes before the per-pod bounds."""
+"""Admission.start: the server-wide cap on runs in flight comes before the per-pod bounds;
+Admission.check (a dry run) makes every check start makes, through the same code, and stores
+and starts nothing."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -9,7 +12,12 @@ import pytest
 from apiserver.api.status import status_body
 from apiserver.notifier import admission, request
 from apiserver.notifier.declarations import ANNOTATION
-from apiserver.notifier.errors import InvalidSelection, TooManyRuns
+from apiserver.notifier.errors import InvalidSelection, RunConflict, TooManyRuns
+from apiserver.registry.errors import TooLarge
+from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.sqlite_database import SqliteDatabase
+from apiserver.registry.sqlite_store import SqliteObjectStore
 
 
 class Store:
@@ -68,6 +76,64 @@ async def test_room_stores_the_record_and_starts_its_run() -> None:
     (plan,) = runner.started
     assert (plan.namespace, plan.record, plan.pod, plan.pod_uid) == ("ns", "r-1", "p", "u1")
     assert plan.pod_not_running == ""
+
+
+def stored_admission(database: SqliteDatabase, capacity: bool = True
+                     ) -> tuple[admission.Admission, PodNotifierStore, Runner]:
+    """An Admission over real PodNotifier records (SQLite, a 4 KiB size cap), K = 2."""
+    records = PodNotifierStore(
+        SqliteObjectStore(database, PODNOTIFIERS, max_object_bytes=4096),
+        SqliteObjectStore(database, PODLEDGERS), "replica-0")
+    runner = Runner(capacity)
+    limits = admission.Limits(max_timeout_seconds=600, output_tail_bytes=4096,
+                              default_ttl_seconds_after_finished=3600, max_records_per_pod=2,
+                              max_concurrent_executions=2)
+    built = admission.Admission(pods=None, trust=None, records=records,  # type: ignore[arg-type]
+                                runner=runner, limits=limits)  # type: ignore[arg-type]
+    return built, records, runner
+
+
+def admitted(notifier: str = "quiesce", **labels: str) -> admission.Admitted:
+    return admission.Admitted(
+        record={"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
+                "metadata": {"namespace": "ns", "generateName": f"p-{notifier}-",
+                             "labels": labels},
+                "spec": {"podName": "p", "podUID": "u1", "notifier": notifier},
+                "status": {"phase": "Pending"}},
+        pod=ADMITTED.pod, containers=(), timeouts={}, tail_bytes=4096)
+
+
+async def test_a_dry_run_refuses_what_start_refuses_and_stores_nothing(
+        database: SqliteDatabase) -> None:
+    admit, records, runner = stored_admission(database)
+    big = admitted(**{f"label-{i}": "v" * 60 for i in range(60)})
+    with pytest.raises(TooLarge) as dry:
+        await admit.check(big)
+    with pytest.raises(TooLarge) as real:
+        await admit.start(big)
+    generated = re.compile(r'"p-quiesce-\w{5}"')
+    assert dry.value.code == real.value.code == 413
+    assert generated.sub("NAME", dry.value.message) == generated.sub("NAME", real.value.message)
+
+    await admit.start(admitted())
+    with pytest.raises(RunConflict):
+        await admit.check(admitted())
+    await admit.start(admitted("flush"))
+    with pytest.raises(TooManyRuns) as bounded:
+        await admit.check(admitted("reload"))
+    assert "2 or more unfinished notifier records" in bounded.value.message
+    full, _, _ = stored_admission(database, capacity=False)
+    with pytest.raises(TooManyRuns, match="maximum of 2 notifiers at once"):
+        await full.check(admitted("other"))
+    assert len(runner.started) == 2
+    assert len((await records.list("ns")).items) == 2
+
+
+async def test_a_dry_run_answers_the_record_with_a_name(database: SqliteDatabase) -> None:
+    admit, records, runner = stored_admission(database)
+    checked = await admit.check(admitted())
+    assert checked["metadata"]["name"].startswith("p-quiesce-")
+    assert (await records.list("ns")).items == [] and runner.started == []
 
 
 def notify_request(**overrides: Any) -> request.NotifyRequest:

@@ -157,6 +157,29 @@ async def test_a_dry_run_is_refused_alike(served: Served) -> None:
     assert cause["field"] == "spec.notifier"
 
 
+async def test_a_dry_run_makes_the_stores_checks_too(served: Served) -> None:
+    """The size cap and a taken name: 413 and 409 for a dry run as for the create."""
+    served.kube.pods = [pod("db-0", {"app": "db"}, DB_NOTIFIERS)]
+    labels = {f"label-{i:04}": "v" * 63 for i in range(3600)}  # about 280 KB
+
+    async def big(query: str) -> httpx.Response:
+        return await served.client.post(f"{PATH}{query}", json={
+            "apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
+            "metadata": {"name": "big", "labels": labels},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}, "notifier": "quiesce"}})
+
+    dry, real = await big("?dryRun=All"), await big("")
+    assert (dry.status_code, real.status_code) == (413, 413)
+    assert dry.json() == real.json()
+    assert dry.json()["message"].startswith(
+        'notifications.notifier.x-k8s.io "big" is too large: ')
+    assert (await served.create("quiesce", {"app": "db"})).status_code == 201
+    taken = await served.create("quiesce", {"app": "db"}, query="?dryRun=All")
+    assert taken.status_code == 409 and taken.json()["reason"] == "AlreadyExists", taken.text
+    assert [obj["metadata"]["name"] for obj in await served.stored()] == ["snap"]
+    assert [name for name, _ in served.fanout.begun] == ["snap"]
+
+
 async def test_a_scope_where_some_pod_declares_it_is_created_whole(served: Served) -> None:
     served.kube.pods = [pod("db-0", {"app": "db"}, DB_NOTIFIERS), pod("cache", {"app": "db"})]
     answer = await served.create("quiesce", {"app": "db"})

@@ -1,4 +1,5 @@
-"""The release action (POST .../notifications/{name}/release) and the create-time check of a
+"""The release action (POST .../notifications/{name}/release), authorized as a held record's
+release is (create pods/notify on every pod of the window), and the create-time check of a
 window without a release notifier (only a held quiesce may go without one)."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import httpx
 import pytest
 from fastapi import APIRouter
 
+from apiserver.authn.user import UserInfo
+from apiserver.authz.sar import Decision
 from apiserver.handlers import notifications
 from apiserver.handlers.watch_response import Watches
 from apiserver.registry.resources import NOTIFICATIONS
@@ -30,9 +33,13 @@ HELD = {"db": [{"name": "quiesce", "action": {"exec": {"command": ["sh", "-c", "
 class Fanout:
     requests: list[tuple[str, str]] = field(default_factory=list)
     recorded: bool = True
+    scope: list[str] = field(default_factory=list)
 
     async def begin(self, notification: dict[str, Any], pods: list[tuple[str, str]]) -> None:
-        pass
+        self.scope = [name for name, _ in pods]
+
+    async def scope_pods(self, notification: dict[str, Any]) -> list[str] | None:
+        return list(self.scope) if self.recorded else None
 
     async def deleted(self, uid: str) -> None:
         pass
@@ -42,12 +49,28 @@ class Fanout:
         return self.recorded
 
 
+class NotifyDenied(AllowAll):
+    """Allows everything but create pods/notify on the pods named in `denied`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.denied: set[str] = set()
+
+    async def authorize(self, user: UserInfo, attributes: Any) -> Decision:
+        await super().authorize(user, attributes)
+        if (attributes.resource, attributes.subresource) == ("pods", "notify") and (
+                attributes.name in self.denied):
+            return Decision(False, "no RBAC policy matched")
+        return Decision(True)
+
+
 @dataclass
 class Served:
     client: httpx.AsyncClient
     store: SqliteObjectStore
     kube: Pods
     fanout: Fanout
+    access: NotifyDenied
 
     async def create(self, **spec: Any) -> httpx.Response:
         return await self.client.post(PATH, json={
@@ -62,7 +85,7 @@ class Served:
 @pytest.fixture
 async def served(database: SqliteDatabase) -> AsyncIterator[Served]:
     store, kube, fanout, access = (SqliteObjectStore(database, NOTIFICATIONS), Pods(), Fanout(),
-                                   AllowAll())
+                                   NotifyDenied())
     router = APIRouter()
     router.include_router(notifications.router(  # type: ignore[arg-type]
         store, fanout, kube, access, Watches(), max_parallelism=10, max_timeout_seconds=60,
@@ -71,7 +94,7 @@ async def served(database: SqliteDatabase) -> AsyncIterator[Served]:
                      readiness=Readiness(), resource_router=router)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="https://notifier.test") as client:
-        yield Served(client, store, kube, fanout)
+        yield Served(client, store, kube, fanout, access)
 
 
 async def test_the_release_is_stored_and_answered_with_the_notification(served: Served) -> None:
@@ -111,6 +134,53 @@ async def test_releasing_what_cannot_be_released(served: Served) -> None:
     unrecorded = await served.release()
     assert unrecorded.status_code == 409, unrecorded.text
     assert "no recorded run" in unrecorded.json()["message"]
+
+
+async def test_releasing_needs_create_pods_notify_on_every_pod_of_the_window(
+        served: Served) -> None:
+    served.kube.pods = [pod(f"db-{i}", {"app": "db"}, DB_NOTIFIERS) for i in range(12)]
+    assert (await served.create(release={"notifier": "unquiesce"})).status_code == 201
+    served.access.denied = {"db-10"}
+    served.access.asked.clear()
+    for query in ("", "?dryRun=All"):
+        refused = await served.release(query=query)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["message"] == (
+            'notifications.notifier.x-k8s.io "snap" is forbidden: releasing a quiesce window '
+            'needs create pods/notify on its pod "db-10": User "alice" cannot create resource '
+            '"pods/notify" in API group "notifier.x-k8s.io" in the namespace "prod": no RBAC '
+            "policy matched")
+    assert served.fanout.requests == []
+    assert "window" not in (await served.store.get("prod", "snap"))["status"]
+    asked = [(a.verb, a.resource, a.subresource, a.namespace, a.name)
+             for a in served.access.asked if a.subresource == "notify"]
+    assert asked[:12] == [("create", "pods", "notify", "prod", f"db-{i}") for i in range(12)]
+    served.access.denied = set()
+    assert (await served.release()).status_code == 200
+
+
+async def test_a_finished_window_is_answered_as_it_is_only_to_who_may_release_it(
+        served: Served) -> None:
+    served.kube.pods = [pod("db-0", {"app": "db"}, DB_NOTIFIERS)]
+    await served.create(release={"notifier": "unquiesce"})
+    await served.store.guaranteed_update("prod", "snap", lambda obj: {
+        **obj, "status": {**obj["status"], "phase": "Succeeded"}})
+    served.access.denied = {"db-0"}
+    assert (await served.release()).status_code == 403
+    served.access.denied = set()
+    answer = await served.release()
+    assert answer.status_code == 200 and answer.json()["status"]["phase"] == "Succeeded"
+
+
+async def test_a_dry_run_release_of_an_unrecorded_run_is_refused_as_the_real_one(
+        served: Served) -> None:
+    served.kube.pods = [pod("db-0", {"app": "db"}, DB_NOTIFIERS)]
+    served.fanout.recorded = False
+    await served.create(release={"notifier": "unquiesce"})
+    for query in ("", "?dryRun=All"):
+        answer = await served.release(query=query)
+        assert answer.status_code == 409, answer.text
+        assert "no recorded run" in answer.json()["message"]
 
 
 async def test_a_window_without_a_release_notifier_needs_held_pods(served: Served) -> None:

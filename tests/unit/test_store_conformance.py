@@ -14,6 +14,7 @@ unfinished run per notifier and pod, at most K records per pod, TTL expiry, unfi
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -211,6 +212,54 @@ async def test_size_cap(store: ObjectStore) -> None:
     with pytest.raises(NotFound):
         await store.get("ns", "big")
     assert "stdout" not in (await store.get("ns", "small"))["status"]
+
+
+async def test_a_dry_run_create_makes_the_creates_checks_and_stores_nothing(
+        store: ObjectStore) -> None:
+    with pytest.raises(TooLarge) as too_large:
+        await store.check_create(record("big", output="x" * 5000))
+    with pytest.raises(TooLarge) as stored_too_large:
+        await store.create(record("big", output="x" * 5000))
+    assert too_large.value.message == stored_too_large.value.message
+    assert f"the limit is {MAX_BYTES}" in too_large.value.message
+
+    await store.create(record("taken"))
+    with pytest.raises(AlreadyExists) as taken:
+        await store.check_create(record("taken"))
+    assert taken.value.message == 'podnotifiers.notifier.x-k8s.io "taken" already exists'
+    with pytest.raises(Invalid):
+        await store.check_create({"metadata": {"namespace": "ns"}})
+    with pytest.raises(BadRequest):
+        await store.check_create({**record("rv"), "metadata": {
+            "namespace": "ns", "name": "rv", "resourceVersion": "1"}})
+
+    checked = await store.check_create(record(pod="web-7"))
+    assert checked["metadata"]["name"].startswith("web-7-quiesce-")
+    assert checked["metadata"]["generateName"] == "web-7-quiesce-"
+    assert names((await store.list("ns")).items) == ["taken"]
+
+
+async def test_the_size_cap_is_one_measure_before_and_after_the_store_stamps(
+        store: ObjectStore) -> None:
+    """An object just under the cap by the dry run's measure is stored, and just over it is
+    not: the dry run and the write measure alike."""
+    base = len(json.dumps(record("edge", output=""), separators=(",", ":")))
+    stamped = len(',"uid":"","resourceVersion":"","creationTimestamp":""') + 36 + 19 + 20
+    fits = record("edge", output="x" * (MAX_BYTES - base - stamped))
+    await store.check_create(fits)
+    await store.create(fits)
+    over = record("edge2", output="x" * (MAX_BYTES - base - stamped + 2))
+    with pytest.raises(TooLarge):
+        await store.check_create(over)
+    with pytest.raises(TooLarge):
+        await store.create(over)
+
+
+async def test_a_dry_run_update_checks_the_size_cap(store: ObjectStore) -> None:
+    small = await store.create(record("small"))
+    store.check_update(small)
+    with pytest.raises(TooLarge):
+        store.check_update({**small, "status": {"stdout": "y" * 5000}})
 
 
 async def test_returned_objects_are_not_shared_with_watchers(store: ObjectStore) -> None:
@@ -855,6 +904,31 @@ async def test_bounded_create_is_atomic_under_concurrency(
     assert len(created) == 4
     assert all(isinstance(r, TooManyRequests) for r in results if isinstance(r, BaseException))
     assert len(await pod_records(store, "web-0")) == 4
+
+
+async def test_a_dry_run_bounded_create_refuses_as_the_create_and_writes_nothing(
+    store: ObjectStore, records: PodNotifierStore
+) -> None:
+    await records.create_bounded(record("first", notifier="quiesce", phase="Running"),
+                                 max_per_pod=2)
+    before = await records.ledgers.all()
+    with pytest.raises(Conflict) as conflict:
+        await records.check_bounded(record(notifier="quiesce"), max_per_pod=2)
+    assert conflict.value.name == "first"
+    await records.create_bounded(record("second", notifier="b"), max_per_pod=2)
+    with pytest.raises(TooManyRequests):
+        await records.check_bounded(record(notifier="c"), max_per_pod=2)
+    with pytest.raises(TooLarge):
+        await records.check_bounded(record(pod="web-1", output="x" * 5000), max_per_pod=2)
+    with pytest.raises(AlreadyExists):
+        await records.check_bounded(record("first", pod="web-1"), max_per_pod=2)
+
+    checked = await records.check_bounded(record(pod="web-1"), max_per_pod=2)
+    assert checked["metadata"]["name"].startswith("web-1-quiesce-")
+    assert await pod_records(store, "web-1") == []
+    (after,) = await records.ledgers.all()  # none for web-1; web-0's has its two runs
+    assert (after.pod, [run.record for run in after.runs]) == ("web-0", ["first", "second"])
+    assert [ledger.pod for ledger in before] == ["web-0"]
 
 
 async def test_bounded_create_requires_pod_and_notifier(records: PodNotifierStore) -> None:
