@@ -12,7 +12,7 @@ anyone allowed to patch it could add a CA to it, but the caBundle of a cluster-s
 APIService only the server (and cluster administrators) may write. So a CA enters the caBundle
 before the Secret holds it (the server publishes what it made, then writes the Secret), and a
 Secret is planned from only if every CA it asks to trust is in the caBundle or is one this
-replica made or trusted itself (`_vouched`). Any other content is refused (logged, counted in
+replica made or trusted itself (`_strangers`). Any other content is refused (logged, counted in
 `refused`, never written to --cert-dir) and replaced by a new CA of the server's own, as if
 there were no Secret. The annotation `secret.ROTATE` asks for a new CA the same way.
 
@@ -36,11 +36,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
 
 from apiserver.certificates import secret as secret_keys
 from apiserver.certificates.files import CertDir
-from apiserver.certificates.plan import Material, Policy, next_due, plan
+from apiserver.certificates.plan import Material, Policy, next_due, pem_bundle, plan
 from apiserver.errors import StartupError
 from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable, paths
 from apiserver.kube.informer import Backoff, Handlers, Informer
@@ -250,8 +249,8 @@ class ServingCertificates:
                        cas: tuple[x509.Certificate, ...]) -> dict[str, Any] | None:
         """Set the APIService's caBundle to `cas` (resourceVersion-conditional): the APIService
         written, or None on a conflict."""
-        bundle = b"".join(ca.public_bytes(Encoding.PEM) for ca in cas)
-        spec = {**(apiservice.get("spec") or {}), "caBundle": base64.b64encode(bundle).decode()}
+        spec = {**(apiservice.get("spec") or {}),
+                "caBundle": base64.b64encode(pem_bundle(cas)).decode()}
         try:
             written = await self._kube.put(f"{APIREGISTRATION}/apiservices/"
                                            f"{paths.segment(self._apiservice)}",
