@@ -207,8 +207,11 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         clients.authorization, allowed_ttl=options.authorization_webhook_cache_authorized_ttl,
         denied_ttl=options.authorization_webhook_cache_unauthorized_ttl)
     metrics = Metrics()
-    metrics.watch_serving_certificate(
-        tls.expiration_timestamp, certificates.ca_expiration if certificates else None)
+    if certificates is None:
+        metrics.watch_serving_certificate(tls.expiration_timestamp)
+    else:
+        metrics.watch_serving_certificate(tls.expiration_timestamp, certificates.ca_expiration,
+                                          lambda: certificates.refused)
     metrics.watch_reviews(authorization=authorizer.counters, authentication=tokens.counters)
     readiness = Readiness()
     readiness.add("trust-material", lambda: trust_store.material is not None)

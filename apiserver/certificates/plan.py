@@ -85,7 +85,12 @@ class Material:
         return tuple(cas)
 
     def bundle_pem(self) -> bytes:
-        return b"".join(cert.public_bytes(Encoding.PEM) for cert in self.trusted())
+        return pem_bundle(self.trusted())
+
+
+def pem_bundle(cas: Sequence[x509.Certificate]) -> bytes:
+    """The certificates as one PEM bundle (a Secret's ca-bundle.crt, a caBundle), in order."""
+    return b"".join(cert.public_bytes(Encoding.PEM) for cert in cas)
 
 
 def renewal_time(cert: x509.Certificate) -> datetime.datetime:

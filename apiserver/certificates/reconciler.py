@@ -6,6 +6,16 @@ made (409) and an update whose resourceVersion is stale (409) re-read it and pla
 what the other replica wrote, so exactly one CA and one serving pair win. The APIService is
 updated the same way (resourceVersion-conditional). Each pass reads both objects afresh.
 
+The APIService's caBundle is also the record of the CAs the server made: anyone allowed to
+create Secrets in the namespace could create this one in a moment it does not exist, and
+anyone allowed to patch it could add a CA to it, but the caBundle of a cluster-scoped
+APIService only the server (and cluster administrators) may write. So a CA enters the caBundle
+before the Secret holds it (the server publishes what it made, then writes the Secret), and a
+Secret is planned from only if every CA it asks to trust is in the caBundle or is one this
+replica made or trusted itself (`_strangers`). Any other content is refused (logged, counted in
+`refused`, never written to --cert-dir) and replaced by a new CA of the server's own, as if
+there were no Secret. The annotation `secret.ROTATE` asks for a new CA the same way.
+
 `start` runs passes before the server listens (it must have a certificate to serve) and turns
 a refusal into a one-line StartupError naming the permission to grant. `run` then keeps them in
 sync: an informer on the Secret and one on the APIService (a field selector on each name) wake
@@ -29,7 +39,7 @@ from cryptography import x509
 
 from apiserver.certificates import secret as secret_keys
 from apiserver.certificates.files import CertDir
-from apiserver.certificates.plan import Material, Policy, next_due, plan
+from apiserver.certificates.plan import Material, Policy, next_due, pem_bundle, plan
 from apiserver.errors import StartupError
 from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable, paths
 from apiserver.kube.informer import Backoff, Handlers, Informer
@@ -107,6 +117,8 @@ class ServingCertificates:
                                              secret_name)
         self.material: Material | None = None
         """What the last successful pass left in the Secret (and in --cert-dir)."""
+        self.refused = 0
+        """Passes that found a Secret asking to trust a CA the server did not publish."""
 
     @property
     def secret(self) -> str:
@@ -121,33 +133,53 @@ class ServingCertificates:
     # one reconcile
 
     async def reconcile(self) -> Material:
-        """Read the Secret and the APIService, write what the plan changes, write the serving
-        pair to --cert-dir and publish the bundle; re-run on a conflict. Raises Refused or
-        KubeUnavailable as kube-apiserver answers, ConflictsPersist after MAX_PASSES."""
+        """Read the Secret and the APIService, publish the CAs the plan adds, write what the
+        plan changes, write the serving pair to --cert-dir and publish the bundle; re-run on a
+        conflict. Raises Refused or KubeUnavailable as kube-apiserver answers, ConflictsPersist
+        after MAX_PASSES."""
         for _ in range(MAX_PASSES):
             found = await self._read_secret()
-            current = self._usable(found)
             apiservice = await self._read_apiservice() if self._apiservice else None
             published = (_decode_bundle((apiservice.get("spec") or {}).get("caBundle"))
                          if apiservice is not None else None)
+            current = self._usable(found)
+            if found is not None and current is not None and self._refused(current, published):
+                current, found = None, secret_keys.disowned(found)
             desired = plan(current, self._clock(), self._policy, published)
+            if apiservice is not None and published is not None:
+                unpublished = tuple(ca for ca in desired.trusted() if ca not in published)
+                if unpublished:
+                    apiservice = await self._publish(apiservice, published + unpublished)
+                    if apiservice is None:
+                        continue
+                    published += unpublished
             if found is None or not secret_keys.holds(found, desired):
                 if not await self._write_secret(found, desired):
                     continue
-                self._log_change(current, desired)
+                self._log_change(found, current, desired)
             self.cert_dir.write(desired.serving)
             self.material = desired
             if apiservice is not None and published != desired.trusted():
-                if not await self._publish(apiservice, desired):
+                if await self._publish(apiservice, desired.trusted()) is None:
                     continue
-                if desired.next_ca is not None and desired.next_ca_published_at is None:
-                    continue  # record the publication in the Secret
+            if (apiservice is not None and desired.next_ca is not None
+                    and desired.next_ca_published_at is None):
+                continue  # record the publication in the Secret
             return desired
         raise ConflictsPersist(f"secret {self.secret} and APIService {self._apiservice or '-'}: "
                                f"{MAX_PASSES} write conflicts in a row")
 
     def _usable(self, found: Mapping[str, Any] | None) -> Material | None:
+        """What `found` holds; None when there is no Secret, a rotation is requested or its
+        content is unusable."""
         if found is None:
+            return None
+        requested = secret_keys.rotation_requested(found)
+        if requested is not None:
+            log.info("serving certificate Secret: a new CA was requested; replacing the CA "
+                     "without an overlap", extra={"secret": self.secret,
+                                                  "annotation": secret_keys.ROTATE,
+                                                  "value": requested})
             return None
         try:
             return secret_keys.decode(found)
@@ -155,6 +187,32 @@ class ServingCertificates:
             log.warning("serving certificate Secret unusable; replacing its content with a new "
                         "CA and certificate", extra={"secret": self.secret, "error": str(error)})
             return None
+
+    def _refused(self, material: Material, published: tuple[x509.Certificate, ...] | None
+                 ) -> bool:
+        """Whether the Secret's `material` asks to trust a CA the server cannot vouch for
+        (`_strangers`): then it is logged and counted, and not planned from."""
+        strangers = self._strangers(material, published)
+        if strangers:
+            self.refused += 1
+            log.warning("serving certificate Secret not trusted: it asks to trust a CA the "
+                        "server did not put into the APIService's caBundle (another writer "
+                        "created or changed it); not served, replacing its content with a new "
+                        "CA and certificate of the server's own", extra={
+                            "secret": self.secret, "apiservice": self._apiservice,
+                            "untrusted_cas": [ca.subject.rfc4514_string() for ca in strangers]})
+        return bool(strangers)
+
+    def _strangers(self, material: Material, published: tuple[x509.Certificate, ...] | None
+                   ) -> list[x509.Certificate]:
+        """The CAs `material` asks to trust that the server cannot vouch for: neither in the
+        APIService's caBundle (`published`) nor made or trusted by this replica before (a
+        caBundle someone cleared is put back). With no APIService managed there is nothing
+        to check against: none."""
+        if published is None:
+            return []
+        known = self.material.trusted() if self.material is not None else ()
+        return [ca for ca in material.trusted() if ca not in published and ca not in known]
 
     async def _read_secret(self) -> dict[str, Any] | None:
         try:
@@ -187,25 +245,28 @@ class ServingCertificates:
             raise Refused(error, on_apiservice=False) from None
         return True
 
-    async def _publish(self, apiservice: Mapping[str, Any], desired: Material) -> bool:
-        """Set the APIService's caBundle to the bundle (resourceVersion-conditional); False on
-        a conflict."""
+    async def _publish(self, apiservice: Mapping[str, Any],
+                       cas: tuple[x509.Certificate, ...]) -> dict[str, Any] | None:
+        """Set the APIService's caBundle to `cas` (resourceVersion-conditional): the APIService
+        written, or None on a conflict."""
         spec = {**(apiservice.get("spec") or {}),
-                "caBundle": base64.b64encode(desired.bundle_pem()).decode()}
+                "caBundle": base64.b64encode(pem_bundle(cas)).decode()}
         try:
-            await self._kube.put(f"{APIREGISTRATION}/apiservices/"
-                                 f"{paths.segment(self._apiservice)}", {**apiservice, "spec": spec})
+            written = await self._kube.put(f"{APIREGISTRATION}/apiservices/"
+                                           f"{paths.segment(self._apiservice)}",
+                                           {**apiservice, "spec": spec})
         except KubeRejected as error:
             if error.status_code == 409:
-                return False
+                return None
             raise Refused(error, on_apiservice=True) from None
         log.info("APIService caBundle updated", extra={
-            "apiservice": self._apiservice, "ca_certificates": len(desired.trusted())})
-        return True
+            "apiservice": self._apiservice, "ca_certificates": len(cas)})
+        return written
 
-    def _log_change(self, current: Material | None, desired: Material) -> None:
+    def _log_change(self, found: Mapping[str, Any] | None, current: Material | None,
+                    desired: Material) -> None:
         if current is None or current.ca.cert != desired.ca.cert:
-            what = ("created" if current is None else
+            what = ("created" if found is None else "CA replaced" if current is None else
                     "CA rotated" if current.next_ca is not None
                     and current.next_ca.cert == desired.ca.cert else "CA replaced")
         elif current.next_ca is None and desired.next_ca is not None:

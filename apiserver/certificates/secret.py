@@ -10,7 +10,9 @@ The Secret is of type ``kubernetes.io/tls``; its ``data`` (base64 of PEM):
 - ``retired-ca.crt``: after a CA rotation, the CA replaced, until its last certificate expires.
 
 Two annotations carry the rotation's times (RFC 3339): `PUBLISHED_AT` (when the bundle with the
-next CA was seen published) and `RETIRED_UNTIL` (until when the retired CA is trusted).
+next CA was seen published) and `RETIRED_UNTIL` (until when the retired CA is trusted). A third,
+`ROTATE`, is set by an administrator to force a new CA (`rotation_requested`); the write that
+replaces the CA removes it.
 """
 
 from __future__ import annotations
@@ -35,8 +37,14 @@ NEXT_CA_CERT, NEXT_CA_KEY = "next-ca.crt", "next-ca.key"
 RETIRED_CA_CERT = "retired-ca.crt"
 PUBLISHED_AT = "notifier.x-k8s.io/next-ca-published-at"
 RETIRED_UNTIL = "notifier.x-k8s.io/retired-ca-trusted-until"
-ANNOTATIONS = (PUBLISHED_AT, RETIRED_UNTIL)
+ROTATE = "notifier.x-k8s.io/rotate-ca"
+"""Set (any value) to have the server replace the CA at once, without an overlap."""
+ANNOTATIONS = (PUBLISHED_AT, RETIRED_UNTIL, ROTATE)
 """The annotations this module owns (others on the Secret are kept)."""
+KUBERNETES_ACTS_ON = ("ownerReferences", "finalizers")
+"""The metadata through which Kubernetes acts on the Secret (the garbage collector deletes it
+with an owner; a finalizer holds its deletion): `disowned` drops them from a Secret the server
+did not write."""
 
 
 class UnusableSecret(ValueError):
@@ -113,6 +121,19 @@ def decode(secret: Mapping[str, Any]) -> Material:
         next_ca=next_ca,
         next_ca_published_at=_parsed_time(annotations, PUBLISHED_AT) if next_ca else None,
         retired_ca=retired, retired_ca_until=retired_until if retired else None)
+
+
+def rotation_requested(secret: Mapping[str, Any]) -> str | None:
+    """The value of the Secret's `ROTATE` annotation, None if it has none."""
+    value = ((secret.get("metadata") or {}).get("annotations") or {}).get(ROTATE)
+    return value if isinstance(value, str) else None
+
+
+def disowned(secret: Mapping[str, Any]) -> dict[str, Any]:
+    """`secret` without the metadata of `KUBERNETES_ACTS_ON`."""
+    metadata = {k: v for k, v in (secret.get("metadata") or {}).items()
+                if k not in KUBERNETES_ACTS_ON}
+    return {**secret, "metadata": metadata}
 
 
 def with_material(secret: Mapping[str, Any], material: Material) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 from apiserver.api.decoding import Body, FieldValidation, decode, invalid
 from apiserver.api.resources import NOTIFICATIONS
 from apiserver.api.types import ABORT, ALL_PODS, Notification
+from apiserver.registry.selectors import LabelSelector
 
 KIND = Notification.KIND
 RESOURCE = NOTIFICATIONS.name
@@ -31,15 +32,8 @@ class NotificationRequest:
 
 
 def selector_string(selector: dict[str, Any]) -> str:
-    """spec.selector as a label selector string, for listing pods. Label values cannot hold
-    ',' or ' ' (the definition refuses them), so they are written unquoted."""
-    parts = [f"{key}={value}" for key, value in sorted(selector.get("matchLabels", {}).items())]
-    for expression in selector.get("matchExpressions", []):
-        key, operator = expression["key"], expression["operator"]
-        values = ",".join(expression.get("values", []))
-        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
-                      "Exists": key, "DoesNotExist": f"!{key}"}[operator])
-    return ",".join(parts)
+    """spec.selector as a label selector string, for listing pods."""
+    return str(LabelSelector.from_object(selector))
 
 
 def validate(body: Body, namespace: str, *, max_parallelism: int, max_timeout_seconds: int,

@@ -6,8 +6,8 @@ Each object is trimmed to the fields notify needs, to bound memory:
 - a pod keeps ``metadata`` (namespace, name, uid, resourceVersion, labels, annotations,
   ownerReferences, deletionTimestamp), ``spec.containers[].name`` and ``status`` (phase,
   ``containerStatuses[]`` name, containerID and state);
-- an owner keeps ``metadata`` (namespace, name, uid, resourceVersion) and, of its pod
-  template, only the notifier annotation (``spec.template.metadata.annotations``).
+- an owner keeps ``metadata`` (namespace, name, uid, resourceVersion), its ``spec.selector``
+  and, of its pod template, only the notifier annotation (``spec.template.metadata.annotations``).
 
 Reads come from the cache; only an object the cache has not seen yet (created a moment ago,
 or before the first list is in) costs one GET, so steady-state admission makes no request.
@@ -66,8 +66,9 @@ def trim_pod(pod: Object) -> Object:
 def trim_owner(owner: Object) -> Object:
     template = (((owner.get("spec") or {}).get("template") or {}).get("metadata") or {})
     annotations = _pick(template.get("annotations") or {}, (ANNOTATION,))
-    return {"metadata": _pick(owner["metadata"], OWNER_METADATA),
-            "spec": {"template": {"metadata": {"annotations": annotations}}}}
+    spec: dict[str, Any] = _pick(owner.get("spec") or {}, ("selector",))
+    spec["template"] = {"metadata": {"annotations": annotations}}
+    return {"metadata": _pick(owner["metadata"], OWNER_METADATA), "spec": spec}
 
 
 async def _get_or_none(kube: KubeClient, path: str) -> Object | None:
@@ -117,8 +118,9 @@ class PodCache:
 
 
 class OwnerTemplates:
-    """The ReplicaSets, StatefulSets, DaemonSets and Jobs, trimmed to their pod template's
-    notifier annotation: one informer per kind. `backoff` makes each informer's Backoff."""
+    """The ReplicaSets, StatefulSets, DaemonSets and Jobs, trimmed to their selector and their
+    pod template's notifier annotation: one informer per kind. `backoff` makes each
+    informer's Backoff."""
 
     def __init__(self, kube: KubeClient, *,
                  backoff: Callable[[], Backoff] = Backoff) -> None:

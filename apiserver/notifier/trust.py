@@ -4,10 +4,13 @@ Pod annotations can be changed by anyone with `patch pods`, so a declaration is 
 
 1. the pod's annotation is identical to the one in the pod template of its controlling owner
    (ReplicaSet, StatefulSet, DaemonSet or Job), that owner being the object the pod's
-   controller reference names by kind, name *and UID*: whoever can change that template can
-   already change the code the pod runs. (Without the UID, anyone with `patch pods` could point
-   the reference at any owner's kind and name, copy its annotation, and be trusted until the
-   garbage collector removed the pod.) What rule 1 still trusts is in docs/security.md; or
+   controller reference names by kind, name *and UID*, and the pod's labels matching that
+   owner's selector: whoever can change that template can already change the code the pod
+   runs. (Without the UID, anyone with `patch pods` could point the reference at any owner's
+   kind and name, copy its annotation, and be trusted until the garbage collector removed the
+   pod; without the selector, at a real owner with its real UID, until the owner's controller
+   released the pod. A pod whose labels match the selector is one the controller itself would
+   adopt.) What rule 1 still trusts is in docs/security.md; or
 2. the requesting user may `create pods/exec` on the pod (a SubjectAccessReview): they could run
    the command themselves anyway.
 """
@@ -23,6 +26,7 @@ from apiserver.authz.sar import Authorizer
 from apiserver.errors import quoted
 from apiserver.notifier.declarations import ANNOTATION, annotation_matches_template
 from apiserver.notifier.podcache import OWNER_KINDS
+from apiserver.registry.selectors import LabelSelector
 
 OWNER_TEMPLATE = "OwnerTemplate"
 POD_EXEC = "PodExec"
@@ -65,18 +69,30 @@ def controller_of(pod: dict[str, Any]) -> ControllerRef | None:
     return None
 
 
-def _rule_1(controller: ControllerRef, owner: dict[str, Any] | None, annotation: str | None
+def _rule_1(controller: ControllerRef, owner: dict[str, Any] | None, pod: dict[str, Any]
             ) -> str:
     """Why the owner does not vouch for the pod's annotation, or "" if it does."""
     where = f"{controller.kind}/{controller.name}"
+    meta = pod["metadata"]
     if owner is not None:
         uid = owner["metadata"].get("uid", "")
         if not uid or uid != controller.uid:
             return (f"rule 1 failed: the pod's controller reference names {where} with UID "
                     f"{quoted(controller.uid)}, but {where} has UID {quoted(uid)}: the UID "
                     "differs, so that object is not the pod's controller")
-        template = owner.get("spec", {}).get("template", {}).get("metadata", {})
-        if annotation_matches_template(annotation,
+        spec = owner.get("spec", {})
+        if spec.get("selector") is None:
+            return (f"rule 1 failed: the pod's controller {where} has no spec.selector, so it "
+                    "adopts no pod and vouches for none")
+        selector = LabelSelector.from_object(spec["selector"])
+        labels = meta.get("labels") or {}
+        if not selector.matches(labels):
+            shown = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+            return (f"rule 1 failed: the pod's labels {quoted(shown)} do not match the "
+                    f"selector {quoted(str(selector))} of its controller {where}: {where} "
+                    "would not adopt this pod, so the pod's reference to it is not trusted")
+        template = spec.get("template", {}).get("metadata", {})
+        if annotation_matches_template(meta.get("annotations", {}).get(ANNOTATION),
                                        template.get("annotations", {}).get(ANNOTATION)):
             return ""
     return (f"rule 1 failed: the pod's {ANNOTATION} annotation is not identical to the one "
@@ -89,12 +105,11 @@ async def decide(owners: Owners, authorizer: Authorizer, user: UserInfo, pod: di
 
     Errors reading the owner (KubeUnavailable, KubeRejected other than 404) propagate."""
     meta = pod["metadata"]
-    annotation = meta.get("annotations", {}).get(ANNOTATION)
     controller = controller_of(pod)
     if controller and (controller.group, controller.kind) in OWNER_KINDS:
         owner = await owners.owner(controller.group, controller.kind, meta["namespace"],
                                    controller.name)
-        rule1 = _rule_1(controller, owner, annotation)
+        rule1 = _rule_1(controller, owner, pod)
         if not rule1:
             return TrustDecision(True, OWNER_TEMPLATE, "")
     else:

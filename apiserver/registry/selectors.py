@@ -2,7 +2,10 @@
 
 Label selectors take the full set-based syntax: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``,
 ``k notin (a,b)``, ``k`` and ``!k``, comma-separated; ``!=`` and ``notin`` also match objects
-without the label, as in Kubernetes. Field selectors take ``f=v``, ``f==v`` and ``f!=v`` on the
+without the label, as in Kubernetes. A metav1.LabelSelector object (``matchLabels``,
+``matchExpressions``: a workload's ``spec.selector``, a Notification's) becomes the same
+requirements (`LabelSelector.from_object`), and `str` writes either back in the string syntax.
+Field selectors take ``f=v``, ``f==v`` and ``f!=v`` on the
 resource's selectable fields; backslash escapes in values are not supported (none of the
 selectable fields can hold ``,`` or ``=``).
 """
@@ -19,6 +22,8 @@ from apiserver.registry.errors import InvalidSelector
 
 _TOKEN = re.compile(r"\s*(?:(?P<op>!=|==|=|!|\(|\)|,)|(?P<word>[^\s!=(),]+))")
 _SET_OPERATORS = ("in", "notin")
+_OBJECT_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+"""A matchExpressions operator -> the Requirement operator."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,18 @@ class Requirement:
             case _:  # "!=" and "notin"
                 return not present or labels[self.key] not in self.values
 
+    def __str__(self) -> str:
+        values = ",".join(sorted(self.values))
+        match self.operator:
+            case "exists":
+                return self.key
+            case "!exists":
+                return f"!{self.key}"
+            case "in" | "notin":
+                return f"{self.key} {self.operator} ({values})"
+            case _:  # "=" and "!=": one value
+                return f"{self.key}{self.operator}{values}"
+
 
 @dataclass(frozen=True)
 class LabelSelector:
@@ -47,6 +64,29 @@ class LabelSelector:
 
     def matches(self, labels: Mapping[str, str] | None) -> bool:
         return all(requirement.matches(labels or {}) for requirement in self.requirements)
+
+    def __str__(self) -> str:
+        """The selector in the string syntax (``?labelSelector=``): label values cannot hold
+        ``,``, ``(`` or spaces, so they are written unquoted."""
+        return ",".join(str(requirement) for requirement in self.requirements)
+
+    @classmethod
+    def from_object(cls, selector: Mapping[str, Any]) -> LabelSelector:
+        """A metav1.LabelSelector as Kubernetes reads it (LabelSelectorAsSelector): every
+        ``matchLabels`` pair (sorted by key) and every ``matchExpressions`` entry must hold;
+        ``{}`` matches every object. The object is one kube-apiserver or the API definition
+        validated; an operator other than In, NotIn, Exists, DoesNotExist is InvalidSelector."""
+        requirements = [Requirement(key, "=", frozenset({value}))
+                        for key, value in sorted((selector.get("matchLabels") or {}).items())]
+        for expression in selector.get("matchExpressions") or []:
+            operator = expression.get("operator")
+            if operator not in _OBJECT_OPERATORS:
+                raise InvalidSelector("selector.matchExpressions", (
+                    f"unknown operator {operator!r} for key {expression.get('key')!r}: use "
+                    f"{', '.join(_OBJECT_OPERATORS)}"))
+            requirements.append(Requirement(expression["key"], _OBJECT_OPERATORS[operator],
+                                            frozenset(expression.get("values") or ())))
+        return cls(tuple(requirements))
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,12 @@ class Metrics:
             f"{PREFIX}_serving_ca_expiration_timestamp_seconds",
             "The notAfter (Unix time) of the CA signing the bootstrapped serving certificate; "
             "0 when the certificate comes from --tls-cert-file.", registry=self.registry)
+        self._secrets_refused = _CounterFunction(
+            f"{PREFIX}_serving_certificate_secrets_refused",
+            "Reads of the serving certificate Secret that were refused: it asked to trust a CA "
+            "the server did not put into the APIService's caBundle (bootstrap mode; 0 in files "
+            "mode).")
+        self.registry.register(self._secrets_refused)
         self._store_duration = Histogram(
             f"{PREFIX}_store_operation_duration_seconds",
             "Time an operation of the object store took (success or error), by operation and "
@@ -172,12 +178,15 @@ class Metrics:
         self._leader.set_function(functools.partial(_as_gauge, is_leader))
 
     def watch_serving_certificate(self, certificate: Callable[[], float],
-                                  ca: Callable[[], float] | None = None) -> None:
-        """Read the serving certificate's and (bootstrap mode) its CA's notAfter at scrape
-        time."""
+                                  ca: Callable[[], float] | None = None,
+                                  refused: Callable[[], int] | None = None) -> None:
+        """Read the serving certificate's and (bootstrap mode) its CA's notAfter, and the
+        Secret reads the bootstrap refused, at scrape time."""
         self._serving_certificate_expiration.set_function(certificate)
         if ca is not None:
             self._serving_ca_expiration.set_function(ca)
+        if refused is not None:
+            self._secrets_refused.read = refused
 
     def watch_watches(self, count: Callable[[str], int], resources: Sequence[str]) -> None:
         """Read `count(resource)`, the watch streams of each of `resources` served now, at
@@ -227,6 +236,20 @@ class _WithoutCreated:
             kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
             kept.samples = [sample for sample in metric.samples if sample.name != created]
             yield kept
+
+
+class _CounterFunction:
+    """A counter whose value `read()` returns at scrape time (0 until it is set)."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name, self.documentation = name, documentation
+        self.read: Callable[[], int] = lambda: 0
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, value=self.read())
 
 
 class _ReviewCollector:

@@ -2,7 +2,8 @@
 seconds (docs/certificates.md): two replicas starting at once agree on one Secret, and through
 the aggregator (kube-apiserver -> APIService -> HAProxy -> 2 replicas) requests as a real user
 keep succeeding, and a watch opened before keeps delivering, while the serving certificate is
-renewed and the CA rotated, the APIService's caBundle holding the old and the new CA between.
+renewed and the CA rotated, the APIService's caBundle holding the old and the new CA between;
+a forced rotation by annotation; and a Secret someone else created refused.
 
 The figures measured (how long each change of the Secret took to be served by both replicas and
 to reach the APIService) are printed; run with -s to see them."""
@@ -10,9 +11,12 @@ to reach the APIService) are printed; run with -s to see them."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import queue
 import shlex
+import signal
 import ssl
 import subprocess
 import threading
@@ -25,11 +29,13 @@ import httpx
 import pytest
 from cryptography import x509
 
+from certs.authority import issue, new_ca
 from localcluster import __main__ as localcluster
-from localcluster import processes
+from localcluster import plane, processes
 from localcluster.notifier import APISERVICE_NAME, NOTIFIER_NAMESPACE
+from localcluster.pki import NOTIFIER_SERVICE
 from tests.support.doc_commands import console_commands
-from tests.support.kube import Cluster, wait_until
+from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import API, declare, exec_notifier, notify
 from tests.support.planes import extra_plane
 
@@ -41,7 +47,8 @@ ROTATION_ARGS = [f"--serving-cert-validity={SERVING_VALIDITY_SECONDS}s",
                  f"--serving-cert-ca-validity={CA_VALIDITY_SECONDS}s"]
 """Renewal every ~13 s; a next CA after ~38 s, signing ~10 s after its bundle is published; the
 retired CA dropped when its last certificate expires, within 20 s."""
-SECRET = f"/api/v1/namespaces/{NOTIFIER_NAMESPACE}/secrets/container-notifier-serving-cert"
+SECRETS = f"/api/v1/namespaces/{NOTIFIER_NAMESPACE}/secrets"
+SECRET = f"{SECRETS}/container-notifier-serving-cert"
 APISERVICE = f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE_NAME}"
 ROTATION_DEADLINE_SECONDS = 150.0
 
@@ -274,26 +281,154 @@ def run_documented(cluster: Cluster, command: str) -> str:
     return done.stdout
 
 
-def test_deleting_the_secret_replaces_the_ca(rotation: Cluster) -> None:
+def secret_creator(cluster: Cluster) -> User:
+    """A user allowed only to create Secrets in the server's namespace, once RBAC lets them
+    (the serving Secret exists, so their create is answered 409, not 403)."""
+    user = cluster.user("secret-creator")
+    cluster.grant(NOTIFIER_NAMESPACE, user, [{"apiGroups": [""], "resources": ["secrets"],
+                                              "verbs": ["create"]}])
+    body, _ = planted_secret()
+    with cluster.client_for(user) as client:
+        wait_until(lambda: client.post(SECRETS, json=body).status_code == 409,
+                   "the Secret creator's RoleBinding to take effect", 15)
+    return user
+
+
+def planted_secret() -> tuple[dict[str, Any], x509.Certificate]:
+    """The serving Secret as someone else would make it: a CA of theirs and a serving
+    certificate it issued for the server's names, under the keys the server reads. And that
+    CA."""
+    ca = new_ca("planted-ca")
+    base = f"{NOTIFIER_SERVICE}.{NOTIFIER_NAMESPACE}"
+    names = (NOTIFIER_SERVICE, base, f"{base}.svc", f"{base}.svc.cluster.local")
+    serving = issue(ca, names[2], dns_names=names, server=True)
+    data = {"tls.crt": serving.cert_pem(), "tls.key": serving.key_pem(),
+            "ca.crt": ca.cert_pem(), "ca.key": ca.key_pem(), "ca-bundle.crt": ca.cert_pem()}
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": SECRET.rpartition("/")[2], "namespace": NOTIFIER_NAMESPACE},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}, ca.cert
+
+
+def sightings(cluster: Cluster, ca: x509.Certificate, stop: threading.Event,
+              seen: list[str]) -> None:
+    """Until `stop`: note each time the APIService's caBundle holds `ca`, or a replica serves a
+    certificate `ca` issued."""
+    with cluster.admin(timeout=5.0) as kube:
+        while not stop.is_set():
+            with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                if ca in published(kube):
+                    seen.append("the APIService's caBundle")
+            for replica in range(cluster.replicas):
+                cert = served(cluster, replica)
+                if cert is not None and cert.issuer == ca.subject:
+                    seen.append(f"replica {replica}")
+            time.sleep(0.1)
+
+
+def replaced(cluster: Cluster, before: list[x509.Certificate]) -> bool:
+    """The Secret holds one CA, not one of `before`, which the APIService's caBundle holds
+    alone, and both replicas serve the Secret's certificate."""
+    with cluster.admin() as kube:
+        if kube.get(SECRET).status_code != 200:
+            return False
+        serving, bundle = secret_certificates(kube)
+        return (len(bundle) == 1 and bundle[0] not in before and published(kube) == bundle
+                and all(served(cluster, r) == serving for r in range(cluster.replicas)))
+
+
+def test_forcing_a_rotation_replaces_the_ca(rotation: Cluster) -> None:
+    """The documented annotation replaces the CA, and a user allowed only to create Secrets
+    in the server's namespace, trying all along to create the Secret with a CA of theirs, is
+    refused each time: the Secret is never missing."""
+    creator = secret_creator(rotation)
+    body, theirs = planted_secret()
     with rotation.admin() as kube:
         _, before = secret_certificates(kube)
     (printed,) = [run_documented(rotation, c) for c in console_commands(
         "docs/certificates.md", "Forcing a rotation") if " get secret " in c]
     assert x509.load_pem_x509_certificate(base64.b64decode(printed)).issuer == before[0].subject
-    for command in console_commands("docs/certificates.md", "Forcing a rotation"):
-        if " delete secret " in command:
-            run_documented(rotation, command)
+    stop, seen, answers = threading.Event(), [], []
 
-    def replaced() -> bool:
-        with rotation.admin() as kube:
-            response = kube.get(SECRET)
-            if response.status_code != 200:
-                return False
-            serving, bundle = secret_certificates(kube)
-            return (len(bundle) == 1 and bundle[0] not in before and published(kube) == bundle
-                    and all(served(rotation, r) == serving for r in range(rotation.replicas)))
+    def keep_creating() -> None:
+        with rotation.client_for(creator, timeout=5.0) as client:
+            while not stop.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    answers.append(client.post(SECRETS, json=body).status_code)
+                time.sleep(0.02)
 
-    wait_until(replaced, "a new CA in the Secret, the APIService and both replicas", 30)
+    threads = [threading.Thread(target=sightings, args=(rotation, theirs, stop, seen)),
+               threading.Thread(target=keep_creating)]
+    for thread in threads:
+        thread.start()
+    try:
+        for command in console_commands("docs/certificates.md", "Forcing a rotation"):
+            if " annotate secret " in command:
+                run_documented(rotation, command)
+        wait_until(lambda: replaced(rotation, before),
+                   "a new CA in the Secret, the APIService and both replicas", 30)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    with rotation.admin() as kube:
+        annotations = kube.get(SECRET).json()["metadata"].get("annotations") or {}
+    assert "notifier.x-k8s.io/rotate-ca" not in annotations  # the request was honoured
+    assert answers and set(answers) == {409}, answers
+    assert seen == []
+    wait_until(lambda: localcluster.apiservice_available(rotation.layout, rotation.ports),
+               "the APIService to be Available", 30)
+    with rotation.admin() as kube:
+        assert kube.get(API).status_code == 200
+
+
+@contextlib.contextmanager
+def replicas_paused(cluster: Cluster) -> Iterator[None]:
+    """Every server replica stopped (SIGSTOP) inside the block and resumed (SIGCONT) after:
+    what happens meanwhile, they see afterwards, all at once."""
+    replicas = plane.replicas(cluster.layout)
+    for replica in replicas:
+        os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for replica in replicas:
+            os.kill(replica.pid, signal.SIGCONT)
+
+
+def test_a_secret_planted_while_it_was_deleted_is_refused(rotation: Cluster) -> None:
+    """The Secret is deleted (as a forced rotation once was done) and a user allowed only to
+    create Secrets creates it first, with a CA of theirs (the replicas are paused meanwhile,
+    so they cannot create it first): the replicas refuse it, its CA never enters the
+    APIService's caBundle and no replica serves a certificate it issued; a new CA of the
+    server's replaces it."""
+    creator = secret_creator(rotation)
+    body, theirs = planted_secret()
+    with rotation.admin() as kube:
+        _, before = secret_certificates(kube)
+    stop, seen = threading.Event(), []
+    watcher = threading.Thread(target=sightings, args=(rotation, theirs, stop, seen))
+    watcher.start()
+    try:
+        with replicas_paused(rotation):
+            with rotation.admin() as kube:
+                kube.delete(SECRET).raise_for_status()
+            with rotation.client_for(creator) as client:
+                planted = client.post(SECRETS, json=body)
+            assert planted.status_code == 201, planted.text
+        wait_until(lambda: replaced(rotation, [*before, theirs]),
+                   "a new CA of the server's in the Secret, the APIService and both replicas",
+                   30)
+        time.sleep(2)  # and nothing of theirs comes back
+    finally:
+        stop.set()
+        watcher.join(30)
+    assert seen == []
+    refusals = [line for replica in range(rotation.replicas)
+                for line in processes.log_path(rotation.layout.logs,
+                                               f"notifier-apiserver-{replica}").read_text()
+                .splitlines() if "serving certificate Secret not trusted" in line
+                and "planted-ca" in line]
+    assert refusals
     wait_until(lambda: localcluster.apiservice_available(rotation.layout, rotation.ports),
                "the APIService to be Available", 30)
     with rotation.admin() as kube:

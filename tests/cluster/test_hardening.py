@@ -6,7 +6,8 @@ port (as the same user, through its front proxy).
 - Names in the path: the name authorized must be the object acted on (``ss-1%3Fx``, ``%23``,
   dot segments, a Notification in the namespace ``..``).
 - Trust rule 1 by identity: an ownerReference with a real owner's kind and name but another
-  UID does not make that owner vouch for the pod.
+  UID, or with its real UID on a pod its selector does not match, does not make that owner
+  vouch for the pod.
 
 Side effects are counted on the host: kwok runs notifier commands on this machine, so a command
 that appends a line to a file in the test's directory shows whether, and how often, it ran.
@@ -284,38 +285,26 @@ def test_a_notification_in_namespace_dot_dot_is_refused(
 # Trust rule 1 by identity
 
 
-def test_a_forged_owner_reference_uid_is_not_trusted(
-        cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    """A user with ``patch pods`` points a bare pod's controller reference at a real
-    ReplicaSet's kind and name with a made-up UID and copies the ReplicaSet's template
-    annotation; a notify-only user's request must be refused, naming the UID mismatch.
+def forged_notify(cluster: Cluster, namespace: str, pod: str, reference: dict[str, Any],
+                  annotation: str) -> tuple[dict[str, Any], dict[str, Any], User]:
+    """A user with ``patch pods`` sets `pod`'s controller reference to `reference` and copies
+    `annotation` onto it; a notify-only user then notifies it (``mark``). Returns the answer
+    (code and Status), the pod as it was when the server decided, and the notify-only user.
 
-    The garbage collector deletes a pod whose owner reference names no existing object within
-    ~0.1 s, which would race the request; the controller-manager is stopped meanwhile so the
-    pod stays (the window the collector leaves is what this closes)."""
-    marker = tmp_path / "marker"
-    web = cluster.deploy(namespace, "web", annotations=marking(marker))[0]
-    with cluster.admin() as kube:
-        (replicaset,) = kube.get(f"/apis/apps/v1/namespaces/{namespace}/replicasets",
-                                 params={"labelSelector": "app=web"}).json()["items"]
-    rs_name = replicaset["metadata"]["name"]
-    template_annotation = replicaset["spec"]["template"]["metadata"]["annotations"][ANNOTATION]
-    cluster.create_pod(namespace, "victim")
-
+    The controller-manager is stopped meanwhile: its garbage collector deletes a pod whose
+    owner reference names no existing object within ~0.1 s, and the ReplicaSet controller
+    drops a reference to it from a pod its selector does not match; either would race the
+    request (the window each leaves is what rule 1 closes)."""
     patcher, notifier = cluster.user(unique("patcher")), cluster.user(unique("notify-only"))
     cluster.grant(namespace, patcher, [{"apiGroups": [""], "resources": ["pods"],
                                         "verbs": ["get", "patch"]}])
     cluster.grant(namespace, notifier, [{"apiGroups": [GROUP], "resources": ["pods/notify"],
                                          "verbs": ["create"]}])
-    made_up = str(uuid.uuid4())
-    forged = {"metadata": {
-        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name,
-                             "uid": made_up, "controller": True}],
-        "annotations": {ANNOTATION: template_annotation}}}
-
+    forged = {"metadata": {"ownerReferences": [{**reference, "controller": True}],
+                           "annotations": {ANNOTATION: annotation}}}
     plane.stop_component(cluster.layout, "kube-controller-manager")
     try:
-        wait_until(lambda: cluster.kubectl("patch", "pod", "victim", "-n", namespace,
+        wait_until(lambda: cluster.kubectl("patch", "pod", pod, "-n", namespace,
                                            "--type=merge", "-p", json.dumps(forged),
                                            user=patcher, check=False).returncode == 0,
                    "the patcher's RoleBinding to take effect", 15)
@@ -325,7 +314,7 @@ def test_a_forged_owner_reference_uid_is_not_trusted(
             """The server's pod cache has the patched pod (not the bare one) and RBAC lets
             the notify-only user through to the trust rules."""
             with cluster.client_for(notifier) as kube:
-                response = notify(kube, namespace, "victim", "mark")
+                response = notify(kube, namespace, pod, "mark")
             answer.update(code=response.status_code, status=response.json())
             message = answer["status"].get("message", "")
             not_yet = ("rule 1 failed: the pod has no" in message  # the bare pod, cached
@@ -334,9 +323,38 @@ def test_a_forged_owner_reference_uid_is_not_trusted(
 
         wait_until(decided, "the patched pod in the server's cache", 15)
         with cluster.admin() as kube:
-            victim = kube.get(f"/api/v1/namespaces/{namespace}/pods/victim").json()
+            patched = kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod}").json()
     finally:
         plane.restart(cluster.layout, "kube-controller-manager")
+    return answer, patched, notifier
+
+
+def web_replicaset(cluster: Cluster, namespace: str, marker: Path
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Deployment ``web`` whose pods declare ``mark``: its Running pod and its ReplicaSet
+    (the pod's controller)."""
+    web = cluster.deploy(namespace, "web", annotations=marking(marker))[0]
+    with cluster.admin() as kube:
+        (replicaset,) = kube.get(f"/apis/apps/v1/namespaces/{namespace}/replicasets",
+                                 params={"labelSelector": "app=web"}).json()["items"]
+    return web, replicaset
+
+
+def test_a_forged_owner_reference_uid_is_not_trusted(
+        cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    """A user with ``patch pods`` points a bare pod's controller reference at a real
+    ReplicaSet's kind and name with a made-up UID and copies the ReplicaSet's template
+    annotation; a notify-only user's request must be refused, naming the UID mismatch."""
+    marker = tmp_path / "marker"
+    web, replicaset = web_replicaset(cluster, namespace, marker)
+    rs_name = replicaset["metadata"]["name"]
+    cluster.create_pod(namespace, "victim")
+    made_up = str(uuid.uuid4())
+
+    answer, victim, notifier = forged_notify(
+        cluster, namespace, "victim",
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name, "uid": made_up},
+        replicaset["spec"]["template"]["metadata"]["annotations"][ANNOTATION])
 
     assert victim["metadata"]["ownerReferences"][0]["uid"] == made_up  # still there
     assert answer["code"] == 403, answer
@@ -353,3 +371,34 @@ def test_a_forged_owner_reference_uid_is_not_trusted(
     assert trusted.status_code == 201, trusted.text
     assert trusted.json()["status"]["phase"] == "Succeeded"
     assert runs(marker) == 1
+
+
+def test_a_forged_owner_reference_outside_the_selector_is_not_trusted(
+        cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    """The same with the ReplicaSet's real UID, on a bare pod whose labels (``bare=victim``)
+    the ReplicaSet's selector (``app=web,pod-template-hash=...``) does not match: the
+    reference is one the ReplicaSet controller would drop, not one it wrote, and the request
+    is refused whatever the timing (the controller-manager is stopped, so the reference stays
+    for as long as the test needs)."""
+    marker = tmp_path / "marker"
+    _, replicaset = web_replicaset(cluster, namespace, marker)
+    rs_name = replicaset["metadata"]["name"]
+    cluster.create_pod(namespace, "victim")
+
+    answer, victim, notifier = forged_notify(
+        cluster, namespace, "victim",
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name,
+         "uid": replicaset["metadata"]["uid"]},
+        replicaset["spec"]["template"]["metadata"]["annotations"][ANNOTATION])
+
+    (reference,) = victim["metadata"]["ownerReferences"]  # still there, with the real UID
+    assert reference["uid"] == replicaset["metadata"]["uid"] and reference["controller"]
+    assert victim["metadata"]["labels"] == {"bare": "victim"}
+    assert answer["code"] == 403, answer
+    message = answer["status"]["message"]
+    hash_label = replicaset["spec"]["selector"]["matchLabels"]["pod-template-hash"]
+    assert ('rule 1 failed: the pod\'s labels "bare=victim" do not match the selector '
+            f'"app=web,pod-template-hash={hash_label}" of its controller ReplicaSet/{rs_name}'
+            ) in message, message
+    assert f'rule 2 failed: User "{notifier.name}" cannot create resource "pods/exec"' in message
+    assert runs(marker) == 0

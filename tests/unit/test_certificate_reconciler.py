@@ -1,6 +1,8 @@
 """The serving certificate reconciler against a fake kube-apiserver that checks
 resourceVersions: bootstrap at start, replicas agreeing through conflicts, the APIService's
-caBundle kept equal to the Secret's bundle through a CA rotation, and one-line StartupErrors."""
+caBundle kept equal to the Secret's bundle through a CA rotation, every CA in the caBundle
+before the Secret holds it, a Secret someone else wrote refused, a requested rotation, and
+one-line StartupErrors."""
 
 from __future__ import annotations
 
@@ -18,17 +20,20 @@ import httpx
 import pytest
 from cryptography import x509
 
+from apiserver.certificates import secret as secret_keys
 from apiserver.certificates.files import CertDir
-from apiserver.certificates.plan import Policy, renewal_time
+from apiserver.certificates.plan import Material, Policy, renewal_time
 from apiserver.certificates.reconciler import CertificateBootstrapFailed, ServingCertificates
 from apiserver.errors import StartupError
 from apiserver.kube import Connection, KubeClient
+from certs.authority import KeyPair, issue, new_ca
 
 SECRET_PATH = "/api/v1/namespaces/ns/secrets/serving"
 APISERVICE_PATH = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha1.notifier.x-k8s.io"
 POLICY = Policy(service="svc", namespace="ns", serving_validity=datetime.timedelta(hours=1),
                 ca_validity=datetime.timedelta(hours=6))
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+CA_KEYS = (secret_keys.CA_CERT, secret_keys.NEXT_CA_CERT, secret_keys.RETIRED_CA_CERT)
 
 
 def _status(code: int, reason: str, message: str = "") -> httpx.Response:
@@ -49,6 +54,10 @@ class Kube:
         self.forbidden: set[str] = set()
         self.before_write: Callable[[], None] | None = None
         self.conflicts = 0
+        self.bundles: list[list[x509.Certificate]] = []
+        """Each caBundle the server gave the APIService, in order."""
+        self.unpublished: list[str] = []
+        """Each key of a Secret the server wrote whose CA the caBundle did not hold then."""
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -68,14 +77,26 @@ class Kube:
             if path in self.objects:
                 self.conflicts += 1
                 return _status(409, "AlreadyExists")
-            return self.store(path, body, 201)
-        found = self.objects.get(path)
-        if found is None:
-            return _status(404, "NotFound")
-        if body["metadata"].get("resourceVersion") != found["metadata"]["resourceVersion"]:
-            self.conflicts += 1
-            return _status(409, "Conflict", "the object has been modified")
-        return self.store(path, body, 200)
+            answer = self.store(path, body, 201)
+        else:
+            found = self.objects.get(path)
+            if found is None:
+                return _status(404, "NotFound")
+            if body["metadata"].get("resourceVersion") != found["metadata"]["resourceVersion"]:
+                self.conflicts += 1
+                return _status(409, "Conflict", "the object has been modified")
+            answer = self.store(path, body, 200)
+        self.stored_by_the_server(path)
+        return answer
+
+    def stored_by_the_server(self, path: str) -> None:
+        """Record what the server wrote: each caBundle, and a Secret CA not published yet."""
+        if path == APISERVICE_PATH:
+            self.bundles.append(self.ca_bundle())
+        elif path == SECRET_PATH and APISERVICE_PATH not in self.forbidden:
+            data = self.secret_data()
+            self.unpublished += [key for key in CA_KEYS if key in data and
+                                 x509.load_pem_x509_certificate(data[key]) not in self.ca_bundle()]
 
     def store(self, path: str, body: dict[str, Any], code: int) -> httpx.Response:
         self.version += 1
@@ -95,6 +116,18 @@ class Kube:
         return x509.load_pem_x509_certificates(base64.b64decode(text)) if text else []
 
 
+class RecordingCertDir(CertDir):
+    """A CertDir that remembers every certificate written to it."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.written: list[x509.Certificate] = []
+
+    def write(self, pair: KeyPair) -> bool:
+        self.written.append(pair.cert)
+        return super().write(pair)
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = T0
@@ -105,8 +138,14 @@ class Clock:
 
 def replica(kube: Kube, directory: Path, clock: Clock, apiservice: str =
             "v1alpha1.notifier.x-k8s.io") -> ServingCertificates:
-    return ServingCertificates(kube.client(), POLICY, CertDir(directory), secret_name="serving",
-                               apiservice=apiservice, clock=clock)
+    return ServingCertificates(kube.client(), POLICY, RecordingCertDir(directory),
+                               secret_name="serving", apiservice=apiservice, clock=clock)
+
+
+def written(certificates: ServingCertificates) -> list[x509.Certificate]:
+    cert_dir = certificates.cert_dir
+    assert isinstance(cert_dir, RecordingCertDir)
+    return cert_dir.written
 
 
 def served(directory: Path) -> x509.Certificate:
@@ -201,6 +240,7 @@ async def test_a_ca_rotation_publishes_the_next_ca_before_it_signs(tmp_path):
     clock.now = promoted.retired_ca_until
     done = await a.reconcile()
     assert kube.ca_bundle() == [done.ca.cert] == [introduced.next_ca.cert]
+    assert kube.unpublished == []  # each CA was in the caBundle before the Secret held it
 
 
 async def test_a_cleared_ca_bundle_is_put_back(tmp_path):
@@ -271,3 +311,166 @@ async def test_the_ca_expiration_is_read_for_metrics(tmp_path):
     assert a.ca_expiration() == 0.0
     material = await a.start()
     assert a.ca_expiration() == material.ca.cert.not_valid_after_utc.timestamp()
+
+
+# What the server trusts in the Secret
+
+
+def planted_material(now: datetime.datetime) -> Material:
+    """A CA and serving certificate for the server's names that someone else made."""
+    ca = new_ca("planted-ca", POLICY.ca_validity, now=now)
+    return Material(ca=ca, serving=issue(ca, POLICY.dns_names[2], dns_names=POLICY.dns_names,
+                                         server=True, validity=POLICY.serving_validity, now=now))
+
+
+def plant(kube: Kube, material: Material) -> None:
+    """Create the Secret as a user allowed only to create Secrets would: with any content and
+    metadata (here an owner whose deletion would have the garbage collector delete it)."""
+    kube.store(SECRET_PATH, secret_keys.with_material({"metadata": {
+        "name": "serving", "namespace": "ns",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "mine",
+                             "uid": "u-1"}]}}, material), 201)
+
+
+def never_trusted(kube: Kube, replicas: list[ServingCertificates], ca: KeyPair) -> None:
+    """`ca` was in no caBundle the server wrote, and no replica wrote a certificate it
+    signed to its --cert-dir."""
+    assert all(ca.cert not in bundle for bundle in kube.bundles)
+    assert all(cert.issuer != ca.cert.subject for r in replicas for cert in written(r))
+
+
+async def test_a_secret_planted_while_it_was_deleted_is_refused(tmp_path, caplog):
+    """The Secret is deleted (as a forced rotation once was) and someone allowed only to
+    create Secrets creates it first: the replica refuses it, keeps serving its pair, and
+    writes a new CA of its own over it, published before the Secret holds it."""
+    kube, clock = Kube(), Clock()
+    a = replica(kube, tmp_path / "a", clock)
+    first = await a.start()
+    del kube.objects[SECRET_PATH]
+    planted = planted_material(clock.now)
+    plant(kube, planted)
+
+    replaced = await a.reconcile()
+
+    never_trusted(kube, [a], planted.ca)
+    assert replaced.ca.cert not in (planted.ca.cert, first.ca.cert)
+    assert kube.secret_data()["ca.crt"] == replaced.ca.cert_pem()
+    assert kube.ca_bundle() == [replaced.ca.cert]
+    assert kube.unpublished == []
+    assert "ownerReferences" not in kube.objects[SECRET_PATH]["metadata"]
+    assert a.refused == 1
+    (warning,) = [r for r in caplog.records if "not trusted" in r.getMessage()]
+    assert warning.untrusted_cas == ["CN=planted-ca"]
+    assert served(tmp_path / "a") == replaced.serving.cert
+
+
+async def test_a_secret_planted_before_the_first_start_is_refused(tmp_path):
+    kube, clock = Kube(), Clock()
+    planted = planted_material(clock.now)
+    plant(kube, planted)
+    a = replica(kube, tmp_path / "a", clock)
+
+    material = await a.start()
+
+    never_trusted(kube, [a], planted.ca)
+    assert material.ca.cert != planted.ca.cert
+    assert kube.ca_bundle() == [material.ca.cert]
+    assert a.refused == 1
+
+
+@pytest.mark.parametrize("key", ["next-ca", "retired-ca"])
+async def test_a_ca_added_to_the_secret_is_refused(tmp_path, key):
+    """Someone allowed to patch the Secret adds a CA of theirs as the next CA (with its key:
+    promoted, it would sign) or as a retired one (trusted until a time they choose), keeping
+    the server's CA: the Secret is refused all the same, and that CA is never published."""
+    kube, clock = Kube(), Clock()
+    a, b = replica(kube, tmp_path / "a", clock), replica(kube, tmp_path / "b", clock)
+    first = await a.start()
+    await b.start()
+    theirs = planted_material(clock.now).ca
+    secret = kube.objects[SECRET_PATH]
+    added = {"next-ca.crt": theirs.cert_pem(), "next-ca.key": theirs.key_pem()} \
+        if key == "next-ca" else {"retired-ca.crt": theirs.cert_pem()}
+    annotations = {} if key == "next-ca" else {
+        secret_keys.RETIRED_UNTIL: (clock.now + datetime.timedelta(days=3650)).isoformat()}
+    kube.store(SECRET_PATH, {**secret, "metadata": {**secret["metadata"], "annotations": {
+        **(secret["metadata"].get("annotations") or {}), **annotations}},
+        "data": {**secret["data"], **{k: base64.b64encode(v).decode()
+                                      for k, v in added.items()}}}, 200)
+
+    replaced, other = await a.reconcile(), await b.reconcile()
+
+    never_trusted(kube, [a, b], theirs)
+    assert replaced.ca.cert not in (first.ca.cert, theirs.cert)
+    assert other.serving.cert == replaced.serving.cert and b.refused == 0  # a's, taken
+    assert a.refused == 1
+    assert kube.ca_bundle() == [replaced.ca.cert]
+
+
+async def test_a_requested_rotation_replaces_the_ca_after_publishing_the_new_one(tmp_path):
+    kube, clock = Kube(), Clock()
+    a, b = replica(kube, tmp_path / "a", clock), replica(kube, tmp_path / "b", clock)
+    first = await a.start()
+    await b.start()
+    secret = kube.objects[SECRET_PATH]
+    kube.store(SECRET_PATH, {**secret, "metadata": {**secret["metadata"], "annotations": {
+        secret_keys.ROTATE: "now", "kept": "x"}}}, 200)
+
+    rotated = await a.reconcile()
+    taken = await b.reconcile()
+
+    assert rotated.ca.cert != first.ca.cert and rotated.next_ca is None
+    assert taken.serving.cert == rotated.serving.cert and (a.refused, b.refused) == (0, 0)
+    assert served(tmp_path / "b") == rotated.serving.cert
+    # The new CA joined the caBundle before the Secret held it; then the old CA left.
+    assert kube.bundles[-2:] == [[first.ca.cert, rotated.ca.cert], [rotated.ca.cert]]
+    assert kube.unpublished == []
+    assert kube.objects[SECRET_PATH]["metadata"]["annotations"] == {"kept": "x"}
+    assert (await a.reconcile()).ca.cert == rotated.ca.cert  # the request was consumed
+
+
+async def test_two_replicas_honour_one_requested_rotation_with_one_ca(tmp_path):
+    kube, clock = Kube(), Clock()
+    a, b = replica(kube, tmp_path / "a", clock), replica(kube, tmp_path / "b", clock)
+    first = await a.start()
+    await b.start()
+    secret = kube.objects[SECRET_PATH]
+    kube.store(SECRET_PATH, {**secret, "metadata": {**secret["metadata"], "annotations": {
+        secret_keys.ROTATE: "now"}}}, 200)
+
+    left, right = await asyncio.gather(a.reconcile(), b.reconcile())
+
+    assert left.ca.cert == right.ca.cert != first.ca.cert
+    assert kube.ca_bundle() == [left.ca.cert]
+    assert (a.refused, b.refused) == (0, 0)
+    assert kube.unpublished == []
+
+
+async def test_a_cleared_ca_bundle_found_at_start_means_a_new_ca(tmp_path):
+    """A replica that starts while the caBundle holds none of the Secret's CAs cannot tell
+    the Secret from one someone else wrote: it makes a new CA (a replica that ran before puts
+    its bundle back instead, test_a_cleared_ca_bundle_is_put_back)."""
+    kube, clock = Kube(), Clock()
+    first = await replica(kube, tmp_path / "a", clock).start()
+    apiservice = kube.objects[APISERVICE_PATH]
+    kube.store(APISERVICE_PATH, {**apiservice, "spec": {
+        k: v for k, v in apiservice["spec"].items() if k != "caBundle"}}, 200)
+    restarted = replica(kube, tmp_path / "a", clock)
+
+    material = await restarted.start()
+
+    assert material.ca.cert != first.ca.cert
+    assert kube.ca_bundle() == [material.ca.cert]
+    assert restarted.refused == 1
+
+
+async def test_without_an_apiservice_the_secret_is_taken_as_found(tmp_path):
+    """With --apiservice-name='' the server has no record of the CAs it made to check the
+    Secret against: whoever keeps the caBundle copies the Secret's bundle."""
+    kube, clock = Kube(), Clock()
+    kube.forbidden.add(APISERVICE_PATH)
+    planted = planted_material(clock.now)
+    plant(kube, planted)
+    a = replica(kube, tmp_path / "a", clock, apiservice="")
+    assert (await a.start()).ca.cert == planted.ca.cert
+    assert a.refused == 0

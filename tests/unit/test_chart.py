@@ -19,6 +19,7 @@ import yaml
 
 from localcluster.__main__ import build_binaries
 from tests.support.doc_commands import console_commands
+from tests.support.rbac import granted_to_others, holders
 
 NAMESPACE = "container-notifier"
 SERVING_SANS = ["container-notifier", "container-notifier.{ns}", "container-notifier.{ns}.svc",
@@ -141,6 +142,31 @@ def test_bootstrap_rbac_is_the_plan_s() -> None:
         assert binding["roleRef"]["name"] == name
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "container-notifier",
                                         "namespace": NAMESPACE}]
+
+
+SERVER_ROLES = {"ClusterRole/container-notifier:server",
+                "Role/container-notifier:serving-cert",
+                "ClusterRole/container-notifier:apiservice-ca-bundle"}
+"""The roles granting rights that must stay with the server (docs/certificates.md,
+"Permissions"): exec for the notifiers, the serving Secret, the APIService's caBundle."""
+
+
+@pytest.mark.parametrize("values", [
+    (), ("certificates.mode=cert-manager",), ("storage.backend=sqlite", "replicas=1"),
+    ("metrics.serviceMonitor.enabled=true", "networkPolicy.enabled=true",
+     "networkPolicy.apiserver.cidrs={10.0.0.0/24}"),
+])
+def test_only_the_server_holds_the_rights_over_its_serving_secret(values: tuple[str, ...]
+                                                                  ) -> None:
+    """No role the chart renders lets anyone but the server read or write Secrets, create
+    pods or workloads, exec, mint tokens, impersonate or write the APIService: each role that
+    grants one is the server's, aggregates into no other role and is bound to the server's
+    ServiceAccount alone."""
+    objects = render(*values)
+    assert set(holders(objects)) <= SERVER_ROLES
+    assert "Role/container-notifier:serving-cert" in holders(objects) or (
+        "certificates.mode=cert-manager" in values)
+    assert granted_to_others(objects) == []
 
 
 def test_cert_manager_mode() -> None:

@@ -10,6 +10,7 @@ import yaml
 from apiserver.config import parse_duration
 from apiserver.serving.server import GRACEFUL_SHUTDOWN_SECONDS
 from localcluster.layout import REPO_ROOT
+from tests.support.rbac import granted_to_others, holders
 
 BASE = REPO_ROOT / "apiservice"
 LABELS = {"app.kubernetes.io/name": "container-notifier"}
@@ -138,3 +139,32 @@ def test_the_bootstrap_rbac_is_the_install_plans() -> None:
                                       "kind": role_kind, "name": name}
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "container-notifier",
                                         "namespace": "container-notifier"}]
+
+
+def test_nobody_but_the_server_holds_the_rights_over_its_serving_secret() -> None:
+    """The base and the RBAC recipes grant nobody but the server the rights of
+    docs/certificates.md's "Permissions" (tests/unit/test_chart.py checks the chart)."""
+    recipes = [o for path in sorted((BASE / "recipes").glob("*.yaml"))
+               for o in yaml.safe_load_all(path.read_text()) if o]
+    objects = _rendered() + recipes
+    assert set(holders(objects)) == {"ClusterRole/container-notifier:server",
+                                     "Role/container-notifier:serving-cert",
+                                     "ClusterRole/container-notifier:apiservice-ca-bundle"}
+    assert granted_to_others(objects) == []
+
+
+def test_the_check_finds_a_right_that_reaches_someone_else() -> None:
+    role = {"kind": "ClusterRole", "metadata": {"name": "r", "labels": {
+        "rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
+        "rules": [{"apiGroups": [""], "resources": ["*"], "verbs": ["get"]},
+                  {"apiGroups": ["*"], "resources": ["users"], "verbs": ["impersonate"]}]}
+    binding = {"kind": "RoleBinding", "metadata": {"name": "b"},
+               "roleRef": {"kind": "ClusterRole", "name": "r"},
+               "subjects": [{"kind": "User", "name": "u"},
+                            {"kind": "ServiceAccount", "name": "container-notifier",
+                             "namespace": "container-notifier"}]}
+    rights = ["get /secrets", "get /pods/exec", "impersonate */users"]
+    assert holders([role, binding]) == {"ClusterRole/r": rights}
+    assert granted_to_others([role, binding]) == [
+        f"ClusterRole/r aggregates {rights} into other roles",
+        f"RoleBinding/b grants {rights} to [{{'kind': 'User', 'name': 'u'}}]"]

@@ -109,3 +109,15 @@ def test_serving_certificate_expiry_is_read_at_scrape_time():
     metrics.watch_serving_certificate(lambda: expiry["cert"], lambda: expiry["ca"])
     expiry["cert"] = 200.0
     assert (value(cert_name), value(ca_name)) == (200.0, 500.0)
+
+
+def test_refused_serving_certificate_secrets_are_counted_at_scrape_time():
+    metrics = Metrics()
+    value = metrics.registry.get_sample_value
+    name = "container_notifier_serving_certificate_secrets_refused_total"
+    assert value(name) == 0  # files mode, or before the bootstrap is watched
+    refused = {"count": 0}
+    metrics.watch_serving_certificate(lambda: 0.0, lambda: 0.0, lambda: refused["count"])
+    refused["count"] = 2
+    assert value(name) == 2
+    assert f"{name} 2.0" in metrics.exposition()[0].decode()

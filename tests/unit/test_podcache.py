@@ -136,15 +136,18 @@ async def test_a_failed_get_raises(code: int, error: type[Exception]) -> None:
 
 
 async def test_owners_fall_back_to_one_get_and_refuse_other_kinds() -> None:
+    selector = {"matchLabels": {"app": "db"}}
     replicaset = {"metadata": {"namespace": "prod", "name": "rs", "uid": "u"},
-                  "spec": {"template": {"metadata": {"annotations": {ANNOTATION: "{}",
+                  "spec": {"replicas": 2, "selector": selector,
+                           "template": {"metadata": {"annotations": {ANNOTATION: "{}",
                                                                      "other": "y"}}}}}
     fake = FakeKube([], extra={"rs": replicaset})
     owners = OwnerTemplates(fake.client())
     assert set(owners.informers) == set(OWNER_KINDS)
     assert await owners.owner("apps", "ReplicaSet", "prod", "rs") == {
         "metadata": {"namespace": "prod", "name": "rs", "uid": "u"},
-        "spec": {"template": {"metadata": {"annotations": {ANNOTATION: "{}"}}}}}
+        "spec": {"selector": selector,
+                 "template": {"metadata": {"annotations": {ANNOTATION: "{}"}}}}}
     assert await owners.owner("batch", "Job", "prod", "none") is None
     assert fake.gets == ["/apis/apps/v1/namespaces/prod/replicasets/rs",
                          "/apis/batch/v1/namespaces/prod/jobs/none"]

@@ -8,6 +8,7 @@ from apiserver.api.validation import label_value_errors
 from apiserver.registry.errors import InvalidSelector
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.selectors import (
+    LabelSelector,
     Requirement,
     field_value,
     parse_field_selector,
@@ -66,6 +67,50 @@ def test_set_requirement_parses_values() -> None:
     selector = parse_label_selector("app in (a, b,c)")
 
     assert selector.requirements == (Requirement("app", "in", frozenset({"a", "b", "c"})),)
+
+
+@pytest.mark.parametrize("text", [
+    "app=db", "app!=db", "app in (db,web)", "app notin (web)", "tier", "!tier",
+    "example.com/team=a,app in (db),!missing", "flag=", "",
+])
+def test_the_string_form_parses_back(text: str) -> None:
+    selector = parse_label_selector(text)
+    assert str(selector) == text
+    assert parse_label_selector(str(selector)) == selector
+
+
+@pytest.mark.parametrize(("selector", "text", "matches"), [
+    ({}, "", True),
+    ({"matchLabels": {}, "matchExpressions": []}, "", True),
+    ({"matchLabels": {"tier": "backend", "app": "db"}}, "app=db,tier=backend", True),
+    ({"matchLabels": {"app": "web"}}, "app=web", False),
+    ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]},
+     "app in (db,web)", True),
+    ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["db"]}]},
+     "app notin (db)", False),
+    ({"matchExpressions": [{"key": "missing", "operator": "NotIn", "values": ["db"]}]},
+     "missing notin (db)", True),
+    ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, "tier", True),
+    ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist", "values": []}]},
+     "!tier", False),
+    ({"matchLabels": {"app": "db"},
+      "matchExpressions": [{"key": "tier", "operator": "In", "values": ["frontend"]}]},
+     "app=db,tier in (frontend)", False),
+])
+def test_a_label_selector_object_is_read_as_kubernetes_reads_it(
+        selector: dict, text: str, matches: bool) -> None:
+    """matchLabels and matchExpressions (a workload's spec.selector) all hold; the string form
+    is the one a ?labelSelector= takes, and parses to the same requirements."""
+    read = LabelSelector.from_object(selector)
+    assert read.matches(LABELS) is matches
+    assert str(read) == text
+    assert parse_label_selector(text) == read
+
+
+def test_a_label_selector_object_with_an_unknown_operator_is_refused() -> None:
+    with pytest.raises(InvalidSelector, match="unknown operator 'Gt' for key 'app': use In, "
+                       "NotIn, Exists, DoesNotExist"):
+        LabelSelector.from_object({"matchExpressions": [{"key": "app", "operator": "Gt"}]})
 
 
 @pytest.mark.parametrize(

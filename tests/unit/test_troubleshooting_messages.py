@@ -96,7 +96,8 @@ class As:
 
 
 class Owner:
-    """The pod's StatefulSet `db`, with `uid` and a template declaring `declared`."""
+    """The pod's StatefulSet `db`, with `uid`, the selector app=db and a template declaring
+    `declared`."""
 
     def __init__(self, uid: str, declared: str) -> None:
         self.uid, self.declared = uid, declared
@@ -104,11 +105,12 @@ class Owner:
     async def owner(self, group: str, kind: str, namespace: str, name: str
                     ) -> dict[str, Any] | None:
         return {"metadata": {"name": name, "namespace": namespace, "uid": self.uid},
-                "spec": {"template": {"metadata": {"annotations": {ANNOTATION: self.declared}}}}}
+                "spec": {"selector": {"matchLabels": {"app": "db"}},
+                         "template": {"metadata": {"annotations": {ANNOTATION: self.declared}}}}}
 
 
-def _pod(controller_uid: str | None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": POD, "namespace": NAMESPACE,
+def _pod(controller_uid: str | None, app: str = "db") -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": POD, "namespace": NAMESPACE, "labels": {"app": app},
                                 "annotations": {ANNOTATION: '{"db": []}'}}
     if controller_uid is not None:
         metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -176,6 +178,7 @@ async def produced_answers(database: SqliteDatabase) -> set[str]:
         await _untrusted(Owner(OWNER_UID, template), _pod(None)),
         await _untrusted(Owner(OWNER_UID, template), _pod(OWNER_UID)),
         await _untrusted(Owner(OWNER_UID, template), _pod("made-up")),
+        await _untrusted(Owner(OWNER_UID, template), _pod(OWNER_UID, app="web")),
         await _release_denied(database),
         await _answer(_app(As(USER), Unreachable()), "GET", api),
         status.unauthorized().message,

@@ -83,10 +83,17 @@ class FakeAuthorizer:
         return Decision(self.allowed, "fake")
 
 
+LABELS = {"app": "db", "tier": "data"}
+SELECTOR = {"matchLabels": {"app": "db"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["data", "cache"]}]}
+"""The owners' selector: the pods' LABELS match it."""
+
+
 def pod(name: str = "db-0", *, annotation: str | None = DECLARATION,
-        owner: tuple[str, str] | None = ("apps/v1", "StatefulSet"), controller: bool = True
-        ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "prod", "uid": f"uid-{name}"}
+        owner: tuple[str, str] | None = ("apps/v1", "StatefulSet"), controller: bool = True,
+        labels: dict[str, str] = LABELS) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "prod", "uid": f"uid-{name}",
+                            "labels": dict(labels)}
     if annotation is not None:
         meta["annotations"] = {ANNOTATION: annotation, "other": "x"}
     if owner is not None:
@@ -100,7 +107,8 @@ def owner_with(annotation: str | None, name: str = "db-7f9c") -> dict[str, Any]:
         else {}
     return {"metadata": {"namespace": "prod", "name": name, "uid": f"uid-{name}",
                          "resourceVersion": "1"},
-            "spec": {"template": {"metadata": {"annotations": annotations}},
+            "spec": {"selector": SELECTOR,
+                     "template": {"metadata": {"annotations": annotations}},
                      "replicas": 3}}
 
 
@@ -171,6 +179,77 @@ async def test_owner_with_another_uid_is_not_the_controller(
             ) in decision.message
     assert "not identical" not in decision.message
     assert len(authorizer.asked) == 1
+
+
+@pytest.mark.parametrize(("api_version", "kind", "path"), KINDS)
+@pytest.mark.parametrize("labels", [
+    {"app": "web", "tier": "data"},  # matchLabels fails
+    {"app": "db", "tier": "web"},  # matchExpressions fails
+    {"app": "db"},  # In needs the label
+    {},
+])
+async def test_a_pod_outside_the_owners_selector_is_not_vouched_for(
+        api_version: str, kind: str, path: str, labels: dict[str, str]) -> None:
+    """A pod whose controller reference names a real owner with its real UID, carrying that
+    owner's very annotation, but whose labels the owner's selector does not match (a reference
+    someone with `patch pods` wrote, which the controller would drop): rule 1 fails, naming
+    the labels and the selector, and rule 2 decides."""
+    owners = FakeOwners({path: owner_with(DECLARATION)})
+    authorizer = FakeAuthorizer(allowed=False)
+
+    decision = await run(owners, authorizer, pod(owner=(api_version, kind), labels=labels))
+
+    assert not decision.trusted
+    shown = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    assert (f'rule 1 failed: the pod\'s labels "{shown}" do not match the selector '
+            f'"app=db,tier in (cache,data)" of its controller {kind}/db-7f9c: {kind}/db-7f9c '
+            "would not adopt this pod") in decision.message
+    assert "not identical" not in decision.message
+    assert len(authorizer.asked) == 1
+
+
+async def test_a_pod_outside_the_owners_selector_leaves_rule_2() -> None:
+    owners = FakeOwners({KINDS[0][2]: owner_with(DECLARATION)})
+
+    decision = await run(owners, FakeAuthorizer(allowed=True),
+                         pod(owner=KINDS[0][:2], labels={"app": "web"}))
+
+    assert (decision.trusted, decision.rule) == (True, POD_EXEC)
+
+
+@pytest.mark.parametrize(("selector", "labels", "trusted"), [
+    ({"matchLabels": {"app": "db"}}, {"app": "db", "extra": "x"}, True),
+    ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, {}, True),
+    ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]},
+     {"app": "web"}, False),
+    ({"matchExpressions": [{"key": "job", "operator": "Exists"}]}, {"job": ""}, True),
+    ({"matchExpressions": [{"key": "job", "operator": "Exists"}]}, {"app": "db"}, False),
+    ({"matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}, {"canary": "1"},
+     False),
+    ({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}},  # a Job's generated one
+     {"batch.kubernetes.io/controller-uid": "u-2"}, False),
+])
+async def test_the_selector_is_read_as_kubernetes_reads_it(
+        selector: dict[str, Any], labels: dict[str, str], trusted: bool) -> None:
+    owner = owner_with(DECLARATION)
+    owner["spec"]["selector"] = selector
+    owners = FakeOwners({KINDS[3][2]: owner})
+
+    decision = await run(owners, FakeAuthorizer(), pod(owner=KINDS[3][:2], labels=labels))
+
+    assert decision.trusted is trusted, decision.message
+
+
+async def test_an_owner_without_a_selector_vouches_for_nothing() -> None:
+    owner = owner_with(DECLARATION)
+    del owner["spec"]["selector"]
+    owners = FakeOwners({KINDS[0][2]: owner})
+
+    decision = await run(owners, FakeAuthorizer(), pod(owner=KINDS[0][:2]))
+
+    assert not decision.trusted
+    assert ("rule 1 failed: the pod's controller ReplicaSet/db-7f9c has no spec.selector"
+            in decision.message)
 
 
 async def test_an_owner_without_uid_vouches_for_nothing() -> None:
@@ -317,7 +396,7 @@ async def test_synced_owner_cache_makes_no_get() -> None:
     # trimmed to what the trust rules read
     assert cached == {"metadata": {"namespace": "prod", "name": "db-7f9c",
                                    "uid": "uid-db-7f9c", "resourceVersion": "1"},
-                      "spec": {"template": {"metadata": {"annotations": {
+                      "spec": {"selector": SELECTOR, "template": {"metadata": {"annotations": {
                           ANNOTATION: DECLARATION}}}}}
 
 
