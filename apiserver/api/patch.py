@@ -29,6 +29,7 @@ from typing import Any
 from apiserver import errors
 from apiserver.api import json_input, yaml_input
 from apiserver.api.field_errors import FieldError, show
+from apiserver.api.json_input import as_printable
 from apiserver.api.validation import label_value_errors, qualified_name_errors
 from apiserver.errors import Cause
 
@@ -131,9 +132,9 @@ def strategic_as_merge(patch: dict[str, Any]) -> dict[str, Any]:
             continue
         if key.startswith("$"):
             raise errors.bad_request(
-                f'strategic merge patch directive "{key}" is not supported by this server; '
-                "send a JSON merge patch (application/merge-patch+json, kubectl patch --type "
-                "merge)")
+                f"strategic merge patch directive {errors.quoted(key)} is not supported by this "
+                "server; send a JSON merge patch (application/merge-patch+json, kubectl patch "
+                "--type merge)")
         result[key] = strategic_as_merge(value) if isinstance(value, dict) else value
     return result
 
@@ -325,14 +326,14 @@ def check_mutable(kind: str, group: str, old: Mapping[str, Any], new: Any) -> No
         raise errors.invalid(kind, group, name, [FieldError.invalid(
             "", new, "the patched object must be a JSON object").as_cause()])
     causes = [_immutable(path, value) for key in sorted(set(old) | set(new)) if key != "metadata"
-              for path, value in changes(key, old.get(key), new.get(key))]
+              for path, value in changes(as_printable(key), old.get(key), new.get(key))]
     old_meta, new_meta = old.get("metadata") or {}, new.get("metadata")
     if not isinstance(new_meta, dict):
         causes.append(FieldError.invalid("metadata", new_meta, "must be an object").as_cause())
     else:
         causes += [_immutable(path, value) for key in sorted(set(old_meta) | set(new_meta))
                    if key not in MUTABLE_METADATA and key not in SERVER_METADATA
-                   for path, value in changes(f"metadata.{key}", old_meta.get(key),
+                   for path, value in changes(f"metadata.{as_printable(key)}", old_meta.get(key),
                                               new_meta.get(key))]
         causes += _label_problems(old_meta.get("labels") or {}, new_meta.get("labels"))
         causes += _annotation_problems(new_meta.get("annotations"))
@@ -347,7 +348,7 @@ def changes(path: str, old: Any, new: Any) -> list[tuple[str, Any]]:
         return []
     if isinstance(old, dict) and isinstance(new, dict):
         return [found for key in sorted(set(old) | set(new))
-                for found in changes(f"{path}.{key}", old.get(key), new.get(key))]
+                for found in changes(f"{path}.{as_printable(key)}", old.get(key), new.get(key))]
     return [(path, new)]
 
 
@@ -371,7 +372,7 @@ def _label_problems(old: Mapping[str, Any], new: Any) -> list[Cause]:
     new = new or {}
     causes = []
     for key in sorted(set(old) | set(new)):
-        field = f"metadata.labels[{key}]"
+        field = f"metadata.labels[{as_printable(key)}]"
         if key.startswith(RESERVED_LABEL_PREFIX):
             if old.get(key) != new.get(key):
                 causes.append(FieldError.invalid(field, new.get(key), (
@@ -390,7 +391,8 @@ def _annotation_problems(annotations: Any) -> list[Cause]:
     if problem:
         return [problem]
     annotations = annotations or {}
-    causes = [FieldError.invalid(f"metadata.annotations[{key}]", key, message).as_cause()
+    causes = [FieldError.invalid(f"metadata.annotations[{as_printable(key)}]", key, message
+                                 ).as_cause()
               for key in sorted(annotations) for message in qualified_name_errors(key)]
     size = sum(len(key) + len(value) for key, value in annotations.items())
     if size > MAX_ANNOTATIONS_BYTES:
