@@ -82,10 +82,21 @@ class FieldError:
 def show(value: Any) -> str:
     """A value as a message quotes it: JSON, shortened past 120 characters; in ASCII escapes
     if it holds characters that are not printable (surrogates among them: a message must be
-    encodable and safe to print)."""
-    shown = json.dumps(value, ensure_ascii=False)
+    encodable and safe to print). Only as much of the value is encoded as is shown: a body's
+    value may be a list of a million items."""
+    shown = _json_start(value, ascii_only=False)
     if not shown.isprintable():
-        shown = json.dumps(value)
+        shown = _json_start(value, ascii_only=True)
     if len(shown) > _SHOWN_VALUE_CHARS:
         return shown[: _SHOWN_VALUE_CHARS - 3] + "..."
+    return shown
+
+
+def _json_start(value: Any, *, ascii_only: bool) -> str:
+    """The JSON text of ``value``, or its start when that is longer than a message shows."""
+    shown = ""
+    for chunk in json.JSONEncoder(ensure_ascii=ascii_only).iterencode(value):
+        shown += chunk
+        if len(shown) > _SHOWN_VALUE_CHARS:
+            break
     return shown

@@ -2,7 +2,11 @@
 
 - ``application/merge-patch+json``: RFC 7386 JSON merge patch (``merge_patch``).
 - ``application/json-patch+json``: RFC 6902 JSON patch (``json_patch``): add, remove, replace,
-  move, copy and test, with RFC 6901 JSON pointers.
+  move, copy and test, with RFC 6901 JSON pointers; bounded as kube-apiserver bounds it (at most
+  ``MAX_JSON_PATCH_OPERATIONS`` operations, 413) and in what it builds: the patched object may
+  not grow past ``MAX_PATCHED_BYTES`` (413), so copy operations cannot double it with each
+  operation, nor nest deeper than a body may (``json_input.MAX_DEPTH``, 422). Each operation
+  then costs at most time linear in its own size and the patched object's.
 - ``application/strategic-merge-patch+json``: applied as a merge patch (maps merge the same way;
   the objects here have no merge-keyed lists), after dropping the ordering directives kubectl
   adds (``$setElementOrder/...``, ``$retainKeys``); any other ``$`` directive is refused.
@@ -24,7 +28,8 @@ from typing import Any
 
 from apiserver import errors
 from apiserver.api import json_input, yaml_input
-from apiserver.api.field_errors import FieldError
+from apiserver.api.field_errors import FieldError, show
+from apiserver.api.json_input import as_printable
 from apiserver.api.validation import label_value_errors, qualified_name_errors
 from apiserver.errors import Cause
 
@@ -45,6 +50,12 @@ recorded by the server for each write."""
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 """kube-apiserver's bound on the total size of an object's annotations."""
 RESERVED_LABEL_PREFIX = "notifier.x-k8s.io/"
+MAX_JSON_PATCH_OPERATIONS = 10_000
+"""kube-apiserver's bound on the operations of one JSON patch (k8s.io/apiserver)."""
+MAX_PATCHED_BYTES = 1024 * 1024
+"""Bound on the size (JSON) of an object while a JSON patch applies to it, counted as its size
+before plus that of every value an operation adds or copies (kube-apiserver bounds the bytes
+copy operations add alike, ``JSONPatchMaxCopyBytes``). A stored object is at most 256 KiB."""
 _STRATEGIC_ORDERING = ("$setElementOrder/", "$retainKeys")
 
 
@@ -76,6 +87,10 @@ def decode(kind: PatchType, raw: bytes) -> Any:
             raise errors.bad_request(
                 'a JSON patch must be a list of operations, e.g. [{"op": "add", "path": '
                 '"/metadata/labels/tier", "value": "db"}]')
+        if len(document) > MAX_JSON_PATCH_OPERATIONS:
+            raise errors.request_entity_too_large(
+                f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, "
+                f"got {len(document)}; send the changes in several patches")
     elif not isinstance(document, dict):
         raise errors.bad_request(
             f'a {kind.value} patch must be a JSON object, e.g. {{"metadata": {{"labels": '
@@ -117,53 +132,87 @@ def strategic_as_merge(patch: dict[str, Any]) -> dict[str, Any]:
             continue
         if key.startswith("$"):
             raise errors.bad_request(
-                f'strategic merge patch directive "{key}" is not supported by this server; '
-                "send a JSON merge patch (application/merge-patch+json, kubectl patch --type "
-                "merge)")
+                f"strategic merge patch directive {errors.quoted(key)} is not supported by this "
+                "server; send a JSON merge patch (application/merge-patch+json, kubectl patch "
+                "--type merge)")
         result[key] = strategic_as_merge(value) if isinstance(value, dict) else value
     return result
 
 
 def json_patch(target: Any, operations: list[dict[str, Any]]) -> Any:
     """RFC 6902: the operations applied in order to a copy of ``target``; 400 for a malformed
-    operation, 422 for one that cannot apply (a missing path, a failed test)."""
-    document = copy.deepcopy(target)
+    operation, 422 for one that cannot apply (a missing path, a failed test), 413 past the
+    bounds of the module docstring."""
+    text = json.dumps(target)
+    growth = _Growth(len(text), json_input.nesting_depth(text))
+    document = json.loads(text)
     for index, operation in enumerate(operations):
-        document = _apply_operation(document, operation, index)
+        document = _apply_operation(document, operation, index, growth)
     return document
 
 
-def _apply_operation(document: Any, operation: dict[str, Any], index: int) -> Any:
+class _Growth:
+    """Bounds on what a JSON patch builds: the patched object's size (its size before, plus
+    every value added or copied, whatever is removed) and how deeply it may nest (an upper
+    bound: a move adds the difference of its paths' lengths)."""
+
+    def __init__(self, size: int, depth: int) -> None:
+        self.size = size
+        self.depth = depth
+
+    def copy(self, value: Any, path: list[str], where: str) -> Any:
+        """A copy of ``value`` to add at ``path`` (JSON text and back: fast, and it measures
+        the copy), counted."""
+        text = json.dumps(value)
+        self.size += len(text)
+        if self.size > MAX_PATCHED_BYTES:
+            raise errors.request_entity_too_large(
+                f"{where}: the patched object would be larger than {MAX_PATCHED_BYTES} bytes "
+                "(its size before and every value added or copied); send a smaller patch")
+        self.deepen(len(path) + json_input.nesting_depth(text), where)
+        return json.loads(text)
+
+    def deepen(self, depth: int, where: str) -> None:
+        if depth > json_input.MAX_DEPTH:
+            raise _unprocessable(f"{where}: the patched object would be nested more than "
+                                 f"{json_input.MAX_DEPTH} levels deep")
+        self.depth = max(self.depth, depth)
+
+
+def _apply_operation(document: Any, operation: dict[str, Any], index: int, growth: _Growth
+                     ) -> Any:
     op = operation.get("op")
     where = f"JSON patch operation {index}"
     if op not in ("add", "remove", "replace", "move", "copy", "test"):
         raise errors.bad_request(
-            f"{where}: unsupported op {json.dumps(op)}; use add, remove, replace, move, copy or "
+            f"{where}: unsupported op {show(op)}; use add, remove, replace, move, copy or "
             "test")
     path = _pointer(operation, "path", where)
-    where = f"{where} ({op} {operation['path']})"
+    where = f"{where} ({op} {show(operation['path'])})"
     if op in ("add", "replace", "test") and "value" not in operation:
         raise errors.bad_request(f'{where}: a "{op}" operation needs a "value"')
     if op == "add":
-        return _add(document, path, copy.deepcopy(operation["value"]), where)
+        return _add(document, path, growth.copy(operation["value"], path, where), where)
     if op == "remove":
         return _remove(document, path, where)[0]
     if op == "replace":
         document = _remove(document, path, where)[0]
-        return _add(document, path, copy.deepcopy(operation["value"]), where)
+        return _add(document, path, growth.copy(operation["value"], path, where), where)
     if op == "test":
         found = _get(document, path, where)
         if not json_equal(found, operation["value"]):
-            raise _unprocessable(f"{where}: test failed: the value is {json.dumps(found)}, not "
-                                 f"{json.dumps(operation['value'])}")
+            raise _unprocessable(f"{where}: test failed: the value is {show(found)}, not "
+                                 f"{show(operation['value'])}")
         return document
     source = _pointer(operation, "from", where)
     if op == "move":
         if path[:len(source)] == source and len(path) > len(source):
-            raise _unprocessable(f"{where}: cannot move {operation['from']} into its own child")
+            raise _unprocessable(
+                f"{where}: cannot move {show(operation['from'])} into its own child")
+        growth.deepen(growth.depth + len(path) - len(source), where)
         document, value = _remove(document, source, where)
         return _add(document, path, value, where)
-    return _add(document, path, copy.deepcopy(_get(document, source, where)), where)
+    return _add(document, path, growth.copy(_get(document, source, where), path, where), where)
 
 
 def json_equal(left: Any, right: Any) -> bool:
@@ -188,7 +237,7 @@ def _pointer(operation: dict[str, Any], member: str, where: str) -> list[str]:
     if text == "":
         return []
     if not text.startswith("/"):
-        raise errors.bad_request(f'{where}: "{member}" {json.dumps(text)} must start with "/"')
+        raise errors.bad_request(f'{where}: "{member}" {show(text)} must start with "/"')
     return [token.replace("~1", "/").replace("~0", "~") for token in text[1:].split("/")]
 
 
@@ -199,11 +248,11 @@ def _unprocessable(message: str) -> errors.Invalid:
 def _index(container: list[Any], token: str, where: str, *, end_ok: bool) -> int:
     if token == "-" and end_ok:
         return len(container)
-    if not token.isdigit() or (token.startswith("0") and token != "0"):
-        raise _unprocessable(f"{where}: {json.dumps(token)} is not an array index")
-    index = int(token)
+    if not (token.isascii() and token.isdigit()) or (token.startswith("0") and token != "0"):
+        raise _unprocessable(f"{where}: {show(token)} is not an array index")
+    index = int(token) if len(token) <= len(str(len(container))) else len(container) + 1
     if index > len(container) or (index == len(container) and not end_ok):
-        raise _unprocessable(f"{where}: index {index} is out of range (length "
+        raise _unprocessable(f"{where}: index {show(token)} is out of range (length "
                              f"{len(container)})")
     return index
 
@@ -277,14 +326,14 @@ def check_mutable(kind: str, group: str, old: Mapping[str, Any], new: Any) -> No
         raise errors.invalid(kind, group, name, [FieldError.invalid(
             "", new, "the patched object must be a JSON object").as_cause()])
     causes = [_immutable(path, value) for key in sorted(set(old) | set(new)) if key != "metadata"
-              for path, value in changes(key, old.get(key), new.get(key))]
+              for path, value in changes(as_printable(key), old.get(key), new.get(key))]
     old_meta, new_meta = old.get("metadata") or {}, new.get("metadata")
     if not isinstance(new_meta, dict):
         causes.append(FieldError.invalid("metadata", new_meta, "must be an object").as_cause())
     else:
         causes += [_immutable(path, value) for key in sorted(set(old_meta) | set(new_meta))
                    if key not in MUTABLE_METADATA and key not in SERVER_METADATA
-                   for path, value in changes(f"metadata.{key}", old_meta.get(key),
+                   for path, value in changes(f"metadata.{as_printable(key)}", old_meta.get(key),
                                               new_meta.get(key))]
         causes += _label_problems(old_meta.get("labels") or {}, new_meta.get("labels"))
         causes += _annotation_problems(new_meta.get("annotations"))
@@ -299,7 +348,7 @@ def changes(path: str, old: Any, new: Any) -> list[tuple[str, Any]]:
         return []
     if isinstance(old, dict) and isinstance(new, dict):
         return [found for key in sorted(set(old) | set(new))
-                for found in changes(f"{path}.{key}", old.get(key), new.get(key))]
+                for found in changes(f"{path}.{as_printable(key)}", old.get(key), new.get(key))]
     return [(path, new)]
 
 
@@ -323,7 +372,7 @@ def _label_problems(old: Mapping[str, Any], new: Any) -> list[Cause]:
     new = new or {}
     causes = []
     for key in sorted(set(old) | set(new)):
-        field = f"metadata.labels[{key}]"
+        field = f"metadata.labels[{as_printable(key)}]"
         if key.startswith(RESERVED_LABEL_PREFIX):
             if old.get(key) != new.get(key):
                 causes.append(FieldError.invalid(field, new.get(key), (
@@ -342,7 +391,8 @@ def _annotation_problems(annotations: Any) -> list[Cause]:
     if problem:
         return [problem]
     annotations = annotations or {}
-    causes = [FieldError.invalid(f"metadata.annotations[{key}]", key, message).as_cause()
+    causes = [FieldError.invalid(f"metadata.annotations[{as_printable(key)}]", key, message
+                                 ).as_cause()
               for key in sorted(annotations) for message in qualified_name_errors(key)]
     size = sum(len(key) + len(value) for key, value in annotations.items())
     if size > MAX_ANNOTATIONS_BYTES:

@@ -1,9 +1,16 @@
 """Reading request bodies: bounded in size before anything is decoded, and in the media types
-each endpoint reads."""
+each endpoint reads; decoded off the event loop.
+
+Decoding and validating a body costs time linear in its size, which for a large YAML body is
+up to seconds: that work runs in a worker thread (Starlette's ``run_in_threadpool``), so that
+the event loop goes on serving other requests and the probes (``/readyz``) meanwhile. Every
+body (create, notify, release, patch, DeleteOptions) is decoded and validated there.
+"""
 
 from __future__ import annotations
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from apiserver import errors
 from apiserver.api.decoding import Body, parse_body
@@ -40,4 +47,4 @@ async def read_object(request: Request) -> Body:
     if kind and kind not in BODY_MEDIA_TYPES:
         raise errors.unsupported_media_type(BODY_MEDIA_TYPES)
     raw = await read_limited(request, MAX_BODY_BYTES, "the request body")
-    return parse_body(raw, kind or JSON_MEDIA_TYPE)
+    return await run_in_threadpool(parse_body, raw, kind or JSON_MEDIA_TYPE)

@@ -22,6 +22,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from apiserver import errors
 from apiserver.api import status
@@ -156,8 +157,8 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
                                   user: UserInfo, managed_fields: list[dict[str, Any]]
                                   ) -> JSONResponse:
         """The one create path, for a POST and for a server-side apply of a missing object."""
-        ask = notification_spec.validate(
-            body, namespace, max_parallelism=max_parallelism,
+        ask = await run_in_threadpool(
+            notification_spec.validate, body, namespace, max_parallelism=max_parallelism,
             max_timeout_seconds=max_timeout_seconds, max_hold_seconds=max_hold_seconds,
             field_validation=field_validation(http))
         notify_pods = RequestAttributes.for_resource(

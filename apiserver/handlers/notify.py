@@ -15,6 +15,7 @@ import contextlib
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from apiserver import errors
 from apiserver.api.routes import POD_NOTIFY_PATH
@@ -61,8 +62,8 @@ def router(admission: Admission, runner: Runner, records: ObjectStore,
     @routes.post(POD_NOTIFY_PATH, status_code=201)
     async def notify(namespace: str, pod: str, http: Request, user: CurrentUser) -> JSONResponse:
         dry_run, wait_seconds = query_options(http)
-        ask = request.validate(await read_object(http), namespace, pod, max_timeout_seconds,
-                               field_validation(http))
+        ask = await run_in_threadpool(request.validate, await read_object(http), namespace,
+                                      pod, max_timeout_seconds, field_validation(http))
         admitted = await admission.admit(user, await admission.read_pod(namespace, pod), ask)
         if dry_run:
             return add_warnings(JSONResponse(await admission.check(admitted), status_code=201),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from apiserver import errors
 from apiserver.api import json_input
@@ -113,7 +114,8 @@ class DeleteOptions:
             return cls(dry_run=dry_run)
         if media_type(request) not in (JSON_MEDIA_TYPE, ""):
             raise errors.unsupported_media_type([JSON_MEDIA_TYPE])
-        options = json_input.read(body, what="the DeleteOptions body").value
+        options = (await run_in_threadpool(json_input.read, body,
+                                           what="the DeleteOptions body")).value
         if not isinstance(options, dict):
             raise errors.bad_request("the body must be a DeleteOptions object")
         if options.get("kind", "DeleteOptions") != "DeleteOptions":

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
 from apiserver import errors
@@ -220,16 +221,19 @@ async def patch_object(resource: ResourceType, store: ObjectStore, renderer: Ren
     or without one answers 405 with ``create_hint``."""
     kind = patch_type(request.headers.get("content-type"))
     options = PatchOptions.from_request(request, kind)
-    document = decode(kind, await read_limited(request, MAX_BODY_BYTES, "the patch"))
+    raw = await read_limited(request, MAX_BODY_BYTES, "the patch")
+    document = await run_in_threadpool(decode, kind, raw)
     if kind is PatchType.APPLY:
         check_apply_config(resource, document, namespace, name)
     patch = Patch(resource, kind, document, options, timestamp())
     try:
         if options.dry_run:
-            result = patch.apply_to(copy.deepcopy(await store.get(namespace, name)))
+            result = await run_in_threadpool(patch.apply_to,
+                                             copy.deepcopy(await store.get(namespace, name)))
             store.check_update(result)
         else:
-            result = await store.guaranteed_update(namespace, name, patch.apply_to)
+            result = await store.guaranteed_update(
+                namespace, name, await decided(patch, store, namespace, name))
     except errors.NotFound:
         if kind is not PatchType.APPLY:
             raise
@@ -241,3 +245,37 @@ async def patch_object(resource: ResourceType, store: ObjectStore, renderer: Ren
         named = {**document, "metadata": {**(document.get("metadata") or {}), "name": name}}
         return await apply_create(request, namespace, named, patch.created_managed_fields())
     return JSONResponse(renderer.object(result))
+
+
+async def decided(patch: Patch, store: ObjectStore, namespace: str, name: str
+                   ) -> Callable[[Object], Object]:
+    """``patch.apply_to`` for the store's atomic update, with its outcome on the object the
+    store has now decided beforehand in a worker thread: applying a patch may cost what its
+    bounds allow (apiserver.api.patch), and a store may run the update's ``mutate`` on the event
+    loop. The update takes that outcome (the patched object, once, or the error) when it sees
+    the same object (resourceVersion); after another write it applies the patch anew."""
+    try:
+        current = await store.get(namespace, name)
+    except errors.NotFound:
+        return patch.apply_to  # the update looks further (a cache may lag)
+    version = _resource_version(current)
+    outcome: Object | errors.APIError | None
+    try:
+        outcome = await run_in_threadpool(patch.apply_to, current)
+    except errors.APIError as error:
+        outcome = error
+
+    def apply_to(stored: Object) -> Object:
+        nonlocal outcome
+        if outcome is None or _resource_version(stored) != version:
+            return patch.apply_to(stored)
+        if isinstance(outcome, errors.APIError):
+            raise outcome
+        patched, outcome = outcome, None  # handed out once: the store may change it
+        return patched
+
+    return apply_to
+
+
+def _resource_version(obj: Object) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from apiserver import errors
 from apiserver.api.decoding import parse_body
@@ -76,4 +77,4 @@ async def _read_optional_object(http: Request) -> None:
         raise errors.unsupported_media_type(BODY_MEDIA_TYPES)
     raw = await read_limited(http, MAX_BODY_BYTES, "the request body")
     if raw.strip():
-        parse_body(raw, kind or JSON_MEDIA_TYPE)
+        await run_in_threadpool(parse_body, raw, kind or JSON_MEDIA_TYPE)

@@ -400,7 +400,7 @@ class InProcessServer:
         self._lifespan = self.app.router.lifespan_context(self.app)
         await self._lifespan.__aenter__()
         async with asyncio.timeout(10):
-            while (await self._call("GET", b"/readyz", {}, b"")).status != 200:
+            while (await self.call("GET", b"/readyz", {}, b"")).status != 200:
                 await asyncio.sleep(0.01)
 
     def _run(self, coroutine: Any, timeout: float = 30) -> Any:
@@ -414,13 +414,14 @@ class InProcessServer:
         if token:
             sent.setdefault("authorization", f"Bearer {self.TOKEN}")
         raw = target.encode() if isinstance(target, str) else target
-        return self._run(self._call(method, raw, sent, body))
+        return self._run(self.call(method, raw, sent, body))
 
-    async def _call(self, method: str, target: bytes, headers: dict[str, str], body: bytes
-                    ) -> Answer:
-        """One ASGI request, as uvicorn makes it from a request line: the path percent-decoded
-        (invalid UTF-8 replaced), the query as sent. A streamed answer (a watch) is read for a
-        moment, then the client disconnects."""
+    async def call(self, method: str, target: bytes, headers: dict[str, str], body: bytes
+                   ) -> Answer:
+        """One ASGI request (awaited on the server's loop: in a coroutine given to ``run``), as
+        uvicorn makes it from a request line: the path percent-decoded (invalid UTF-8
+        replaced), the query as sent. A streamed answer (a watch) is read for a moment, then the
+        client disconnects."""
         raw_path, _, query = target.partition(b"?")
         scope = {
             "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -479,9 +480,9 @@ class InProcessServer:
                                 "ttlSecondsAfterFinished": MAX_TTL_SECONDS}
         self._run(SqliteObjectStore(self.database, resource).create(finished))
 
-    def run(self, coroutine: Any) -> Any:
+    def run(self, coroutine: Any, timeout: float = 30) -> Any:
         """Run ``coroutine`` on the server's loop."""
-        return self._run(coroutine)
+        return self._run(coroutine, timeout)
 
     def close(self) -> None:
         self._run(self._lifespan.__aexit__(None, None, None))

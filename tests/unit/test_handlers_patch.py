@@ -4,23 +4,29 @@ conflicts, apply-create with its authorization), and the 405s that say what to d
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import APIRouter, FastAPI
 
+from apiserver import errors
+from apiserver.api.patch import PatchType
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Decision
 from apiserver.handlers import notifications, podnotifiers
 from apiserver.handlers.body import MAX_BODY_BYTES
+from apiserver.handlers.patch import Patch, PatchOptions, decided
 from apiserver.handlers.watch_response import Watches
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
+from apiserver.registry.store import Object, ObjectStore
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
 
@@ -117,9 +123,9 @@ def fanout() -> Fanout:
     return Fanout()
 
 
-@pytest.fixture
-async def client(records: SqliteObjectStore, stored_notifications: SqliteObjectStore,
-                 access: Access, fanout: Fanout) -> AsyncIterator[httpx.AsyncClient]:
+@contextlib.asynccontextmanager
+async def serving(records: ObjectStore, stored_notifications: ObjectStore, access: Access,
+                  fanout: Fanout) -> AsyncIterator[httpx.AsyncClient]:
     router = APIRouter()
     router.include_router(podnotifiers.router(records, Watches()))
     router.include_router(notifications.router(
@@ -129,6 +135,13 @@ async def client(records: SqliteObjectStore, stored_notifications: SqliteObjectS
                               readiness=Readiness(), resource_router=router)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="https://notifier.test") as c:
+        yield c
+
+
+@pytest.fixture
+async def client(records: SqliteObjectStore, stored_notifications: SqliteObjectStore,
+                 access: Access, fanout: Fanout) -> AsyncIterator[httpx.AsyncClient]:
+    async with serving(records, stored_notifications, access, fanout) as c:
         yield c
 
 
@@ -401,3 +414,77 @@ async def test_apply_create_takes_the_name_from_the_url(client):
                            fieldManager="kubectl")
     assert response.status_code == 201, response.text
     assert response.json()["metadata"]["name"] == "from-url"
+
+
+class OnTheLoop:
+    """The SQLite store, but its atomic update runs ``mutate`` on the event loop, as the
+    Kubernetes store does (on its cached object)."""
+
+    def __init__(self, inner: SqliteObjectStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def guaranteed_update(self, namespace: str, name: str,
+                                mutate: Callable[[Object], Object]) -> Object:
+        desired = mutate(await self._inner.get(namespace, name))
+        return await self._inner.guaranteed_update(namespace, name, lambda _: desired)
+
+
+@pytest.fixture
+def applied_in(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
+    """The threads Patch.apply_to runs in."""
+    threads: list[threading.Thread] = []
+    apply_to = Patch.apply_to
+
+    def recorded(self: Patch, current: Object) -> Object:
+        threads.append(threading.current_thread())
+        return apply_to(self, current)
+
+    monkeypatch.setattr(Patch, "apply_to", recorded)
+    return threads
+
+
+@pytest.mark.parametrize("dry_run", [{}, {"dryRun": "All"}])
+async def test_a_patch_is_applied_off_the_event_loop(records, stored_notifications, access,
+                                                     fanout, stored, applied_in, dry_run):
+    """Issue 20: applying a patch costs up to its bounds (10000 operations), and the Kubernetes
+    store runs an update's mutate on the event loop: it is decided in a worker thread first,
+    and the update takes that outcome."""
+    operations = [{"op": "add", "path": f"/metadata/labels/l{index}", "value": "v"}
+                  for index in range(100)]
+    async with serving(OnTheLoop(records), stored_notifications, access, fanout) as c:
+        response = await patch(c, operations, JSON_PATCH, **dry_run)
+    assert response.status_code == 200, response.text
+    assert response.json()["metadata"]["labels"]["l99"] == "v"
+    assert applied_in and threading.current_thread() not in applied_in
+
+
+def label_patch(key: str, value: str = "v") -> Patch:
+    return Patch(PODNOTIFIERS, PatchType.MERGE, {"metadata": {"labels": {key: value}}},
+                 PatchOptions(dry_run=False, field_manager="test", force=False),
+                 "2026-01-01T00:00:00Z")
+
+
+async def test_after_another_write_the_update_applies_the_patch_anew(records, stored):
+    mutate = await decided(label_patch("a"), records, "ns", "r1")
+    await records.guaranteed_update("ns", "r1", await decided(label_patch("b"), records, "ns",
+                                                              "r1"))
+    labels = (await records.guaranteed_update("ns", "r1", mutate))["metadata"]["labels"]
+    assert labels["a"] == labels["b"] == "v"
+
+
+async def test_a_decided_outcome_is_handed_out_once_a_decided_error_each_time(records, stored,
+                                                                            applied_in):
+    mutate = await decided(label_patch("a"), records, "ns", "r1")
+    current = await records.get("ns", "r1")
+    assert mutate(current)["metadata"]["labels"]["a"] == "v"
+    assert len(applied_in) == 1
+    assert mutate(current)["metadata"]["labels"]["a"] == "v"
+    assert len(applied_in) == 2
+    refused = await decided(label_patch("notifier.x-k8s.io/pod", "web-1"), records, "ns", "r1")
+    for _ in range(2):
+        with pytest.raises(errors.Invalid):
+            refused(current)
+    assert len(applied_in) == 3

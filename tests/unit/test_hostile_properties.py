@@ -4,7 +4,11 @@ SQLite in a temporary directory).
 
 Strategies generate hostile bodies (valid documents with one hostile change: deep nesting, lone
 surrogates, huge numbers, NaN and Infinity, duplicate and unknown fields, a wrong type at any
-field, another encoding), hostile paths (names with ``%``, ``?``, ``#``, dot segments, unicode,
+field, another encoding), the same and YAML's own hostile forms as YAML (issue 20: integers past
+64 bits in every form YAML writes them, explicit tags on values they do not fit, aliases, several
+documents, block and flow style), hostile patches of every patch type (JSON patches of hostile
+operations, pointers and values, copies that grow the object; merge patches; apply
+configurations), hostile paths (names with ``%``, ``?``, ``#``, dot segments, unicode,
 very long) and hostile query strings (every parameter the server reads, repeated, with hostile
 values). Every answer must be below 500, an error must be a JSON ``metav1.Status`` whose code is
 the answer's, nothing may be stored (the database's resourceVersion does not move) and the
@@ -149,11 +153,12 @@ def kind_of(value: Any) -> str:
         return "object"
     if isinstance(value, bool):
         return "boolean"
-    return {str: "string", int: "integer", list: "array"}[type(value)]
+    return {str: "string", int: "integer", list: "array", type(None): "null"}[type(value)]
 
 
 HOSTILE_TEXT = ["%", "%2e%2e", "..", ".", "?", "#", "a/b", "\\", "\x00", "\x1b[31m", "\u2028",
-                "\ufeff", "\U0001f600", "ü", "名前", "\ud800", "\udfff", "a" * 300, " ", ""]
+                "\ufeff", "\U0001f600", "ü", "名前", "\ud800", "\udfff", "a" * 300, " ", "",
+                "$patch", "$\u202e\x1b"]
 surrogates = st.characters(categories=["Cs"])
 """One surrogate, alone (two could make a pair: a character)."""
 hostile_strings = st.one_of(st.sampled_from(HOSTILE_TEXT), st.text(max_size=40),
@@ -165,7 +170,8 @@ huge_literals = st.sampled_from([
 
 
 def wrong_types(kind: str) -> st.SearchStrategy[Any]:
-    """Values that are not of ``kind`` (and not null, which an optional field accepts)."""
+    """Values that are not of ``kind`` (and not null, which an optional field accepts, unless
+    ``kind`` is null: a merge patch's removal)."""
     not_of_kind: dict[str, st.SearchStrategy[Any]] = {
         "string": st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(),
                             st.just([]), st.just(Obj(()))),
@@ -175,6 +181,7 @@ def wrong_types(kind: str) -> st.SearchStrategy[Any]:
         "array": st.one_of(hostile_strings, st.integers(), st.just(Obj((("a", 1),)))),
         "object": st.one_of(hostile_strings, st.integers(), st.booleans(), st.just([]),
                             st.just([Obj(())])),
+        "null": st.one_of(hostile_strings, st.integers(), st.just(Obj(()))),
     }
     return not_of_kind[kind]
 
@@ -239,11 +246,11 @@ UNSAFE = ("Cc", "Cs", "Cf", "Zl", "Zp")
 
 
 def check(server: InProcessServer, method: str, target: str | bytes, body: bytes = b"",
-          *, escaped: bool = True) -> Answer:
+          *, escaped: bool = True, headers: dict[str, str] | None = None) -> Answer:
     """The properties every hostile request must have; with ``escaped``, that the message holds
     no unsafe character."""
     before = server.resource_version()
-    answer = server.request(method, target, body=body)
+    answer = server.request(method, target, body=body, headers=headers)
     assert answer.status < 500, (answer, body[:300])
     if answer.status >= 400:
         assert answer.header_values("content-type") == ["application/json"], answer
@@ -294,6 +301,173 @@ def test_hostile_delete_options(server, body, target) -> None:
 def test_hostile_continue_tokens(server, document) -> None:
     token = quote(base64.urlsafe_b64encode(document).decode().rstrip("="))
     check(server, "GET", f"{PODNOTIFIERS_PATH}?limit=1&continue={token}")
+
+
+
+# YAML bodies (issue 20): the documents above, and YAML's own hostile forms, written as YAML.
+
+
+YAML_HUGE = ["9" * 5000, "-" + "9" * 5000, "0x" + "f" * 5000, "-0b" + "1" * 20_000,
+             "0" + "7" * 5000, "1" + ":59" * 5000, "1" + ":59" * 5000 + ".5", "1.5e+400",
+             "9223372036854775808", "0x8000000000000000", "-0x8000000000000001"]
+"""Integers (and floats) past 64 bits in every form YAML 1.1 writes them: each was a 500."""
+YAML_SCALARS = ["!!int abc", "!!int 1.5", "!!float x", "!!bool maybe", "!!null x", "!!str 1",
+                "!!int '0x10'", "!!binary aGk=", "!!timestamp 2001-01-01", "!custom x", "! 1",
+                "yes", "Off", "~", "0o17", "0x_", "0b_", "1:30", ".5", "1.", "-.5", ".inf",
+                "-.Inf", ".NaN", "2001-01-01", "'quoted'", '"\\ud800"', '"\\x00"', "<<",
+                "=", "!!merge <<"]
+
+
+def write_yaml(value: Any, indent: str = "") -> str:
+    """``value`` in YAML's block style (flow style for what is empty or a literal)."""
+    if isinstance(value, Obj) and value.members:
+        lines = []
+        for key, item in value.members:
+            nested = isinstance(item, Obj | list) and bool(item.members if isinstance(item, Obj)
+                                                           else item)
+            lines.append(f"{indent}{json.dumps(key)}:" + (
+                "\n" + write_yaml(item, indent + "  ") if nested else f" {write(item)}\n"))
+        return "".join(lines)
+    if isinstance(value, list) and value:
+        return "".join(f"{indent}-\n{write_yaml(item, indent + '  ')}"
+                       if isinstance(item, Obj | list) and item not in ([], Obj(()))
+                       else f"{indent}- {write(item)}\n" for item in value)
+    return f"{indent}{write(value)}\n"
+
+
+@st.composite
+def hostile_yaml_bodies(draw: st.DrawFn, document: dict[str, Any]) -> tuple[bytes, bool]:
+    """(a YAML body, whether it must be refused: an integer past 64 bits where any field is,
+    which no field takes). The JSON changes of ``hostile_bodies`` are YAML too (flow style)."""
+    tree = node(document)
+    located = paths(tree)
+    scalars = [path for path, item in located if kind_of(item) not in ("object", "array")]
+    change = draw(st.sampled_from(["json", "huge", "scalar", "alias", "documents", "deep"]))
+    if change == "json":
+        return draw(hostile_bodies(document)), False
+    if change in ("huge", "scalar"):
+        literals = YAML_HUGE if change == "huge" else YAML_SCALARS
+        tree = replaced(tree, draw(st.sampled_from(scalars)), Raw(draw(st.sampled_from(literals))))
+    elif change == "alias":
+        first, second = draw(st.lists(st.sampled_from(scalars), min_size=2, max_size=2,
+                                      unique=True))
+        tree = replaced(replaced(tree, first, Raw("&x 1")), second, Raw("*x"))
+    elif change == "deep":
+        depth = draw(st.integers(MAX_DEPTH + 1, 3000))
+        tree = replaced(tree, draw(st.sampled_from(scalars)), Raw("[" * depth + "]" * depth))
+    text = write_yaml(tree) if draw(st.booleans()) else write(tree)
+    if change == "documents":
+        text += "\n---\n" + text
+    return text.encode(), change == "huge"
+
+
+DRY_RUN = "?dryRun=All"
+"""Every YAML body and patch is sent as a dry run: a YAML change may leave a valid object
+(``parallelism: 0x2``), which must be answered, and not stored."""
+
+
+@fixtures
+@given(request=st.one_of(
+    st.tuples(st.just(NOTIFY), hostile_yaml_bodies(POD_NOTIFIER)),
+    st.tuples(st.just(NOTIFICATIONS_PATH), hostile_yaml_bodies(NOTIFICATION)),
+    st.tuples(st.just(f"{PODNOTIFIERS_PATH}/kept/release"), hostile_yaml_bodies(NOTIFICATION))),
+    media_type=st.sampled_from(["application/yaml", "application/yaml; charset=utf-8"]))
+def test_hostile_yaml_bodies(server, request, media_type) -> None:
+    path, (body, refused) = request
+    answer = check(server, "POST", f"{path}{DRY_RUN}", body, headers={"content-type": media_type})
+    if refused:
+        assert 400 <= answer.status < 500, answer
+
+
+# Patches (issue 20)
+
+
+STORED_PATHS = [path for path, _ in paths(node({**NOTIFICATION,
+                                               "status": {"phase": "Succeeded"}}))]
+"""Where a patch of the stored Notification "kept" may point."""
+HOSTILE_TOKENS = ["-", "0", "01", "9" * 5000, "\u00b2", "\u0661", "~0", "~1", "~2", "~", "",
+                  "..", "\x00", "\ud800", "a" * 300]
+
+
+@st.composite
+def pointers(draw: st.DrawFn) -> str:
+    """A JSON pointer: to a member of the stored object, or with a hostile token, or not a
+    pointer at all."""
+    tokens = [str(token) for token in draw(st.sampled_from(STORED_PATHS))]
+    if draw(st.booleans()):
+        tokens.append(draw(st.one_of(st.sampled_from(HOSTILE_TOKENS), hostile_strings)))
+    pointer = "".join("/" + token.replace("~", "~0").replace("/", "~1") for token in tokens)
+    return draw(st.sampled_from([pointer, pointer, pointer.lstrip("/"), pointer + "/"]))
+
+
+patch_values = st.one_of(
+    hostile_strings, st.integers(), st.booleans(), st.none(), st.just({"a": "b"}),
+    st.just([1, "a"]), huge_literals.map(Raw), st.integers(MAX_DEPTH - 3, 200).map(deep),
+    st.sampled_from(["NaN", "Infinity"]).map(Raw))
+
+
+@st.composite
+def json_patch_operations(draw: st.DrawFn) -> Any:
+    """A JSON patch of hostile operations: any op, pointer and value, members missing or of a
+    wrong type, repeated copies of the object into itself."""
+    operations = []
+    for _ in range(draw(st.integers(1, 8))):
+        op = draw(st.one_of(st.sampled_from(["add", "remove", "replace", "move", "copy",
+                                             "test"]), hostile_strings, st.integers()))
+        members: list[tuple[str, Any]] = [("op", op), ("path", draw(pointers()))]
+        if draw(st.booleans()):
+            members.append(("from", draw(st.one_of(pointers(), st.integers(), st.none()))))
+        if draw(st.booleans()):
+            members.append(("value", draw(patch_values)))
+        if draw(st.booleans()):
+            members.append(draw(st.sampled_from(members)))  # a key given twice
+        operations.append(Obj(tuple(members)))
+    if draw(st.booleans()):
+        source = draw(st.sampled_from(["", "/metadata", "/spec"]))
+        operations += [Obj((("op", "copy"), ("from", source), ("path", f"/metadata/c{index}")))
+                       for index in range(draw(st.integers(1, 24)))]
+    return draw(st.sampled_from([operations, operations, operations[0], "not a list", 1]))
+
+
+PATCH = "application/json-patch+json"
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+APPLY = "application/apply-patch+yaml"
+APPLY_CONFIG = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
+                "metadata": {"name": "kept", "labels": {"team": "db"}, "annotations": {"a": "b"}}}
+MERGE_PATCH = {"metadata": {"labels": {"team": "db", "$setElementOrder/labels": [{"team": 1}]},
+                            "annotations": {"a": None}}, "spec": {"parallelism": 3}}
+
+
+@st.composite
+def hostile_patches(draw: st.DrawFn) -> tuple[str, bytes]:
+    """(the patch's media type, its body)."""
+    kind = draw(st.sampled_from([PATCH, PATCH, MERGE, STRATEGIC, APPLY, APPLY]))
+    if kind == PATCH:
+        operations = draw(json_patch_operations())
+        return kind, (write(operations) if not isinstance(operations, str)
+                      else operations).encode()
+    if kind == APPLY:
+        return kind, draw(hostile_yaml_bodies(APPLY_CONFIG))[0]
+    return kind, draw(hostile_bodies(MERGE_PATCH))
+
+
+@fixtures
+@given(patch=hostile_patches(),
+       target=st.sampled_from([f"{NOTIFICATIONS_PATH}/kept", f"{PODNOTIFIERS_PATH}/kept",
+                               f"{NOTIFICATIONS_PATH}/missing"]))
+def test_hostile_patches(server, patch, target) -> None:
+    media_type, body = patch
+    answer = check(server, "PATCH", f"{target}{DRY_RUN}&fieldManager=test", body,
+                   headers={"content-type": media_type})
+    assert answer.status != 201 or target.endswith("/missing"), answer
+
+
+def test_a_json_patch_of_too_many_operations_is_413(server) -> None:
+    operations = [{"op": "test", "path": "/kind", "value": "Notification"}] * 10_001
+    answer = check(server, "PATCH", f"{NOTIFICATIONS_PATH}/kept", json.dumps(operations).encode(),
+                   headers={"content-type": PATCH})
+    assert answer.status == 413, answer
 
 
 # Query strings

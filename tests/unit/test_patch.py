@@ -3,12 +3,17 @@ merge patch, apply configurations (YAML without aliases), media types and immuta
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from apiserver import errors
+from apiserver.api.json_input import MAX_DEPTH
 from apiserver.api.openapi import openapi_v2, openapi_v3_group_version
 from apiserver.api.patch import (
     MAX_ANNOTATIONS_BYTES,
+    MAX_JSON_PATCH_OPERATIONS,
+    MAX_PATCHED_BYTES,
     PATCH_MEDIA_TYPES,
     PatchType,
     apply_patch,
@@ -286,3 +291,67 @@ def test_openapi_patch_operations_consume_the_served_patch_types():
                                                          "force"}
         v3 = openapi_v3_group_version()["paths"][path]["patch"]
         assert sorted(v3["requestBody"]["content"]) == sorted(PATCH_MEDIA_TYPES)
+
+
+def test_a_json_patch_of_more_operations_than_kube_apiserver_allows_is_413() -> None:
+    operations = [{"op": "test", "path": "/a", "value": "1"}] * MAX_JSON_PATCH_OPERATIONS
+    assert decode(PatchType.JSON, json.dumps(operations).encode()) == operations
+    with pytest.raises(errors.RequestEntityTooLarge) as raised:
+        decode(PatchType.JSON, json.dumps([*operations, operations[0]]).encode())
+    assert raised.value.message == (
+        "Request entity too large: The allowed maximum operations in a JSON patch is 10000, got "
+        "10001; send the changes in several patches")
+
+
+def test_copies_that_double_the_object_stop_at_the_bound_on_its_size() -> None:
+    """Issue 20: each copy of the object into itself doubled its time and memory, unbounded."""
+    doubling = [{"op": "copy", "from": "/o", "path": f"/o/{index}"} for index in range(16)]
+    with pytest.raises(errors.RequestEntityTooLarge) as raised:
+        json_patch({"o": {"a": "x" * 1000}}, doubling)
+    assert f"larger than {MAX_PATCHED_BYTES} bytes" in raised.value.message
+    assert "JSON patch operation 10 (copy \"/o/10\")" in raised.value.message
+
+
+def test_added_values_count_toward_the_bound_too() -> None:
+    value = "x" * (MAX_PATCHED_BYTES // 4)
+    adds = [{"op": "add", "path": "/a", "value": value}, {"op": "remove", "path": "/a"}] * 4
+    with pytest.raises(errors.RequestEntityTooLarge):
+        json_patch({}, adds)
+    assert json_patch({}, adds[:6]) == {}
+
+
+def deep(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("operations", [
+    [{"op": "add", "path": "/a", "value": deep(MAX_DEPTH - 2)},
+     {"op": "add", "path": "/a" * (MAX_DEPTH - 2) + "/b", "value": deep(3)}],
+    [{"op": "add", "path": "/a", "value": deep(MAX_DEPTH - 2)},
+     {"op": "copy", "from": "/a", "path": "/a/a/b"}],
+    [{"op": "add", "path": "/a", "value": deep(MAX_DEPTH - 2)},
+     {"op": "add", "path": "/b", "value": {"c": {}}},
+     {"op": "move", "from": "/a", "path": "/b/c/a"}],
+])
+def test_the_patched_object_nests_no_deeper_than_a_body_may(operations) -> None:
+    """Else copies and moves could nest it without bound, and whatever recurses over it (a
+    copy, a comparison, the answer's JSON) would fail."""
+    assert json_patch({}, operations[:-1])
+    with pytest.raises(errors.Invalid, match=f"nested more than {MAX_DEPTH} levels deep"):
+        json_patch({}, operations)
+
+
+@pytest.mark.parametrize("token", ["9" * 5000, "\u0661", "\u00b2"])
+def test_an_array_index_is_ascii_digits_of_any_length(token: str) -> None:
+    """int() of these raised ValueError (the digit limit; digits that are not ASCII)."""
+    with pytest.raises(errors.Invalid, match="out of range|not an array index"):
+        json_patch({"l": [1]}, [{"op": "remove", "path": f"/l/{token}"}])
+
+
+def test_messages_show_long_or_unprintable_pointers_shortened_and_escaped() -> None:
+    with pytest.raises(errors.Invalid) as raised:
+        json_patch({}, [{"op": "remove", "path": "/\u001b[31m" + "x" * 5000}])
+    assert raised.value.message.isprintable() and len(raised.value.message) < 300

@@ -84,3 +84,54 @@ def test_what_json_refuses_yaml_cannot_smuggle(raw: bytes) -> None:
 def test_the_json_text_is_valid_json() -> None:
     assert json.loads(to_json(b"a: [1, {b: c}, []]\nd: {}\n", what="x")) == {
         "a": [1, {"b": "c"}, []], "d": {}}
+
+
+HUGE_DECIMAL = "9" * 5000
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("0x1f", 31), ("-0x1f", -31), ("0b101", 5), ("017", 15), ("1:30", 90), ("-1:30:00", -5400),
+    ("1_000", 1000), ("+5", 5), ("0x7fffffffffffffff", 2**63 - 1),
+    ("-0x8000000000000000", -(2**63)), ("190:20:30.15", 685230.15), ("1.", 1.0),
+    ("0x_", "0x_"),
+])
+def test_integers_in_every_yaml_form_read_as_their_values(text: str, value: object) -> None:
+    assert read(f"a: {text}".encode()).value == {"a": value}
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    (HUGE_DECIMAL, float("inf")), ("-" + HUGE_DECIMAL, float("-inf")),
+    ("0x" + "f" * 5000, float("inf")), ("-0b" + "1" * 5000, float("-inf")),
+    ("0" + "7" * 5000, float("inf")), ("1" + ":59" * 5000, float("inf")),
+    ("1" + ":59" * 5000 + ".5", float("inf")), ("1.5e+400", float("inf")),
+    ("9223372036854775808", 9223372036854775808.0), ("0x8000000000000000", 2.0**63),
+    ("0x" + "f" * 40, float(16**40 - 1)),
+])
+def test_integers_past_64_bits_read_as_the_json_reader_reads_them(text: str, value: object
+                                                                   ) -> None:
+    """Past int64 the nearest float, past the float range infinity: what the JSON reader makes
+    of the same number, which every integer field refuses (422); never a ValueError of Python's
+    integer-string conversion limit (issue 20)."""
+    assert read(f"a: {text}".encode()).value == {"a": value}
+    assert read(f"[{text}]".encode()).value == [value]
+
+
+@pytest.mark.parametrize(("text", "name"), [
+    ("!!int abc", "int"), ("!!int 1.5", "int"), ("!!float abc", "float"),
+    ("!!bool maybe", "bool"), ("!!null x", "null"),
+])
+def test_an_explicit_tag_on_a_value_it_does_not_fit_is_400_naming_where(text: str, name: str
+                                                                       ) -> None:
+    with pytest.raises(errors.BadRequest) as raised:
+        to_json(f"a: 1\nb: {text}\n".encode(), what="the body")
+    assert f"(line 2, column 4) is not a valid {name}" in raised.value.message
+    assert f"leave out the !!{name} tag" in raised.value.message
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("!!int '0x10'", 16), ("!!float 1", 1), ("!!float 1.5", 1.5), ("!!bool yes", True),
+    ("!!null ~", None), ("!!str 1", "1"), ("!!timestamp 2026-01-01", "2026-01-01"),
+])
+def test_an_explicit_tag_on_a_value_it_fits_reads_as_that_value(text: str, value: object
+                                                                ) -> None:
+    assert read(f"a: {text}".encode()).value == {"a": value}
