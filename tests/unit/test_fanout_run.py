@@ -327,8 +327,18 @@ async def test_every_pod_succeeds(server: Server) -> None:
 
 @pytest.mark.parametrize("parallelism", [1, 2, 5])
 async def test_parallelism_is_never_exceeded(server: Server, parallelism: int) -> None:
+    """Every run is held until `parallelism` are in flight, so the cap is reached whatever the
+    machine's load (a run that ended before the next began used to leave the peak lower)."""
     pods = server.fake.add(*(f"db-{i}" for i in range(12)))
+    gates = [server.fake.gates.setdefault(f"db-{i}", asyncio.Event()) for i in range(12)]
     await server.create("capped", pods, parallelism=parallelism)
+
+    async def full() -> bool:
+        return server.fake.running == parallelism
+
+    await server.until(full)
+    for gate in gates:
+        gate.set()
     assert (await server.finished("capped"))["status"]["counts"]["succeeded"] == 12
     assert server.fake.peak == parallelism
 
