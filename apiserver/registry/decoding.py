@@ -33,9 +33,10 @@ def decoded(resource: ResourceType, obj: Object, decode: Callable[[Object], T]) 
     """``decode(obj)``; a ``Malformed`` (or a value ``decode`` did not expect: a bug of a
     decoder that is not defensive yet) as the one ``MalformedObject`` naming the object."""
     try:
+        mapping(obj, "the object")
         return decode(obj)
     except (Malformed, LookupError, TypeError, ValueError, AttributeError) as error:
-        meta = metadata(obj)
+        meta = metadata(obj) if isinstance(obj, dict) else {}
         raise MalformedObject(resource, str(meta.get("namespace", "")),
                               str(meta.get("name", "")),
                               str(error) if isinstance(error, Malformed)

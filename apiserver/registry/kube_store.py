@@ -550,7 +550,7 @@ class KubeObjectStore(ObjectStore):
             if self._malformed.get(key) != _rv(stored):
                 self._malformed[key] = _rv(stored)
                 log.warning("malformed storage object ignored", extra={
-                    "resource": self._kind.crd_name, "namespace": key[0], "name": key[1],
+                    "resource": self._kind.crd_name, "namespace": key[0], "object": key[1],
                     "resource_version": _rv(stored), "reason": error.why})
                 if self._count_malformed is not None:
                     self._count_malformed(self._kind.plural)
