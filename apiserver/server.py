@@ -33,7 +33,7 @@ from apiserver.certificates.files import CertDir
 from apiserver.certificates.plan import Policy
 from apiserver.certificates.reconciler import ServingCertificates
 from apiserver.config import KUBERNETES, ServerOptions, check, tls_files
-from apiserver.fanout import scope
+from apiserver.fanout import scope, spec
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
 from apiserver.fanout.scope import ScopeStore
@@ -42,7 +42,7 @@ from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.kube.events import EventRecorder
 from apiserver.kube.leases import LeaderElector, ReplicaLease
-from apiserver.notifier import housekeeping
+from apiserver.notifier import housekeeping, records
 from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.events import REPORTING_CONTROLLER, NotificationEvents, RunEvents
 from apiserver.notifier.exec_stream import KubeEndpoint
@@ -51,7 +51,9 @@ from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import KubeExec, Runner
 from apiserver.notifier.trust import TrustRules
-from apiserver.registry.kube_store import KubeObjectStore, check_installed
+from apiserver.registry.decoding import Decoder
+from apiserver.registry.kube_store import DEFAULT_HISTORY, KubeObjectStore, check_installed
+from apiserver.registry.ledgers import Ledger
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import (
     NOTIFICATION_POD_SETS,
@@ -59,6 +61,7 @@ from apiserver.registry.resources import (
     NOTIFICATIONS,
     PODLEDGERS,
     PODNOTIFIERS,
+    ResourceType,
 )
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
@@ -76,6 +79,13 @@ STORED_RESOURCES = (PODNOTIFIERS, NOTIFICATIONS, NOTIFICATION_RUNS, NOTIFICATION
                     PODLEDGERS)
 """What the server stores, in one backend: with ``--storage=kubernetes`` each has its storage
 CRD (apiservice/storage-crds.yaml), checked at start."""
+
+STORED_DECODERS: dict[ResourceType, Decoder] = {
+    PODNOTIFIERS: records.decode_stored, NOTIFICATIONS: spec.decode_stored,
+    NOTIFICATION_RUNS: scope.ScopeRun.of, NOTIFICATION_POD_SETS: scope.PodSet.of,
+    PODLEDGERS: Ledger.of,
+}
+"""Each stored kind's decoder (``registry.decoding``): the storage caches skip what it refuses."""
 
 WATCHED_RESOURCES = (PODNOTIFIERS.plural, NOTIFICATIONS.plural)
 """The resources whose watches the server serves (``container_notifier_watches``)."""
@@ -221,10 +231,14 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     stores: list[ObjectStore]
     caches: list[KubeObjectStore] = []
     if options.storage == KUBERNETES:
-        caches = [KubeObjectStore(kube, PODNOTIFIERS), KubeObjectStore(kube, NOTIFICATIONS),
-                  *(KubeObjectStore(kube, resource, history=scope.STORE_HISTORY)
-                    for resource in (NOTIFICATION_RUNS, NOTIFICATION_POD_SETS)),
-                  KubeObjectStore(kube, PODLEDGERS)]
+        caches = [KubeObjectStore(kube, resource, history=history,
+                                  decode=STORED_DECODERS[resource],
+                                  malformed=metrics.storage_object_malformed)
+                  for resource, history in ((PODNOTIFIERS, DEFAULT_HISTORY),
+                                            (NOTIFICATIONS, DEFAULT_HISTORY),
+                                            (NOTIFICATION_RUNS, scope.STORE_HISTORY),
+                                            (NOTIFICATION_POD_SETS, scope.STORE_HISTORY),
+                                            (PODLEDGERS, DEFAULT_HISTORY))]
         stores = list(caches)
         readiness.add("storage-cache", lambda: all(cache.synced for cache in caches))
     else:

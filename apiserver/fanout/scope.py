@@ -45,7 +45,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.api.resources import GROUP
+from apiserver.fanout.spec import stored_spec
+from apiserver.registry.decoding import (
+    Malformed,
+    boolean,
+    decoded,
+    integer,
+    listing,
+    mapping,
+    optional_integer,
+    optional_text,
+    string_map,
+    text,
+)
 from apiserver.registry.errors import AlreadyExists, NotFound, StorageUnavailable
+from apiserver.registry.objects import metadata
 from apiserver.registry.resources import NOTIFICATION_POD_SETS, NOTIFICATION_RUNS
 from apiserver.registry.store import Object, ObjectStore
 
@@ -92,11 +106,51 @@ class ScopedPod:
     release_record: str = ""
 
     @classmethod
-    def of(cls, entry: dict[str, Any]) -> ScopedPod:
-        return cls(entry["pod"], entry["podUID"], entry["state"], entry.get("record", ""),
-                   entry.get("reason", ""), entry.get("rollback", ""),
-                   entry.get("rollbackRecord", ""), entry.get("rollbackAttempts", 0),
-                   entry.get("release", ""), entry.get("releaseRecord", ""))
+    def of(cls, entry: dict[str, Any], path: str = "pods[]") -> ScopedPod:
+        """A pod set's entry at `path`; ``Malformed`` unless ``pod``, ``podUID`` and ``state``
+        are strings and the optional fields have their types."""
+        found = mapping(entry, path)
+
+        def optional_field(key: str) -> str:
+            return optional_text(found.get(key), f"{path}.{key}")
+
+        return cls(text(found.get("pod"), f"{path}.pod"), text(found.get("podUID"),
+                                                               f"{path}.podUID"),
+                   text(found.get("state"), f"{path}.state"), optional_field("record"),
+                   optional_field("reason"), optional_field("rollback"),
+                   optional_field("rollbackRecord"),
+                   optional_integer(found.get("rollbackAttempts"),
+                                    f"{path}.rollbackAttempts"),
+                   optional_field("release"), optional_field("releaseRecord"))
+
+
+@dataclass(frozen=True)
+class PodSet:
+    """One pod set object, decoded."""
+
+    notification_uid: str
+    index: int
+    created: int
+    """The number of pod sets of the ``create`` that wrote it, else 0."""
+    pods: tuple[ScopedPod, ...]
+
+    @classmethod
+    def of(cls, obj: Object) -> PodSet:
+        """The kind's decoder: ``MalformedObject`` unless ``spec`` holds the string
+        ``notificationUID`` and the integers ``index`` and ``created`` (optional), and
+        ``pods`` is a list of entries (``ScopedPod.of``) with distinct ``podUID``s."""
+        return decoded(NOTIFICATION_POD_SETS, obj, _pod_set)
+
+
+def _pod_set(obj: Object) -> PodSet:
+    spec = mapping(obj.get("spec"), "spec")
+    pods = tuple(ScopedPod.of(entry, f"pods[{i}]")
+                 for i, entry in enumerate(listing(obj.get("pods"), "pods")))
+    if len({pod.pod_uid for pod in pods}) != len(pods):
+        raise Malformed("pods lists a podUID twice")
+    return PodSet(text(spec.get("notificationUID"), "spec.notificationUID"),
+                  integer(spec.get("index"), "spec.index"),
+                  optional_integer(spec.get("created"), "spec.created"), pods)
 
 
 @dataclass(frozen=True)
@@ -119,12 +173,33 @@ class ScopeRun:
     quiescedTime, releaseRequestedTime (by any replica), releaseReason and releaseTime (the
     window ended: release is due), unquiescedTime. Each is written once."""
 
+    pod_sets: int = 0
+    """How many pod sets it has."""
+
     @classmethod
     def of(cls, obj: Object) -> ScopeRun:
-        meta, spec, status = obj["metadata"], obj["spec"], obj["status"]
-        return cls(meta["name"], meta["namespace"], spec["notificationName"],
-                   spec["notification"], status["stopped"], status["outcome"],
-                   status["outcomeReason"], status["finished"], dict(status.get("window") or {}))
+        """The kind's decoder: ``MalformedObject`` unless ``spec`` holds the string
+        ``notificationName`` and the object ``notification``, and ``status`` the integer
+        ``podSets`` (not negative), the strings ``stopped``, ``outcome``, ``outcomeReason``, the
+        boolean ``finished`` and the optional map of strings ``window``."""
+        return decoded(NOTIFICATION_RUNS, obj, _scope_run)
+
+
+def _scope_run(obj: Object) -> ScopeRun:
+    meta = metadata(obj)
+    spec, status = mapping(obj.get("spec"), "spec"), mapping(obj.get("status"), "status")
+    pod_sets = integer(status.get("podSets"), "status.podSets")
+    if pod_sets < 0:
+        raise Malformed(f"status.podSets must not be negative, not {pod_sets}")
+    return ScopeRun(text(meta.get("name"), "metadata.name"),
+                    text(meta.get("namespace"), "metadata.namespace"),
+                    text(spec.get("notificationName"), "spec.notificationName"),
+                    stored_spec(spec.get("notification"), "spec.notification"),
+                    text(status.get("stopped"), "status.stopped"),
+                    text(status.get("outcome"), "status.outcome"),
+                    text(status.get("outcomeReason"), "status.outcomeReason"),
+                    boolean(status.get("finished"), "status.finished"),
+                    string_map(status.get("window"), "status.window"), pod_sets)
 
 
 class ScopeStore:

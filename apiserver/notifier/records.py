@@ -17,6 +17,17 @@ from apiserver.api.types import CONDITION_COMPLETE, CONDITION_FAILED, FINISHED_P
 from apiserver.api.validation import label_value_errors
 from apiserver.authn.user import UserInfo
 from apiserver.notifier.exec_stream import ExecResult
+from apiserver.registry.decoding import (
+    decoded,
+    mapping,
+    optional_integer,
+    optional_listing,
+    optional_mapping,
+    optional_text,
+    public_object,
+    text,
+)
+from apiserver.registry.resources import PODNOTIFIERS
 
 API_VERSION = GROUP_VERSION
 KIND = "PodNotifier"
@@ -319,3 +330,38 @@ def _failure_summary(failed: Sequence[Mapping[str, Any]], total: int) -> str:
         parts.append(f"{container['name']}: {detail}")
     more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
     return f"{len(failed)}/{total} containers failed ({'; '.join(parts)}{more})"
+
+
+_RECORD_TEXTS = ("phase", "reason", "message", "startTime", "heldTime", "completionTime",
+                 "releaseRequestedTime", "releaseRequestedBy", "releasedTime", "releasedBy")
+
+
+def decode_stored(record: dict[str, Any]) -> dict[str, Any]:
+    """The decoder of stored PodNotifier records: ``MalformedObject`` unless every field the
+    runner, the takeover and the collector read has its type (``spec`` an object of strings
+    ``podName``, ``podUID``, ``notifier``; ``status``, if any, an object whose ``containers``
+    are objects with a string ``name``)."""
+
+    def check(found: dict[str, Any]) -> dict[str, Any]:
+        public_object(found)
+        spec = mapping(found.get("spec"), "spec")
+        for key in ("podName", "podUID", "notifier"):
+            optional_text(spec.get(key), f"spec.{key}")
+        for key in ("timeoutSeconds", "ttlSecondsAfterFinished"):
+            optional_integer(spec.get(key), f"spec.{key}")
+        for i, name in enumerate(optional_listing(spec.get("containers"), "spec.containers")):
+            text(name, f"spec.containers[{i}]")
+        optional_mapping(spec.get("requestedBy"), "spec.requestedBy")
+        status = optional_mapping(found.get("status"), "status")
+        for key in _RECORD_TEXTS:
+            optional_text(status.get(key), f"status.{key}")
+        optional_integer(status.get("maxHoldSeconds"), "status.maxHoldSeconds")
+        optional_listing(status.get("conditions"), "status.conditions")
+        for i, item in enumerate(optional_listing(status.get("containers"), "status.containers")):
+            container = mapping(item, f"status.containers[{i}]")
+            text(container.get("name"), f"status.containers[{i}].name")
+            optional_text(container.get("phase"), f"status.containers[{i}].phase")
+            optional_integer(container.get("pid"), f"status.containers[{i}].pid")
+        return found
+
+    return decoded(PODNOTIFIERS, record, check)

@@ -131,3 +131,20 @@ def check_preconditions(resource: ResourceType, obj: Mapping[str, Any], resource
     if resource_version and resource_version != meta.get("resourceVersion"):
         raise Conflict(f"{prefix}the object has been modified; please apply your changes to the "
                        "latest version and try again", resource=resource, name=name)
+
+
+class MalformedObject(StoreError, errors.InternalError):
+    """A stored object that is not what its kind's decoder reads (written by someone else, by
+    hand or by another version). The store's cache skips it (it is counted and logged once,
+    ``KubeObjectStore``); it reaches a caller only from a read of that one object (a
+    ``guaranteed_update`` of it), as a 500 naming it."""
+
+    def __init__(self, resource: ResourceType, namespace: str, name: str, reason: str) -> None:
+        where = f"{namespace}/{name}" if namespace else name
+        super().__init__(
+            f'the stored {resource.kind} "{as_printable(where)}" is malformed ({reason}); the '
+            "server ignores it: delete it (its storage object), the server rewrites none",
+            resource=resource, name=name)
+        self.resource_type, self.namespace, self.object_name = resource, namespace, name
+        self.why = reason
+        """What is wrong, naming the field (the message adds the object and what to do)."""

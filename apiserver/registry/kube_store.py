@@ -35,11 +35,19 @@ from apiserver.api.json_input import as_printable
 from apiserver.kube.client import KubeClient, KubeRejected, KubeUnavailable
 from apiserver.kube.informer import Handlers, Informer
 from apiserver.kube.paths import namespaced, segment
+from apiserver.registry.decoding import (
+    Decoder,
+    decoded,
+    mapping,
+    optional_integer,
+    public_object,
+)
 from apiserver.registry.errors import (
     AlreadyExists,
     BadRequest,
     Conflict,
     Expired,
+    MalformedObject,
     NotFound,
     ResourceVersionTooLarge,
     StorageNotInstalled,
@@ -198,7 +206,12 @@ class KubeObjectStore(ObjectStore):
     """One resource's objects as storage custom resources (see the module's docstring).
 
     The cache starts with the first call; ``close`` stops it and ends every watch. `history`
-    bounds the changes kept for watches and continue tokens.
+    bounds the changes kept for watches and continue tokens. `decode` is the kind's decoder
+    (``registry.decoding``): a storage object it (or the storage envelope: ``object`` an
+    object, ``sequence`` an integer, string labels) refuses is not cached, so no read sees it;
+    it is logged once per resourceVersion with its name and reported to
+    `malformed(storage plural)` (the metric). An object that turns malformed is gone for
+    readers (watchers get DELETED); one that is repaired comes back (ADDED).
     """
 
     def __init__(
@@ -211,8 +224,12 @@ class KubeObjectStore(ObjectStore):
         max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
         max_queued_events: int = DEFAULT_MAX_QUEUED_EVENTS,
         clock_ns: Callable[[], int] = time.time_ns,
+        decode: Decoder | None = None,
+        malformed: Callable[[str], None] | None = None,
     ) -> None:
         self.resource = resource
+        self._decode = decode
+        self._count_malformed = malformed
         self._kube = kube
         self._kind = storage_kind(resource)
         self._instance = instance
@@ -236,6 +253,8 @@ class KubeObjectStore(ObjectStore):
         self._key_locks: dict[Key, _Held] = {}
         self._cohort_locks: dict[Key, _Held] = {}
         """(namespace, cohort selector): creates into one cohort take turns on this replica."""
+        self._malformed: dict[Key, int] = {}
+        """The storage objects skipped as malformed, with the resourceVersion logged."""
 
     @property
     def synced(self) -> bool:
@@ -489,23 +508,56 @@ class KubeObjectStore(ObjectStore):
         return [e for k, e in self._entries.items() if k[0] == namespace]
 
     def _added(self, stored: Object) -> None:
-        entry = self._entry(stored)
-        self._put(_key(entry.object), entry)
-        self._record(Change(EventType.ADDED, entry.object), None, stored)
+        self._changed_to(stored)
 
     def _updated(self, old: Object, stored: Object) -> None:
-        entry = self._entry(stored)
-        before = self._put(_key(entry.object), entry)
-        previous = before.object if before is not None else None
-        self._record(Change(EventType.MODIFIED, entry.object, previous), before, stored)
+        self._changed_to(stored)
+
+    def _changed_to(self, stored: Object) -> None:
+        """The cache after an object's new state: a malformed one is skipped (and the valid
+        state it replaced, if any, is deleted for readers)."""
+        key = _key(stored)
+        entry = self._accepted(stored)
+        before = self._put(key, entry)
+        if entry is not None:
+            change = (Change(EventType.ADDED, entry.object) if before is None else
+                      Change(EventType.MODIFIED, entry.object, before.object))
+        elif before is not None:
+            gone = copy.deepcopy(before.object)
+            metadata(gone)["resourceVersion"] = str(_rv(stored))
+            change = Change(EventType.DELETED, gone)
+        else:
+            self._notify()
+            return
+        self._record(change, before, stored)
 
     def _deleted(self, stored: Object) -> None:
+        key = _key(stored)
+        if self._malformed.pop(key, None) is not None and key not in self._entries:
+            self._notify()  # never cached: nobody saw it
+            return
         gone = self._public(stored)
-        key = _key(gone)
         before = self._entries.get(key)
         if before is not None and metadata(before.object).get("uid") == metadata(gone).get("uid"):
             self._put(key, None)
         self._record(Change(EventType.DELETED, gone), before, stored)
+
+    def _accepted(self, stored: Object) -> _Entry | None:
+        """The cache entry of a storage object; None (logged once, counted) if malformed."""
+        key = _key(stored)
+        try:
+            entry = self._entry(stored)
+        except MalformedObject as error:
+            if self._malformed.get(key) != _rv(stored):
+                self._malformed[key] = _rv(stored)
+                log.warning("malformed storage object ignored", extra={
+                    "resource": self._kind.crd_name, "namespace": key[0], "object": key[1],
+                    "resource_version": _rv(stored), "reason": error.why})
+                if self._count_malformed is not None:
+                    self._count_malformed(self._kind.plural)
+            return None
+        self._malformed.pop(key, None)
+        return entry
 
     def _record(self, change: Change, before: _Entry | None, stored: Object) -> None:
         if self._is_watch_event(stored):
@@ -612,8 +664,18 @@ class KubeObjectStore(ObjectStore):
         return namespaced(STORAGE_API, namespace, self._kind.plural, name)
 
     def _entry(self, stored: Object) -> _Entry:
-        sequence = stored.get("sequence")
-        return _Entry(self._public(stored), sequence if isinstance(sequence, int) else 0)
+        """The public object and sequence of a storage object; ``MalformedObject`` unless the
+        envelope and the kind's decoder accept it."""
+
+        def envelope(obj: Object) -> _Entry:
+            mapping(obj.get("object"), "object")
+            sequence = optional_integer(obj.get("sequence"), "sequence")
+            return _Entry(public_object(self._public(obj)), sequence)
+
+        entry = decoded(self.resource, stored, envelope)
+        if self._decode is not None:
+            self._decode(entry.object)
+        return entry
 
     def _public(self, stored: Mapping[str, Any]) -> Object:
         """The public object a storage object holds."""

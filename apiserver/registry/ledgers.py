@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from apiserver.api.resources import GROUP_VERSION
-from apiserver.registry.errors import AlreadyExists, Conflict, NotFound
+from apiserver.registry.decoding import (
+    decoded,
+    mapping,
+    optional_listing,
+    optional_text,
+    text,
+)
+from apiserver.registry.errors import AlreadyExists, Conflict, MalformedObject, NotFound
 from apiserver.registry.objects import metadata
 from apiserver.registry.resources import PODLEDGERS
 from apiserver.registry.store import Object, ObjectStore
@@ -70,16 +77,30 @@ class Ledger:
 
     @classmethod
     def of(cls, obj: Object) -> Ledger:
-        meta, spec = metadata(obj), obj.get("spec") or {}
-        return cls(meta.get("namespace", ""), meta.get("name", ""), str(spec.get("podUID", "")),
-                   tuple(_runs(obj)), str(meta.get("resourceVersion", "")))
+        """The kind's decoder: ``MalformedObject`` unless ``spec`` is an object whose
+        ``podUID`` (optional) is a string and whose ``runs`` (optional) is a list of objects
+        of strings ``record``, ``notifier``, ``replica`` and ``since``."""
+        return decoded(PODLEDGERS, obj, _ledger)
+
+
+def _ledger(obj: Object) -> Ledger:
+    meta = metadata(obj)
+    spec = mapping(obj.get("spec"), "spec")
+    runs = optional_listing(spec.get("runs"), "spec.runs")
+    return Ledger(str(meta.get("namespace", "")), str(meta.get("name", "")),
+                  optional_text(spec.get("podUID"), "spec.podUID"),
+                  tuple(_run(run, f"spec.runs[{i}]") for i, run in enumerate(runs)),
+                  str(meta.get("resourceVersion", "")))
+
+
+def _run(value: object, path: str) -> Run:
+    run = mapping(value, path)
+    return Run(*(text(run.get(key), f"{path}.{key}")
+                 for key in ("record", "notifier", "replica", "since")))
 
 
 def _runs(obj: Object) -> list[Run]:
-    runs = (obj.get("spec") or {}).get("runs")
-    return [Run(str(run.get("record", "")), str(run.get("notifier", "")),
-                str(run.get("replica", "")), str(run.get("since", "")))
-            for run in (runs if isinstance(runs, list) else []) if isinstance(run, dict)]
+    return list(Ledger.of(obj).runs)
 
 
 def _with(obj: Object, runs: Iterable[Run], pod_uid: str | None = None) -> Object:
@@ -154,7 +175,7 @@ class PodLedgers:
 
         try:
             await self._store.guaranteed_update(namespace, pod, removed)
-        except NotFound:
+        except (NotFound, MalformedObject):  # a malformed ledger lists no run of ours
             return
 
     async def prune(self, ledger: Ledger, unfinished: Callable[[str], bool]) -> Ledger | None:
@@ -170,7 +191,7 @@ class PodLedgers:
         try:
             return Ledger.of(await self._store.guaranteed_update(ledger.namespace, ledger.pod,
                                                                  pruned))
-        except NotFound:
+        except (NotFound, MalformedObject):  # gone, or turned malformed: the cache skips it
             return None
 
     def past_grace(self, run: Run) -> bool:

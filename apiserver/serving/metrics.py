@@ -120,6 +120,12 @@ class Metrics:
             "Time an operation of the object store took (success or error), by operation and "
             "stored resource.", ["operation", "resource"], buckets=STORE_DURATION_BUCKETS,
             registry=self.registry)
+        self._storage_malformed = Counter(
+            f"{PREFIX}_storage_malformed_objects",
+            "Storage objects (--storage=kubernetes) the server ignores because they are not "
+            "what their kind's decoder reads, by storage resource (e.g. storedpodledgers); "
+            "each object is counted and logged once per resourceVersion, with its name.",
+            ["resource"], registry=self.registry)
         self._unexpected_errors = Counter(
             f"{PREFIX}_unexpected_errors",
             "Requests that failed with an error the server did not expect (a bug): each is "
@@ -156,6 +162,10 @@ class Metrics:
                               code=str(code)).inc()
         self._request_duration.labels(verb=verb, resource=resource,
                                       subresource=subresource).observe(max(duration_seconds, 0.0))
+
+    def storage_object_malformed(self, resource: str) -> None:
+        """A storage object of `resource` (a storage plural: a fixed set) was skipped."""
+        self._storage_malformed.labels(resource=resource).inc()
 
     def unexpected_error(self) -> None:
         self._unexpected_errors.inc()

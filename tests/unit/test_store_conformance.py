@@ -408,7 +408,8 @@ async def test_resource_version_is_global_and_increasing(backend: Backend) -> No
     notifiers = backend.store(PODNOTIFIERS)
     notifications = backend.store(NOTIFICATIONS)
     first = await notifiers.create(record("a"))
-    second = await notifications.create({"metadata": {"namespace": "ns", "name": "a"}})
+    second = await notifications.create({"metadata": {"namespace": "ns", "name": "a"},
+                                         "spec": {"notifier": "flush"}})
     third = await notifiers.delete("ns", "a")
 
     assert version(first) < version(second) < version(third)

@@ -1,0 +1,206 @@
+"""Every stored kind is decoded defensively: garbage of any JSON type in any field of a storage
+object is either a valid object or skipped (``MalformedObject``) and counted, never an error
+out of the decoder, the store's cache or the passes that read it (docs/storage.md,
+*Malformed storage objects*)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from apiserver.fanout.scope import ScopeStore
+from apiserver.registry.errors import MalformedObject
+from apiserver.registry.kube_store import INSTANCE_LABEL, KubeObjectStore, storage_kind
+from apiserver.registry.ledgers import PodLedgers
+from apiserver.registry.resources import (
+    NOTIFICATION_POD_SETS,
+    NOTIFICATION_RUNS,
+    NOTIFICATIONS,
+    PODLEDGERS,
+    PODNOTIFIERS,
+    ResourceType,
+)
+from apiserver.server import STORED_DECODERS, STORED_RESOURCES
+from tests.support.fake_storage_api import FakeStorageAPI
+
+SPEC = {"selector": {"matchLabels": {"app": "db"},
+                     "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a"]}]},
+        "notifier": "flush", "policy": "PreExistingPods", "failurePolicy": "Abort",
+        "parallelism": 2, "timeoutSeconds": 30, "containers": ["db"],
+        "release": {"notifier": "resume", "maxHoldSeconds": 60, "afterSeconds": 5},
+        "requestedBy": {"username": "alice", "uid": "", "groups": []}}
+VALID: dict[ResourceType, dict[str, Any]] = {
+    PODNOTIFIERS: {"metadata": {"labels": {"notifier.x-k8s.io/pod": "db-0"}},
+                   "spec": {"podName": "db-0", "podUID": "u1", "notifier": "flush",
+                            "timeoutSeconds": 30, "ttlSecondsAfterFinished": 60,
+                            "containers": ["db"], "requestedBy": {"username": "alice"}},
+                   "status": {"phase": "Held", "maxHoldSeconds": 60, "heldTime": "t",
+                              "containers": [{"name": "db", "phase": "Held", "pid": 7}],
+                              "conditions": []}},
+    NOTIFICATIONS: {"metadata": {}, "spec": SPEC,
+                    "status": {"phase": "Running", "conditions": []}},
+    NOTIFICATION_RUNS: {"metadata": {}, "spec": {"notificationName": "n", "notification": SPEC},
+                        "status": {"podSets": 1, "stopped": "", "outcome": "",
+                                   "outcomeReason": "", "finished": False,
+                                   "window": {"quiescedTime": "t"}}},
+    NOTIFICATION_POD_SETS: {"metadata": {},
+                            "spec": {"notificationUID": "uid", "index": 0, "created": 1},
+                            "pods": [{"pod": "db-0", "podUID": "u1", "state": "started",
+                                      "record": "r", "rollbackAttempts": 0}]},
+    PODLEDGERS: {"metadata": {}, "spec": {"podUID": "u1", "runs": [
+        {"record": "r", "notifier": "flush", "replica": "a", "since": "t"}]}},
+}
+
+garbage = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                 max_size=3),
+    max_leaves=6)
+
+
+def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into a JSON value (the empty one: the whole value)."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += paths(item, (*prefix, index))
+    return found
+
+
+def replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    copied = copy.deepcopy(value)
+    target = copied
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = new
+    return copied
+
+
+def public(resource: ResourceType, name: str = "x") -> dict[str, Any]:
+    obj = copy.deepcopy(VALID[resource])
+    obj["metadata"] = {**obj["metadata"], "namespace": "ns", "name": name,
+                       "resourceVersion": "5", "uid": "u"}
+    return obj
+
+
+def storage_object(resource: ResourceType, name: str, inner: Any, sequence: Any = 1,
+                   namespace: str = "ns") -> dict[str, Any]:
+    kind = storage_kind(resource)
+    return {"apiVersion": "storage.notifier.x-k8s.io/v1alpha1", "kind": kind.kind,
+            "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}",
+                         "resourceVersion": "7", "labels": {INSTANCE_LABEL: "test"}},
+            "sequence": sequence, "object": inner}
+
+
+@pytest.mark.parametrize("resource", STORED_RESOURCES, ids=lambda r: r.plural)
+def test_the_valid_object_of_every_kind_decodes(resource: ResourceType) -> None:
+    STORED_DECODERS[resource](public(resource))
+
+
+@pytest.mark.parametrize("resource", STORED_RESOURCES, ids=lambda r: r.plural)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), new=garbage)
+def test_garbage_in_any_field_is_valid_or_malformed(resource: ResourceType, data: st.DataObject,
+                                                    new: Any) -> None:
+    valid = public(resource)
+    path = data.draw(st.sampled_from([p for p in paths(valid) if p and (
+        p[0] != "metadata" or p[:2] == ("metadata", "labels"))]))
+    try:
+        STORED_DECODERS[resource](replaced(valid, path, new))
+    except MalformedObject as error:
+        assert error.resource_type == resource
+        assert (error.namespace, error.object_name) == ("ns", "x")
+        assert error.why
+
+
+@pytest.mark.parametrize("resource", STORED_RESOURCES, ids=lambda r: r.plural)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(data=st.data(), new=garbage)
+def test_the_cache_skips_and_counts_what_does_not_decode(resource: ResourceType,
+                                                         data: st.DataObject, new: Any) -> None:
+    counted: Counter[str] = Counter()
+    store = KubeObjectStore(FakeStorageAPI().client(), resource, instance="test",
+                            decode=STORED_DECODERS[resource],
+                            malformed=lambda plural: counted.update([plural]))
+    good = storage_object(resource, "x", {k: v for k, v in public(resource).items()
+                                          if k != "metadata"})
+    path = data.draw(st.sampled_from([p for p in paths(good) if p[:1] in (("object",),
+                                                                          ("sequence",))]))
+    bad = replaced(good, path, new)
+    store._added(good)
+    store._updated(good, bad)
+    store._updated(bad, bad)  # the same resourceVersion again (a relist): not counted again
+    malformed = sum(counted.values())
+    assert malformed in (0, 1)
+    assert ((("ns", "x") in store._entries) == (malformed == 0))
+    store._deleted(bad)
+    assert ("ns", "x") not in store._entries
+
+
+@pytest.fixture
+def api() -> FakeStorageAPI:
+    api = FakeStorageAPI()
+    for resource in (NOTIFICATION_RUNS, NOTIFICATION_POD_SETS, PODLEDGERS):
+        plural = storage_kind(resource).plural
+        good = public(resource, "good")
+        good["metadata"] = {"namespace": "ns", "name": "good"}
+        if resource == NOTIFICATION_POD_SETS:
+            good["spec"]["notificationUID"], good["spec"]["index"] = "good", 0
+            good["metadata"]["name"] = "good-0"
+        name = good["metadata"]["name"]
+        api.objects[(plural, "ns", name)] = storage_object(resource, name, good)
+        for bad_name, inner in (("empty", {}), ("spec-x", {"spec": "x", "status": {}}),
+                                ("list", [1, 2]), ("null", None)):
+            api.objects[(plural, "other", bad_name)] = storage_object(resource, bad_name, inner,
+                                                                          namespace="other")
+        api.objects[(plural, "other", "sequence")] = storage_object(
+            resource, "sequence", good, sequence="1", namespace="other")
+    return api
+
+
+@pytest.fixture
+async def stores(api: FakeStorageAPI) -> AsyncIterator[tuple[dict[ResourceType,
+                                                                 KubeObjectStore], Counter[str]]]:
+    counted: Counter[str] = Counter()
+    kube = api.client()
+    opened = {resource: KubeObjectStore(kube, resource, instance="test",
+                                        decode=STORED_DECODERS[resource],
+                                        malformed=lambda plural: counted.update([plural]))
+              for resource in (NOTIFICATION_RUNS, NOTIFICATION_POD_SETS, PODLEDGERS)}
+    yield opened, counted
+    for store in opened.values():
+        store.close()
+    await kube.aclose()
+
+
+async def test_a_pass_over_every_namespace_reads_past_malformed_objects(
+        stores: tuple[dict[ResourceType, KubeObjectStore], Counter[str]]) -> None:
+    """The leader's pass (``runs``, ``orphan_uids``), a takeover's and the collector's
+    (``PodLedgers.all``) see only the valid objects; each malformed one is counted once."""
+    opened, counted = stores
+    scopes = ScopeStore(opened[NOTIFICATION_RUNS], opened[NOTIFICATION_POD_SETS])
+    ledgers = PodLedgers(opened[PODLEDGERS])
+    for _ in range(3):
+        assert [run.notification_uid for run in await scopes.runs()] == ["good"]
+        assert await scopes.orphan_uids() == []
+        assert [(ledger.namespace, ledger.pod) for ledger in await ledgers.all()] == [
+            ("ns", "good")]
+        assert [pod.pod for pod in await scopes.pods("good")] == ["db-0"]
+    await asyncio.sleep(0)
+    assert counted == {storage_kind(r).plural: 5 for r in opened}
+    with pytest.raises(MalformedObject, match=r'"other/spec-x" is malformed \(spec must be an '
+                                              r"object, not a string\)"):
+        await opened[PODLEDGERS].guaranteed_update("other", "spec-x", lambda obj: obj)
