@@ -1,7 +1,7 @@
 """`localcluster up` is idempotent, restarts an unhealthy plane, stops everything when it fails,
 and `down` leaves no process behind.
 
-Runs a second, one-node control plane on other ports (the session's + 10000) and another state
+Runs a second, one-node control plane on other ports (the session's - 5000) and another state
 directory, so the session's cluster is untouched."""
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from tests.support.kube import Cluster, wait_until
 
 pytestmark = pytest.mark.cluster
 
-SECOND_PLANE_PORT_OFFSET = 10000
+SECOND_PLANE_PORT_OFFSET = -5000
+"""Below the session's ports, so below the kernel's ephemeral range (32768 and up by default):
+with +10000 a replica's port could already be the local port of some outgoing connection."""
 STOPPED_IN_ORDER = ", ".join(reversed(components.plane(REPLICAS)))
 """`down` stops HAProxy, the replicas (last first), kwok, ... etcd."""
 CONTROL_PLANE_STOPPED = ", ".join(reversed(components.CONTROL_PLANE))
@@ -58,7 +60,7 @@ class SecondPlane:
         self.cwd = cwd
         ports = {name: str(port + SECOND_PLANE_PORT_OFFSET)
                  for name, port in Ports().by_variable().items()}
-        # The replicas' ports follow CN_NOTIFIER_PORT: the session's + 10000 too.
+        # The replicas' ports follow CN_NOTIFIER_PORT: the session's - 5000 too.
         self.env = {**os.environ, **ports, "PYTHONPATH": f"{REPO_ROOT / 'hack'}:{REPO_ROOT}",
                     "CN_CLUSTER_DIR": str(state)}
 

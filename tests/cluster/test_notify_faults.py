@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 from typing import Any
@@ -69,8 +70,14 @@ def test_kubectl_get_watch_streams_rows(cluster: Cluster, namespace: str) -> Non
          namespace, "get", "podnotifiers", "--watch", "--request-timeout=30s"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        # kubectl lists first (the namespace has no record yet: it says so on stderr), then
+        # watches from that list's resourceVersion, so it sees every change of the record
+        # notified after that line, however late its watch starts on a loaded machine.
+        assert kubectl.stderr is not None
+        ready, _, _ = select.select([kubectl.stderr], [], [], 30)
+        assert ready, "kubectl did not list the namespace's podnotifiers within 30 s"
+        assert "No resources found" in kubectl.stderr.readline()
         with cluster.admin() as client:
-            wait_until(lambda: kubectl.poll() is None, "kubectl to start", 2)
             notify(client, namespace, pod, "brief", wait=0)
         lines = []
         assert kubectl.stdout is not None

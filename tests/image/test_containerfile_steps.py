@@ -21,21 +21,17 @@ from pathlib import Path
 import pytest
 
 from localcluster.layout import REPO_ROOT
+from tests.support import wheelhouse
 from tests.support.containerfile_steps import Result, StepFailed, perform
-
-WHEELHOUSE = Path(os.environ.get("CN_WHEELHOUSE") or Path(
-    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "container-notifier" / "wheels")
-"""Where the RUN steps' pip finds every wheel the lock files pin (the Makefile's CN_WHEELHOUSE,
-with the same default)."""
+from tests.support.wheelhouse import WHEELHOUSE
 
 VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Result]:
-    if not any(WHEELHOUSE.glob("*.whl")):
-        pytest.fail(f"no wheels in {WHEELHOUSE} (CN_WHEELHOUSE): run `make wheels` (`make test` "
-                    "runs it) to download the ones requirements/*.lock pin", pytrace=False)
+    if reason := wheelhouse.missing():
+        pytest.fail(reason, pytrace=False)
     # no index, only the wheelhouse; this machine's pip configuration files stay out, as they
     # are out of an image build (a file: URL, as pip splits PIP_FIND_LINKS at whitespace)
     overrides: dict[str, str | None] = {

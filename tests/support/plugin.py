@@ -15,7 +15,9 @@ from pathlib import Path
 import yaml
 
 from localcluster.layout import REPO_ROOT
+from tests.support import wheelhouse
 from tests.support.kube import Cluster, User
+from tests.support.wheelhouse import WHEELHOUSE
 
 EXEC_PLUGIN = """\
 import json, sys
@@ -48,9 +50,13 @@ class Plugin:
 
 def install(directory: Path) -> Plugin:
     """``pip install --no-deps --target`` of this checkout: the console scripts pip makes, and
-    the packages pyproject.toml ships (dependencies come from this interpreter's environment)."""
+    the packages pyproject.toml ships (dependencies come from this interpreter's environment).
+    Offline: the build backend pip installs for the build comes from the wheelhouse."""
+    if reason := wheelhouse.missing():
+        raise AssertionError(reason)
     site = directory / "site"
     installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                                "--no-index", "--find-links", WHEELHOUSE.as_uri(),
                                 "--target", str(site), str(REPO_ROOT)],
                                capture_output=True, text=True)
     assert installed.returncode == 0, f"pip install failed:\n{installed.stdout}{installed.stderr}"
