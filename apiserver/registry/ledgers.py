@@ -160,10 +160,10 @@ class PodLedgers:
         """What ``add`` decides, changing nothing (a dry run): ``admit`` gets the pod's current
         runs (none without a ledger), the stale ones left out as ``add`` drops them."""
         try:
-            obj = await self._store.get(namespace, pod)
+            runs = _runs(await self._store.get(namespace, pod))
         except NotFound:
-            obj = {}
-        admit(self._current(_runs(obj), self._clock(), unfinished))
+            runs = []
+        admit(self._current(runs, self._clock(), unfinished))
 
     async def remove(self, namespace: str, pod: str, record: str) -> None:
         """Remove the run of ``record`` from the pod's ledger (nothing if it is not listed)."""

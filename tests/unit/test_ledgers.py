@@ -545,3 +545,11 @@ def test_every_stored_resource_has_its_crd_and_rbac() -> None:
         assert kind.plural in storage_rule["resources"]
         assert kind.crd_name in crd_rule["resourceNames"]
     assert {"get", "list", "watch", "create", "update", "delete"} <= set(storage_rule["verbs"])
+
+
+async def test_a_dry_run_on_a_pod_without_a_ledger_is_admitted(replicas: Replicas) -> None:
+    """check_bounded on a pod that has no ledger yet decides on no runs (a dry run's notify of
+    a pod never notified before); it writes no ledger."""
+    obj = await replicas.a.check_bounded(record("quiesce", pod="fresh-0"), max_per_pod=K)
+    assert obj["spec"]["podName"] == "fresh-0"
+    assert await ledger(replicas.a, "fresh-0") is None
