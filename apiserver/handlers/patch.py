@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 
 from apiserver import errors
 from apiserver.api import managed_fields
+from apiserver.api.field_errors import show
 from apiserver.api.patch import (
     PatchType,
     apply_patch,
@@ -202,12 +203,12 @@ def check_apply_config(resource: ResourceType, config: dict[str, Any], namespace
         raise errors.bad_request("metadata must be an object")
     if meta.get("name", name) != name:
         raise errors.bad_request(
-            f"the name of the object ({meta.get('name')}) does not match the name on the URL "
-            f"({name})")
+            f"the name of the object ({show(meta.get('name'))}) does not match the name on the "
+            f"URL ({name})")
     if meta.get("namespace", namespace) not in (namespace, ""):
         raise errors.bad_request(
             "the namespace of the provided object does not match the namespace sent on the "
-            f"request ({meta.get('namespace')} is not {namespace})")
+            f"request ({show(meta.get('namespace'))} is not {namespace})")
     if meta.get("managedFields") is not None:
         raise errors.bad_request("metadata.managedFields must be nil in an apply configuration")
 
