@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import select
 import signal
 import subprocess
 from typing import Any
@@ -63,32 +62,34 @@ def test_watch_sees_pending_running_succeeded_in_order(cluster: Cluster, namespa
 
 
 def test_kubectl_get_watch_streams_rows(cluster: Cluster, namespace: str) -> None:
+    """kubectl lists first, then watches from that list's resourceVersion: once it has printed
+    the row of a record that existed before it started, it sees every change of a record
+    notified after, however late its watch starts on a loaded machine."""
     annotations = declare(app=[exec_notifier("brief", "sleep 1")])
     pod = cluster.deploy(namespace, "kwatch", annotations=annotations)[0]["metadata"]["name"]
+    with cluster.admin() as client:
+        earlier = notify(client, namespace, pod, "brief", wait=30).json()
+    assert earlier["status"]["phase"] == "Succeeded", earlier["status"]
     kubectl = subprocess.Popen(
         [str(cluster.bins / "kubectl"), f"--kubeconfig={cluster.layout.kubeconfig}", "-n",
          namespace, "get", "podnotifiers", "--watch", "--request-timeout=30s"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # kubectl lists first (the namespace has no record yet: it says so on stderr), then
-        # watches from that list's resourceVersion, so it sees every change of the record
-        # notified after that line, however late its watch starts on a loaded machine.
-        assert kubectl.stderr is not None
-        ready, _, _ = select.select([kubectl.stderr], [], [], 30)
-        assert ready, "kubectl did not list the namespace's podnotifiers within 30 s"
-        assert "No resources found" in kubectl.stderr.readline()
-        with cluster.admin() as client:
-            notify(client, namespace, pod, "brief", wait=0)
-        lines = []
         assert kubectl.stdout is not None
+        header, listed = kubectl.stdout.readline().split(), kubectl.stdout.readline().split()
+        assert header[:4] == ["NAME", "POD", "NOTIFIER", "PHASE"]
+        assert listed[:1] == [earlier["metadata"]["name"]], listed
+        with cluster.admin() as client:
+            name = notify(client, namespace, pod, "brief", wait=0).json()["metadata"]["name"]
+        phases = []
         for line in kubectl.stdout:
-            lines.append(line.split())
-            if "Succeeded" in line:
-                break
+            row = line.split()
+            if row[:1] == [name]:
+                phases.append(row[3])
+                if row[3] == "Succeeded":
+                    break
     finally:
         kubectl.kill()
-    assert lines[0][:4] == ["NAME", "POD", "NOTIFIER", "PHASE"]
-    phases = [row[3] for row in lines[1:]]
     assert phases[-1] == "Succeeded"
     assert "Running" in phases
 
