@@ -200,6 +200,10 @@ class ServerOptions:
         "apiservice/storage-crds.yaml, which must be Established; served from a cache; shared "
         "by every replica; nothing on local disk; docs/storage.md) or 'sqlite' (the database "
         "in --data-dir; one replica only)")
+    storage_namespace: str = option(
+        "container-notifier", help="--storage=kubernetes: the namespace every storage object "
+        "is kept in, whatever its public object's namespace: the server's own, where nobody "
+        "but the server and cluster admins may have rights (docs/security.md)")
     max_records_per_pod: int = option(
         10, parse=parse_positive, metavar="K",
         help="PodNotifier records kept per pod; creating one more deletes the oldest finished "

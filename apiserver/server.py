@@ -42,6 +42,7 @@ from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.kube.events import EventRecorder
 from apiserver.kube.leases import LeaderElector, ReplicaLease
+from apiserver.kube.namespaces import NamespaceDirectory
 from apiserver.notifier import housekeeping, records
 from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.events import REPORTING_CONTROLLER, NotificationEvents, RunEvents
@@ -51,9 +52,17 @@ from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import KubeExec, Runner
 from apiserver.notifier.trust import TrustRules
+from apiserver.registry import namespace_guard
 from apiserver.registry.decoding import Decoder
-from apiserver.registry.kube_store import DEFAULT_HISTORY, KubeObjectStore, check_installed
+from apiserver.registry.kube_store import (
+    DEFAULT_HISTORY,
+    DEFAULT_INSTANCE,
+    KubeObjectStore,
+    check_installed,
+)
+from apiserver.registry.layout_migration import LayoutMigration
 from apiserver.registry.ledgers import Ledger
+from apiserver.registry.namespace_guard import NamespaceGuardedStore
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import (
     NOTIFICATION_POD_SETS,
@@ -175,6 +184,8 @@ async def serve(options: ServerOptions) -> None:
             tls = files
         if options.storage == KUBERNETES:
             await check_installed(clients.main, STORED_RESOURCES)
+            await LayoutMigration(clients.main, storage_namespace=options.storage_namespace,
+                                  instance=DEFAULT_INSTANCE).run(STORED_RESOURCES)
         await check_readable(clients.authentication)
         if options.storage != KUBERNETES:
             database = await SqliteDatabase.open(options.data_dir)
@@ -232,6 +243,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     caches: list[KubeObjectStore] = []
     if options.storage == KUBERNETES:
         caches = [KubeObjectStore(kube, resource, history=history,
+                                  storage_namespace=options.storage_namespace,
                                   decode=STORED_DECODERS[resource],
                                   malformed=metrics.storage_object_malformed)
                   for resource, history in ((PODNOTIFIERS, DEFAULT_HISTORY),
@@ -248,7 +260,11 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         readiness.add("storage", lambda: sqlite.writable)
         stores = [SqliteObjectStore(database, resource) for resource in STORED_RESOURCES]
     stores = [TimedObjectStore(store, metrics) for store in stores]
+    namespaces = NamespaceDirectory(kube)
+    readiness.add("namespaces", namespaces.has_synced)
     record_store, notification_store, run_store, pod_set_store, ledger_store = stores
+    record_store = NamespaceGuardedStore(record_store, namespaces)
+    notification_store = NamespaceGuardedStore(notification_store, namespaces)
     metrics.watch_watches(watches.count, WATCHED_RESOURCES)
     records = PodNotifierStore(record_store, ledger_store, replica)
     replica_lease = ReplicaLease(
@@ -332,6 +348,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
                 records, pod_index, options.default_ttl_seconds_after_finished,
                 options.max_records_per_pod), name="record-collector"),
             asyncio.create_task(takeover.run(), name="takeover"),
+            asyncio.create_task(namespaces.run(), name="namespaces"),
+            asyncio.create_task(namespace_guard.collect_forever(notification_store, namespaces),
+                                name="namespace-collector"),
         ]
         if certificates is not None:
             background.append(asyncio.create_task(certificates.run(),

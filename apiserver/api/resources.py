@@ -31,7 +31,8 @@ PODNOTIFIERS = Resource(
 PODNOTIFIER_RELEASE = Resource("podnotifiers/release", "PodNotifier", ("create",))
 """Release a held notifier (apiserver.notifier.holds)."""
 NOTIFICATIONS = Resource(
-    "notifications", "Notification", ("create", "delete", "get", "list", "patch", "watch"),
+    "notifications", "Notification",
+    ("create", "delete", "deletecollection", "get", "list", "patch", "watch"),
     singular="notification", categories=("notifier",),
 )
 NOTIFICATION_RELEASE = Resource("notifications/release", "Notification", ("create",))

@@ -133,6 +133,9 @@ async def delete_collection(collection: Collection, request: Request, namespace:
     deleted = await store.delete_collection(
         namespace, label_selector=options.label_selector,
         field_selector=options.field_selector)
+    if collection.on_deleted is not None:
+        for obj in deleted:
+            await collection.on_deleted(obj)
     # Each deletion takes the next resourceVersion, in order: the last is the list's.
     return JSONResponse(renderer.list(deleted, resource_version(deleted[-1]) if deleted else ""))
 

@@ -214,7 +214,7 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
         await fanout.deleted(deleted["metadata"]["uid"])
 
     collection = Collection(resource=NOTIFICATIONS, store=store, table=NOTIFICATION_TABLE,
-                            deletecollection=False, apply_create=apply_create,
+                            apply_create=apply_create,
                             on_deleted=stop_fanout)
 
     @routes.post(NAMESPACED, status_code=201)

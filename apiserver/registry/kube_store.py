@@ -1,10 +1,14 @@
 """``ObjectStore`` on the Kubernetes API: each object is a custom resource of a storage-only group.
 
-A record ``podnotifiers/<ns>/<name>`` is stored as ``storedpodnotifiers/<ns>/<name>`` of
-``storage.notifier.x-k8s.io/v1alpha1`` (CRDs in ``apiservice/storage-crds.yaml``); the public
-object is the storage object's ``object`` field with the storage object's name, namespace, uid,
-resourceVersion and creationTimestamp. Every storage object carries the ``INSTANCE_LABEL`` of the
-installation that wrote it, and a store sees only its own instance's objects.
+A record ``podnotifiers/<ns>/<name>`` is stored as ``storedpodnotifiers/<storage ns>/<ns>.<name>``
+of ``storage.notifier.x-k8s.io/v1alpha1`` (CRDs in ``apiservice/storage-crds.yaml``; the name:
+``storage_name``), in the server's own namespace, where no tenant's namespace-scoped grant
+reaches. The public object is the storage object's ``object`` field, its whole metadata included
+(name, namespace, uid, creationTimestamp: the server sets them), with the storage object's
+resourceVersion. Every storage object carries the ``INSTANCE_LABEL`` of the installation that
+wrote it and the ``NAMESPACE_LABEL`` of its public namespace; a store sees only its own
+instance's objects. (Layout 1, every object in its public namespace, is moved here by
+``registry.layout_migration``.)
 
 Reads (get, list, watch) are served from an informer cache of the storage collection
 (``kube.informer``) with the storage objects' resourceVersions, so a list on one replica and a
@@ -24,8 +28,10 @@ import asyncio
 import builtins
 import contextlib
 import copy
+import hashlib
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,10 +43,12 @@ from apiserver.kube.informer import Handlers, Informer
 from apiserver.kube.paths import namespaced, segment
 from apiserver.registry.decoding import (
     Decoder,
+    Malformed,
     decoded,
     mapping,
     optional_integer,
     public_object,
+    text,
 )
 from apiserver.registry.errors import (
     AlreadyExists,
@@ -90,6 +98,7 @@ from apiserver.registry.watch import (
     WatchHub,
     selection,
 )
+from apiserver.timestamps import timestamp
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +107,12 @@ STORAGE_VERSION = "v1alpha1"
 STORAGE_API = f"/apis/{STORAGE_GROUP}/{STORAGE_VERSION}"
 INSTANCE_LABEL = f"{STORAGE_GROUP}/instance"
 DEFAULT_INSTANCE = "container-notifier"
+NAMESPACE_LABEL = f"{STORAGE_GROUP}/namespace"
+"""The public object's namespace, on every storage object (to select a namespace's objects, and
+what tells this layout from layout 1, which had none)."""
+MAX_NAME_LENGTH = 253
+"""A custom resource's name is a DNS-1123 subdomain."""
+_NAME_DIGEST_LENGTH = 16
 DEFAULT_HISTORY = 10_000
 """Changes kept per store for watches from a resourceVersion and continue tokens (the SQLite
 backend's event retention)."""
@@ -106,7 +121,6 @@ SYNC_TIMEOUT_SECONDS = 10.0
 CATCH_UP_SECONDS = 3.0
 """How long a watch from a resourceVersion the cache has not reached waits for it (kube-apiserver's
 watch cache waits 3 s too) before it is ``ResourceVersionTooLarge``."""
-_SERVER_OWNED = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
 _KEPT_ON_UPDATE = ("name", "namespace", "uid", "creationTimestamp", "generateName")
 
 Key = tuple[str, str]
@@ -132,6 +146,39 @@ def storage_kind(resource: ResourceType) -> StorageKind:
     """``podnotifiers`` (``PodNotifier``) is stored as ``storedpodnotifiers``
     (``StoredPodNotifier``)."""
     return StorageKind(f"stored{resource.plural}", f"Stored{resource.kind}")
+
+
+def storage_name(namespace: str, name: str) -> str:
+    """The storage object's name of the public object ``namespace/name``: ``<namespace>.<name>``
+    (a namespace is a DNS label, without a dot, so the first dot divides the two), or, when that
+    is longer than a name may be, ``<namespace>.<the name's start>-<sha256 of the name>``."""
+    joined = f"{namespace}.{name}"
+    if len(joined) <= MAX_NAME_LENGTH:
+        return joined
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_NAME_DIGEST_LENGTH]
+    head = name[:MAX_NAME_LENGTH - len(namespace) - 2 - _NAME_DIGEST_LENGTH].rstrip(".-")
+    return f"{namespace}.{head}-{digest}"
+
+
+def storage_selector(instance: str) -> str:
+    """The label selector of an instance's storage objects (of this layout)."""
+    return f"{INSTANCE_LABEL}={instance},{NAMESPACE_LABEL}"
+
+
+def storage_object(kind: StorageKind, storage_namespace: str, instance: str, obj: Object,
+                   sequence: int) -> Object:
+    """The storage object that holds the public object `obj` (its resourceVersion, if any,
+    becomes the storage object's: a write's precondition)."""
+    meta = metadata(obj)
+    inner = copy.deepcopy(obj)
+    inner["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
+    stored_meta: dict[str, Any] = {
+        "name": storage_name(meta["namespace"], meta["name"]), "namespace": storage_namespace,
+        "labels": {INSTANCE_LABEL: instance, NAMESPACE_LABEL: meta["namespace"]}}
+    if meta.get("resourceVersion"):
+        stored_meta["resourceVersion"] = meta["resourceVersion"]
+    return {"apiVersion": f"{STORAGE_GROUP}/{STORAGE_VERSION}", "kind": kind.kind,
+            "metadata": stored_meta, "sequence": sequence, "object": inner}
 
 
 async def check_installed(kube: KubeClient, resources: Iterable[ResourceType]) -> None:
@@ -168,8 +215,13 @@ def _rv(obj: Mapping[str, Any]) -> int:
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
+    """The (namespace, name) of a public object."""
     meta = metadata(obj)
     return meta.get("namespace", ""), meta.get("name", "")
+
+
+def _storage_name_of(stored: Mapping[str, Any]) -> str:
+    return str(metadata(stored).get("name", ""))
 
 
 @dataclass(frozen=True)
@@ -178,6 +230,8 @@ class _Entry:
     """The public object."""
     sequence: int
     """Creation order (the writing replica's clock in ns, then the name)."""
+    storage_uid: str = ""
+    """The storage object's own uid (a DELETE's precondition), not the public object's."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +273,7 @@ class KubeObjectStore(ObjectStore):
         kube: KubeClient,
         resource: ResourceType,
         *,
+        storage_namespace: str,
         instance: str = DEFAULT_INSTANCE,
         history: int = DEFAULT_HISTORY,
         max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
@@ -232,12 +287,13 @@ class KubeObjectStore(ObjectStore):
         self._count_malformed = malformed
         self._kube = kube
         self._kind = storage_kind(resource)
+        self._storage_namespace = storage_namespace
         self._instance = instance
         self.max_object_bytes = max_object_bytes
         self._max_queued_events = max_queued_events
         self._clock_ns = clock_ns
-        self._informer = Informer(kube, self._kind.collection, name=self._kind.crd_name,
-                                  params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})
+        self._informer = Informer(kube, self._path(), name=self._kind.crd_name,
+                                  params={"labelSelector": storage_selector(instance)})
         self._informer.add_handlers(Handlers(on_add=self._added, on_update=self._updated,
                                              on_delete=self._deleted, on_listed=self._listed))
         self._task: asyncio.Task[None] | None = None
@@ -253,8 +309,10 @@ class KubeObjectStore(ObjectStore):
         self._key_locks: dict[Key, _Held] = {}
         self._cohort_locks: dict[Key, _Held] = {}
         """(namespace, cohort selector): creates into one cohort take turns on this replica."""
-        self._malformed: dict[Key, int] = {}
-        """The storage objects skipped as malformed, with the resourceVersion logged."""
+        self._names: dict[str, Key] = {}
+        """Storage name -> public key of each cached entry."""
+        self._malformed: dict[str, int] = {}
+        """The storage objects (by name) skipped as malformed, with the resourceVersion logged."""
 
     @property
     def synced(self) -> bool:
@@ -327,7 +385,7 @@ class KubeObjectStore(ObjectStore):
                 body = self._storage_object(desired, entry.sequence)
                 try:
                     stored = await self._call(
-                        name, self._kube.put(self._path(namespace, name), body))
+                        name, self._kube.put(self._object_path(namespace, name), body))
                 except Conflict:
                     entry, live = await self._live(namespace, name), True
                     current = entry.object
@@ -336,7 +394,8 @@ class KubeObjectStore(ObjectStore):
 
     async def _live(self, namespace: str, name: str) -> _Entry:
         """The object as kube-apiserver has it now (``NotFound`` if it has none)."""
-        return self._entry(await self._call(name, self._kube.get(self._path(namespace, name))))
+        return self._entry(await self._call(name, self._kube.get(
+            self._object_path(namespace, name))))
 
     async def delete(
         self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""
@@ -345,28 +404,29 @@ class KubeObjectStore(ObjectStore):
 
     async def _delete(self, namespace: str, name: str, resource_version: str, uid: str
                       ) -> Object:
+        """A public uid precondition is checked here (the storage object has a uid of its own)
+        on the cached object, confirmed on the live one if it fails; the DELETE carries the
+        storage object's uid and the resourceVersion (the storage object's) as preconditions."""
         await self._ready()
         entry = self._entries.get((namespace, name))
-        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version))
-                         if v}
-        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        if preconditions:
-            options["preconditions"] = preconditions
+        if entry is None or (uid and metadata(entry.object).get("uid") != uid):
+            entry = await self._live(namespace, name)
+        check_preconditions(self.resource, entry.object, "", uid)
+        preconditions = {"uid": entry.storage_uid}
+        if resource_version:
+            preconditions["resourceVersion"] = resource_version
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions",
+                                   "preconditions": preconditions}
         try:
-            answer = await self._call(name, self._kube.delete(self._path(namespace, name),
-                                                              options))
+            answer = await self._call(name, self._kube.delete(
+                self._object_path(namespace, name), options))
         except Conflict:  # worded by the object's current state, as the SQLite backend words it
-            fresh = self._public(await self._call(
-                name, self._kube.get(self._path(namespace, name))))
-            check_preconditions(self.resource, fresh, resource_version, uid)
+            fresh = await self._live(namespace, name)
+            check_preconditions(self.resource, fresh.object, resource_version, uid)
             raise
-        # kube-apiserver answers a Status for a custom resource deleted at once
-        deleted_uid = ((answer.get("details") or {}).get("uid") if answer.get("kind") == "Status"
-                       else metadata(answer).get("uid"))
-        last = self._public(answer) if answer.get("kind") != "Status" else (
-            entry.object if entry is not None else {"metadata": {"namespace": namespace,
-                                                                 "name": name}})
-        return await self._gone(str(deleted_uid or ""), last)
+        # kube-apiserver may answer a Status for a custom resource deleted at once
+        last = entry.object if answer.get("kind") == "Status" else self._public(answer)
+        return await self._gone(str(metadata(entry.object).get("uid", "")), last)
 
     async def delete_collection(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
@@ -486,6 +546,7 @@ class KubeObjectStore(ObjectStore):
         """Set (or with None remove) the entry of ``key``, indexes included; the old entry."""
         old = self._entries.pop(key, None)
         if old is not None:
+            self._names.pop(storage_name(*key), None)
             for index_key in self._index_keys(old.object):
                 keys = self._index.get(index_key)
                 if keys is not None:
@@ -494,6 +555,7 @@ class KubeObjectStore(ObjectStore):
                         del self._index[index_key]
         if entry is not None:
             self._entries[key] = entry
+            self._names[storage_name(*key)] = key
             for index_key in self._index_keys(entry.object):
                 self._index.setdefault(index_key, set()).add(key)
         return old
@@ -516,8 +578,12 @@ class KubeObjectStore(ObjectStore):
     def _changed_to(self, stored: Object) -> None:
         """The cache after an object's new state: a malformed one is skipped (and the valid
         state it replaced, if any, is deleted for readers)."""
-        key = _key(stored)
         entry = self._accepted(stored)
+        key = _key(entry.object) if entry is not None else self._names.get(
+            _storage_name_of(stored))
+        if key is None:  # malformed and never cached: nobody saw it
+            self._notify()
+            return
         before = self._put(key, entry)
         if entry is not None:
             change = (Change(EventType.ADDED, entry.object) if before is None else
@@ -532,31 +598,36 @@ class KubeObjectStore(ObjectStore):
         self._record(change, before, stored)
 
     def _deleted(self, stored: Object) -> None:
-        key = _key(stored)
-        if self._malformed.pop(key, None) is not None and key not in self._entries:
+        name = _storage_name_of(stored)
+        key = self._names.get(name)
+        if self._malformed.pop(name, None) is not None and key is None:
             self._notify()  # never cached: nobody saw it
             return
-        gone = self._public(stored)
-        before = self._entries.get(key)
-        if before is not None and metadata(before.object).get("uid") == metadata(gone).get("uid"):
-            self._put(key, None)
+        before = self._entries.get(key) if key is not None else None
+        if key is not None and before is not None:
+            if before.storage_uid == metadata(stored).get("uid"):
+                self._put(key, None)
+            gone = copy.deepcopy(before.object)
+            metadata(gone)["resourceVersion"] = str(_rv(stored))
+        else:
+            gone = self._public(stored)
         self._record(Change(EventType.DELETED, gone), before, stored)
 
     def _accepted(self, stored: Object) -> _Entry | None:
         """The cache entry of a storage object; None (logged once, counted) if malformed."""
-        key = _key(stored)
+        name = _storage_name_of(stored)
         try:
             entry = self._entry(stored)
         except MalformedObject as error:
-            if self._malformed.get(key) != _rv(stored):
-                self._malformed[key] = _rv(stored)
+            if self._malformed.get(name) != _rv(stored):
+                self._malformed[name] = _rv(stored)
                 log.warning("malformed storage object ignored", extra={
-                    "resource": self._kind.crd_name, "namespace": key[0], "object": key[1],
-                    "resource_version": _rv(stored), "reason": error.why})
+                    "resource": self._kind.crd_name, "namespace": self._storage_namespace,
+                    "object": name, "resource_version": _rv(stored), "reason": error.why})
                 if self._count_malformed is not None:
                     self._count_malformed(self._kind.plural)
             return None
-        self._malformed.pop(key, None)
+        self._malformed.pop(name, None)
         return entry
 
     def _record(self, change: Change, before: _Entry | None, stored: Object) -> None:
@@ -631,7 +702,7 @@ class KubeObjectStore(ObjectStore):
 
     async def _latest_rv(self) -> int:
         """kube-apiserver's current resourceVersion (a consistent list of one item)."""
-        page = await self._call("", self._kube.get(self._kind.collection, {"limit": "1"}))
+        page = await self._call("", self._kube.get(self._path(), {"limit": "1"}))
         text = str((page.get("metadata") or {}).get("resourceVersion", "0"))
         return int(text) if text.isdigit() else 0
 
@@ -660,55 +731,67 @@ class KubeObjectStore(ObjectStore):
 
     # Storage objects
 
-    def _path(self, namespace: str, name: str = "") -> str:
-        return namespaced(STORAGE_API, namespace, self._kind.plural, name)
+    def _path(self, name: str = "") -> str:
+        """The storage collection in the storage namespace, or one storage object in it."""
+        return namespaced(STORAGE_API, self._storage_namespace, self._kind.plural, name)
+
+    def _object_path(self, namespace: str, name: str) -> str:
+        """The storage object of the public object ``namespace/name``."""
+        return self._path(storage_name(namespace, name))
 
     def _entry(self, stored: Object) -> _Entry:
         """The public object and sequence of a storage object; ``MalformedObject`` unless the
-        envelope and the kind's decoder accept it."""
+        envelope (its public metadata included, whose name must be the storage object's) and
+        the kind's decoder accept it."""
 
         def envelope(obj: Object) -> _Entry:
-            mapping(obj.get("object"), "object")
+            inner = mapping(obj.get("object"), "object")
             sequence = optional_integer(obj.get("sequence"), "sequence")
-            return _Entry(public_object(self._public(obj)), sequence)
+            meta = mapping(inner.get("metadata"), "object.metadata")
+            namespace = text(meta.get("namespace"), "object.metadata.namespace")
+            name = text(meta.get("name"), "object.metadata.name")
+            text(meta.get("uid"), "object.metadata.uid")
+            text(meta.get("creationTimestamp"), "object.metadata.creationTimestamp")
+            expected = storage_name(namespace, name)
+            if expected != _storage_name_of(obj):
+                raise Malformed(
+                    f"object.metadata names {namespace}/{name}, whose storage object is "
+                    f"{expected!r}, not {_storage_name_of(obj)!r}")
+            return _Entry(public_object(self._public(obj)), sequence,
+                          str(metadata(obj).get("uid", "")))
 
         entry = decoded(self.resource, stored, envelope)
         if self._decode is not None:
             self._decode(entry.object)
         return entry
 
-    def _public(self, stored: Mapping[str, Any]) -> Object:
-        """The public object a storage object holds."""
+    @staticmethod
+    def _public(stored: Mapping[str, Any]) -> Object:
+        """The public object a storage object holds, with the storage object's
+        resourceVersion."""
         inner = stored.get("object")
         obj: Object = dict(inner) if isinstance(inner, dict) else {}
         meta = dict(metadata(obj))
-        stored_meta = metadata(stored)
-        for key in _SERVER_OWNED:
-            if key in stored_meta:
-                meta[key] = stored_meta[key]
+        if "resourceVersion" in metadata(stored):
+            meta["resourceVersion"] = metadata(stored)["resourceVersion"]
         obj["metadata"] = meta
         return obj
 
     def _storage_object(self, obj: Object, sequence: int) -> Object:
-        meta = metadata(obj)
-        inner = copy.deepcopy(obj)
-        inner["metadata"] = {k: v for k, v in meta.items() if k not in _SERVER_OWNED}
-        stored_meta: dict[str, Any] = {"name": meta["name"], "namespace": meta["namespace"],
-                                       "labels": {INSTANCE_LABEL: self._instance}}
-        if meta.get("resourceVersion"):
-            stored_meta["resourceVersion"] = meta["resourceVersion"]
-        return {"apiVersion": f"{STORAGE_GROUP}/{STORAGE_VERSION}", "kind": self._kind.kind,
-                "metadata": stored_meta, "sequence": sequence, "object": inner}
+        return storage_object(self._kind, self._storage_namespace, self._instance, obj,
+                              sequence)
 
     def _new_object(self, obj: Mapping[str, Any]) -> Object:
+        """A new public object with the identity the server gives it (as kube-apiserver gives
+        its objects): a uid and the creation time."""
         prepared = checked_new(self.resource, obj)
-        for key in ("uid", "creationTimestamp"):  # kube-apiserver sets the storage object's
-            prepared["metadata"].pop(key, None)
+        prepared["metadata"]["uid"] = str(uuid.uuid4())
+        prepared["metadata"]["creationTimestamp"] = timestamp()
         return prepared
 
     async def _create(self, prepared: Object) -> Object:
         meta = metadata(prepared)
-        namespace, fixed = meta["namespace"], meta.get("name")
+        fixed = meta.get("name")
         for _ in range(1 if fixed else GENERATE_NAME_ATTEMPTS):
             obj = copy.deepcopy(prepared)
             name = fixed or generate_name(meta["generateName"])
@@ -716,7 +799,7 @@ class KubeObjectStore(ObjectStore):
             check_size(self.resource, obj, self.max_object_bytes)
             body = self._storage_object(obj, self._clock_ns())
             try:
-                stored = await self._call(name, self._kube.post(self._path(namespace), body))
+                stored = await self._call(name, self._kube.post(self._path(), body))
             except AlreadyExists:
                 if fixed:
                     raise
