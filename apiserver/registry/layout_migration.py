@@ -12,6 +12,12 @@ is kept as it is (it may have been written since). The upgrade applies the new R
 which ends the old replicas' layout-1 writes (docs/storage.md). Nothing is run again: records,
 ledgers, Notifications and their scopes keep their uids, so every pass and takeover reads them
 as before.
+
+The move happens once per instance: when every kind has been moved, the ConfigMap
+``<instance>-storage-layout`` in the storage namespace says so (``layout: "2"``), and later
+starts read nothing in the users' namespaces. Without it, an object a tenant writes into its own
+namespace in the old layout (a namespace-wide ``*`` grant allows that) would be moved in at the
+next start: once the move is done, nothing there is ever read.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import logging
 from collections.abc import Iterable
 
 from apiserver.kube.client import KubeClient, KubeRejected
-from apiserver.kube.paths import namespaced
+from apiserver.kube.paths import CORE, namespaced
 from apiserver.registry.kube_store import (
     INSTANCE_LABEL,
     NAMESPACE_LABEL,
@@ -36,6 +42,7 @@ from apiserver.registry.store import Object
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
+LAYOUT = "2"
 _IDENTITY = ("name", "namespace", "uid", "creationTimestamp")
 """What layout 1 kept in the storage object's metadata rather than in ``object``."""
 
@@ -43,6 +50,11 @@ _IDENTITY = ("name", "namespace", "uid", "creationTimestamp")
 def layout1_selector(instance: str) -> str:
     """The label selector of an instance's layout-1 storage objects."""
     return f"{INSTANCE_LABEL}={instance},!{NAMESPACE_LABEL}"
+
+
+def layout_marker(instance: str) -> str:
+    """The name of the ConfigMap that says an instance's storage is in this layout."""
+    return f"{instance}-storage-layout"
 
 
 def layout1_public(old: Object) -> Object | None:
@@ -70,10 +82,14 @@ class LayoutMigration:
         self._instance = instance
 
     async def run(self, resources: Iterable[ResourceType]) -> dict[str, int]:
-        """Move every layout-1 object of `resources`; the number moved per storage plural.
-        kube-apiserver unavailable propagates (the start fails and is retried); a listing
-        this replica may not make (403) is logged and skipped."""
+        """Move every layout-1 object of `resources`, unless the marker says it was done; the
+        number moved per storage plural. kube-apiserver unavailable propagates (the start fails
+        and is retried); a listing this replica may not make (403) is logged and skipped, and
+        then the move is not marked done."""
+        if await self._marked():
+            return {}
         moved: dict[str, int] = {}
+        complete = True
         for resource in resources:
             kind = storage_kind(resource)
             try:
@@ -84,7 +100,8 @@ class LayoutMigration:
                 log.warning("cannot list layout-1 storage objects; none moved", extra={
                     "resource": kind.crd_name, "reason": "the server may not list them in "
                     "every namespace: grant the ClusterRole container-notifier:storage-migration "
-                    "(apiservice/rbac-server.yaml) until the upgrade is done"})
+                    "(apiservice/rbac-server.yaml)"})
+                complete = False
                 continue
             count = 0
             for old in olds:
@@ -94,7 +111,33 @@ class LayoutMigration:
                     "resource": kind.crd_name, "moved": count,
                     "storage_namespace": self._storage_namespace})
             moved[kind.plural] = count
+        if complete:
+            await self._mark()
         return moved
+
+    def _marker_path(self, name: str = "") -> str:
+        return namespaced(CORE, self._storage_namespace, "configmaps", name)
+
+    async def _marked(self) -> bool:
+        try:
+            marker = await self._kube.get(self._marker_path(layout_marker(self._instance)))
+        except KubeRejected as error:
+            if error.status_code == 404:
+                return False
+            raise
+        data = marker.get("data")
+        return isinstance(data, dict) and data.get("layout") == LAYOUT
+
+    async def _mark(self) -> None:
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": layout_marker(self._instance),
+                             "labels": {INSTANCE_LABEL: self._instance}},
+                "data": {"layout": LAYOUT}}
+        try:
+            await self._kube.post(self._marker_path(), body)
+        except KubeRejected as error:
+            if error.status_code != 409:  # another replica marked it
+                raise
 
     async def _layout1_objects(self, kind: StorageKind) -> list[Object]:
         found: list[Object] = []

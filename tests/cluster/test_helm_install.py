@@ -29,6 +29,7 @@ from tests.support.doc_commands import console_commands
 from tests.support.kube import Cluster, User
 from tests.support.notify import API, declare, exec_notifier, notify
 from tests.support.planes import extra_plane
+from tests.support.storage import stored
 
 pytestmark = pytest.mark.cluster
 
@@ -193,9 +194,8 @@ def helm_install_upgrade_uninstall(cluster: Cluster, mode: str,
         for plural in STORAGE_CRDS:
             assert status(cluster, crd_path(plural)) == 200, f"helm uninstall deleted {plural}"
         with cluster.admin() as kube:
-            kept = kube.get(f"/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/{namespace}"
-                            "/storedpodnotifiers").json()["items"]
-        assert {first, second} <= {o["metadata"]["name"] for o in kept}, kept
+            kept = stored(kube, "storedpodnotifiers", namespace)
+        assert {first, second} <= {o["object"]["metadata"]["name"] for o in kept}, kept
         assert status(cluster, SERVING_SECRET) == 200, "the serving Secret was not kept"
 
         run_docs(cluster, "Remove everything")

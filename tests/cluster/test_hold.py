@@ -19,6 +19,7 @@ from tests.support.extension import raw_direct
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import API, declare, notify
 from tests.support.processes import running_sleeps
+from tests.support.storage import storage_path
 
 pytestmark = pytest.mark.cluster
 
@@ -172,8 +173,7 @@ def owner_replica(cluster: Cluster, namespace: str, name: str) -> int:
     """The replica whose runner holds the record (its pod ledger's entry names it)."""
     pod = record(cluster, namespace, name)["spec"]["podName"]
     with cluster.admin() as kube:
-        response = kube.get(f"/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/{namespace}/"
-                            f"storedpodledgers/{pod}")
+        response = kube.get(storage_path("storedpodledgers", namespace, pod))
     assert response.status_code == 200, response.text
     runs = response.json()["object"]["spec"]["runs"]  # the stored ledger
     (run,) = [r for r in runs if r["record"] == name]

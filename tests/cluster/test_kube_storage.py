@@ -19,10 +19,10 @@ from tests.support.notify import (
     records,
     wait_finished,
 )
+from tests.support.storage import STORAGE_NAMESPACE, storage_path
 
 pytestmark = pytest.mark.cluster
 
-STORAGE_API = "/apis/storage.notifier.x-k8s.io/v1alpha1"
 
 
 def test_records_live_in_the_kubernetes_api(cluster: Cluster, namespace: str) -> None:
@@ -34,7 +34,7 @@ def test_records_live_in_the_kubernetes_api(cluster: Cluster, namespace: str) ->
         assert response.status_code == 201, response.text
         record = response.json()
         name = record["metadata"]["name"]
-        stored = kube.get(f"{STORAGE_API}/namespaces/{namespace}/storedpodnotifiers/{name}")
+        stored = kube.get(storage_path("storedpodnotifiers", namespace, name))
 
     assert record["status"]["phase"] == "Succeeded", record
     assert stored.status_code == 200, stored.text
@@ -42,7 +42,10 @@ def test_records_live_in_the_kubernetes_api(cluster: Cluster, namespace: str) ->
     assert storage_object["kind"] == "StoredPodNotifier"
     assert storage_object["object"]["spec"]["podName"] == pod
     assert storage_object["object"]["status"]["phase"] == "Succeeded"
-    assert storage_object["metadata"]["uid"] == record["metadata"]["uid"]
+    assert storage_object["metadata"]["namespace"] == STORAGE_NAMESPACE
+    assert storage_object["metadata"]["name"] == f"{namespace}.{name}"
+    assert storage_object["object"]["metadata"]["uid"] == record["metadata"]["uid"]
+    assert storage_object["metadata"]["uid"] != record["metadata"]["uid"]
     [listed] = records(cluster, namespace)
     assert listed["metadata"]["resourceVersion"] == storage_object["metadata"]["resourceVersion"]
 
@@ -80,7 +83,7 @@ def test_notification_fans_out_with_kubernetes_storage(cluster: Cluster, namespa
                                                                     {"app": "web"}))
         assert created.status_code == 201, created.text
         done = wait_finished(cluster, namespace, "flush-all")
-        stored = kube.get(f"{STORAGE_API}/namespaces/{namespace}/storednotifications/flush-all")
+        stored = kube.get(storage_path("storednotifications", namespace, "flush-all"))
 
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert stored.status_code == 200, stored.text

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from apiserver.registry.kube_store import NAMESPACE_LABEL, storage_name
 from tests.cluster.test_hold import finished, hold, owner_replica
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import (
@@ -24,10 +25,10 @@ from tests.support.notify import (
     wait_finished,
 )
 from tests.support.processes import running_sleeps
+from tests.support.storage import storage_path
 
 pytestmark = pytest.mark.cluster
 
-STORAGE = "/apis/storage.notifier.x-k8s.io/v1alpha1"
 INSTANCE = {"storage.notifier.x-k8s.io/instance": "container-notifier"}
 TAKEOVER_BOUND_SECONDS = 45.0
 VALID_RUN_STATUS = {"podSets": 0, "stopped": "", "outcome": "", "outcomeReason": "",
@@ -36,11 +37,15 @@ VALID_RUN_STATUS = {"podSets": 0, "stopped": "", "outcome": "", "outcomeReason":
 
 def store(cluster: Cluster, namespace: str, plural: str, kind: str, name: str,
           inner: dict[str, Any]) -> int:
-    """Create a storage object as admin; the HTTP status (201, or 422 from the CRD schema)."""
+    """Create, as admin, the storage object of `namespace/name` (in the storage namespace,
+    where the server reads them) holding `inner`; the HTTP status (201, or 422 from the CRD
+    schema)."""
     with cluster.admin() as kube:
-        response = kube.post(f"{STORAGE}/namespaces/{namespace}/{plural}", json={
+        response = kube.post(storage_path(plural), json={
             "apiVersion": "storage.notifier.x-k8s.io/v1alpha1", "kind": kind,
-            "metadata": {"name": name, "labels": INSTANCE}, "sequence": 1, "object": inner})
+            "metadata": {"name": storage_name(namespace, name),
+                         "labels": {**INSTANCE, NAMESPACE_LABEL: namespace}},
+            "sequence": 1, "object": inner})
     assert response.status_code in (201, 422), response.text
     return response.status_code
 
@@ -57,11 +62,18 @@ def malformed(cluster: Cluster) -> Iterator[str]:
     ]
     if 422 in stored:  # the schema refused them: store what it cannot check
         assert store(cluster, victim, "storednotificationruns", "StoredNotificationRun",
-                     "bad-spec", {"spec": {"notificationName": "n",
+                     "bad-spec", {"metadata": {
+                         "namespace": victim, "name": "bad-spec", "uid": "bad-spec-uid",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+                         "spec": {"notificationName": "n",
                                            "notification": {"notifier": 5, "selector": "x"}},
                                   "status": VALID_RUN_STATUS}) == 201
     yield victim
     cluster.delete_namespace(victim)
+    with cluster.admin() as kube:  # the server deletes no malformed object
+        for plural in ("storednotificationruns", "storedpodledgers"):
+            kube.delete(storage_path(plural),
+                        params={"labelSelector": f"{NAMESPACE_LABEL}={victim}"})
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ from tests.support.notify import (
     notification,
     wait_finished,
 )
+from tests.support.storage import storage_path
 
 pytestmark = pytest.mark.cluster
 
-STORAGE_API = "/apis/storage.notifier.x-k8s.io/v1alpha1"
 
 Counts = dict[str, int]
 
@@ -31,7 +31,7 @@ def scopes(cluster: Cluster, uids: list[str]) -> Counts:
     """How many runs, pod sets and pods the scopes of these Notification UIDs hold."""
     with cluster.admin() as kube:
         def current(plural: str) -> list[dict[str, Any]]:
-            listed = kube.get(f"{STORAGE_API}/{plural}")
+            listed = kube.get(storage_path(plural))
             assert listed.status_code == 200, listed.text
             return [{**item["object"], "metadata": item["metadata"]}
                     for item in listed.json()["items"]]
