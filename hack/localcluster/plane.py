@@ -73,3 +73,14 @@ def restart_replicas(layout: Layout) -> list[processes.Tracked]:
     running = replicas(layout)
     processes.stop(running)
     return [restart(layout, proc.name) for proc in running]
+
+
+def replace_replica(layout: Layout, index: int, argv: list[str]) -> processes.Tracked:
+    """Stop server replica `index` if it runs and start it with `argv` instead (another version
+    of the server, as a rolling update replaces a pod); later restarts use `argv`."""
+    tracked = processes.load(layout.state_file)
+    old = replica(layout, index)
+    processes.stop([old])
+    new = processes.start(old.name, argv, layout.logs, stop_signal=old.stop_signal).tracked
+    processes.save(layout.state_file, [new if p.name == old.name else p for p in tracked])
+    return new

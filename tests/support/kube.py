@@ -154,6 +154,14 @@ class Cluster:
         self._wait_routed(replica)
         wait_until(self.served, "the restarted server behind the aggregator", 60)
 
+    def replace_replica(self, replica: int, argv: list[str]) -> None:
+        """Stop server replica `replica` (SIGTERM) and start it with `argv` (another version of
+        the server), and wait until it is ready, routed and reached as `restart_replica`
+        does."""
+        plane.replace_replica(self.layout, replica, argv)
+        self._wait_routed(replica)
+        wait_until(self.served, "the replaced server behind the aggregator", 60)
+
     def restart_notifier(self, sig: signal.Signals) -> None:
         """Send `sig` to every server replica (SIGKILL: a crash of the whole service), wait
         until they are gone, start them all again with the same command lines, and wait until
