@@ -105,11 +105,14 @@ log = logging.getLogger(__name__)
 STORAGE_GROUP = "storage.notifier.x-k8s.io"
 STORAGE_VERSION = "v1alpha1"
 STORAGE_API = f"/apis/{STORAGE_GROUP}/{STORAGE_VERSION}"
-INSTANCE_LABEL = f"{STORAGE_GROUP}/instance"
+INSTANCE_LABEL = f"{STORAGE_GROUP}/installation"
+"""The installation (instance) that wrote a storage object. Not layout 1's label
+(``layout_migration.LAYOUT1_INSTANCE_LABEL``), so that a replica of layout 1 still running
+during an upgrade does not see this layout's objects (it would read them as objects of the
+storage namespace, and its collector would delete them as records of pods that do not exist)."""
 DEFAULT_INSTANCE = "container-notifier"
 NAMESPACE_LABEL = f"{STORAGE_GROUP}/namespace"
-"""The public object's namespace, on every storage object (to select a namespace's objects, and
-what tells this layout from layout 1, which had none)."""
+"""The public object's namespace, on every storage object (to select a namespace's objects)."""
 MAX_NAME_LENGTH = 253
 """A custom resource's name is a DNS-1123 subdomain."""
 _NAME_DIGEST_LENGTH = 16
@@ -162,7 +165,7 @@ def storage_name(namespace: str, name: str) -> str:
 
 def storage_selector(instance: str) -> str:
     """The label selector of an instance's storage objects (of this layout)."""
-    return f"{INSTANCE_LABEL}={instance},{NAMESPACE_LABEL}"
+    return f"{INSTANCE_LABEL}={instance}"
 
 
 def storage_object(kind: StorageKind, storage_namespace: str, instance: str, obj: Object,

@@ -3,7 +3,7 @@ from layout 1*).
 
 Layout 1 (releases before the storage namespace) kept each public object ``<ns>/<name>`` as the
 storage object ``<ns>/<name>``, in the users' namespace, with the public uid and
-creationTimestamp the storage object's own, and no ``NAMESPACE_LABEL``. A replica of this
+creationTimestamp the storage object's own, labelled ``LAYOUT1_INSTANCE_LABEL``. A replica of this
 layout moves every such object of its instance at start, before its caches list: it creates the
 layout-2 object (``kube_store.storage_object``: the same public object, uid, creationTimestamp
 and sequence), then deletes the old one (its uid as precondition). An interrupted move is
@@ -22,15 +22,17 @@ next start: once the move is done, nothing there is ever read.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 
 from apiserver.kube.client import KubeClient, KubeRejected
 from apiserver.kube.paths import CORE, namespaced
 from apiserver.registry.kube_store import (
     INSTANCE_LABEL,
-    NAMESPACE_LABEL,
     STORAGE_API,
+    STORAGE_GROUP,
     StorageKind,
     storage_kind,
     storage_object,
@@ -42,6 +44,10 @@ from apiserver.registry.store import Object
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
+RETRY_SECONDS = 30.0
+LAYOUT1_INSTANCE_LABEL = f"{STORAGE_GROUP}/instance"
+"""Layout 1's label of the installation that wrote a storage object (this layout's is
+``kube_store.INSTANCE_LABEL``, another key)."""
 LAYOUT = "2"
 _IDENTITY = ("name", "namespace", "uid", "creationTimestamp")
 """What layout 1 kept in the storage object's metadata rather than in ``object``."""
@@ -49,7 +55,7 @@ _IDENTITY = ("name", "namespace", "uid", "creationTimestamp")
 
 def layout1_selector(instance: str) -> str:
     """The label selector of an instance's layout-1 storage objects."""
-    return f"{INSTANCE_LABEL}={instance},!{NAMESPACE_LABEL}"
+    return f"{LAYOUT1_INSTANCE_LABEL}={instance}"
 
 
 def layout_marker(instance: str) -> str:
@@ -76,8 +82,11 @@ def layout1_public(old: Object) -> Object | None:
 class LayoutMigration:
     """Moves one instance's layout-1 objects into `storage_namespace` (see the module)."""
 
-    def __init__(self, kube: KubeClient, *, storage_namespace: str, instance: str) -> None:
+    def __init__(self, kube: KubeClient, *, storage_namespace: str, instance: str,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self._kube = kube
+        self._clock, self._sleep = clock, sleep
         self._storage_namespace = storage_namespace
         self._instance = instance
 
@@ -115,6 +124,18 @@ class LayoutMigration:
             await self._mark()
         return moved
 
+    async def _list(self, path: str, params: dict[str, str]) -> Object:
+        """A list; while kube-apiserver answers 429 (its storage of a CRD established a moment
+        ago is still initializing), again after a second, for up to ``RETRY_SECONDS``."""
+        deadline = self._clock() + RETRY_SECONDS
+        while True:
+            try:
+                return await self._kube.get(path, params)
+            except KubeRejected as error:
+                if error.status_code != 429 or self._clock() >= deadline:
+                    raise
+            await self._sleep(1.0)
+
     def _marker_path(self, name: str = "") -> str:
         return namespaced(CORE, self._storage_namespace, "configmaps", name)
 
@@ -147,7 +168,7 @@ class LayoutMigration:
                       "limit": str(PAGE_SIZE)}
             if token:
                 params["continue"] = token
-            page = await self._kube.get(kind.collection, params)
+            page = await self._list(kind.collection, params)
             found.extend(item for item in page.get("items") or [] if isinstance(item, dict))
             token = str((page.get("metadata") or {}).get("continue") or "")
             if not token:

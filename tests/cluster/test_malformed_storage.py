@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.registry.kube_store import NAMESPACE_LABEL, storage_name
+from apiserver.registry.kube_store import INSTANCE_LABEL, NAMESPACE_LABEL, storage_name
 from tests.cluster.test_hold import finished, hold, owner_replica
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import (
@@ -29,7 +29,7 @@ from tests.support.storage import storage_path
 
 pytestmark = pytest.mark.cluster
 
-INSTANCE = {"storage.notifier.x-k8s.io/instance": "container-notifier"}
+INSTANCE = {INSTANCE_LABEL: "container-notifier"}
 TAKEOVER_BOUND_SECONDS = 45.0
 VALID_RUN_STATUS = {"podSets": 0, "stopped": "", "outcome": "", "outcomeReason": "",
                     "finished": False}

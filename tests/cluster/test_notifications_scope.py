@@ -33,8 +33,7 @@ def scopes(cluster: Cluster, uids: list[str]) -> Counts:
         def current(plural: str) -> list[dict[str, Any]]:
             listed = kube.get(storage_path(plural))
             assert listed.status_code == 200, listed.text
-            return [{**item["object"], "metadata": item["metadata"]}
-                    for item in listed.json()["items"]]
+            return [item["object"] for item in listed.json()["items"]]  # the public objects
 
         runs, pod_sets = current("storednotificationruns"), current("storednotificationpodsets")
     mine = [s for s in pod_sets if s["spec"]["notificationUID"] in uids]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from apiserver.registry.kube_store import INSTANCE_LABEL, NAMESPACE_LABEL, STORAGE_API
+from apiserver.registry.layout_migration import LAYOUT1_INSTANCE_LABEL
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import (
     API,
@@ -33,6 +34,7 @@ KINDS = {"storedpodnotifiers": "StoredPodNotifier", "storednotifications": "Stor
          "storednotificationpodsets": "StoredNotificationPodSet",
          "storedpodledgers": "StoredPodLedger"}
 INSTANCE = {INSTANCE_LABEL: "container-notifier"}
+LAYOUT1_INSTANCE = {LAYOUT1_INSTANCE_LABEL: "container-notifier"}
 EVERYTHING = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
 
 
@@ -81,7 +83,7 @@ def test_a_namespace_wide_star_role_reaches_no_storage(cluster: Cluster, namespa
 
         # What a `*` Role can write: storage objects in its own namespace, in both layouts.
         for name, labels in (("forged-2", {**INSTANCE, NAMESPACE_LABEL: namespace}),
-                             ("forged-1", INSTANCE)):
+                             ("forged-1", LAYOUT1_INSTANCE)):
             planted = client.post(f"{STORAGE_API}/namespaces/{namespace}/storedpodnotifiers",
                                   json={"apiVersion": "storage.notifier.x-k8s.io/v1alpha1",
                                         "kind": "StoredPodNotifier",
@@ -92,7 +94,7 @@ def test_a_namespace_wide_star_role_reaches_no_storage(cluster: Cluster, namespa
         planted_ledger = client.post(
             f"{STORAGE_API}/namespaces/{namespace}/storedpodledgers", json={
                 "apiVersion": "storage.notifier.x-k8s.io/v1alpha1", "kind": "StoredPodLedger",
-                "metadata": {"name": pod, "labels": INSTANCE}, "sequence": 1,
+                "metadata": {"name": pod, "labels": LAYOUT1_INSTANCE}, "sequence": 1,
                 "object": {"spec": {"podUID": "x", "runs": []}}})
         assert planted_ledger.status_code == 201, planted_ledger.text
 
@@ -133,8 +135,8 @@ def test_a_deleted_namespace_takes_its_records_and_notifications(cluster: Cluste
                    f"the storage objects of {victim} to be deleted", 60)
         print(f"\nnamespace deletion: gone after {deleted:.1f} s, its storage objects after "
               f"{time.monotonic() - started:.1f} s")
-        nowhere = create_notification(kube, victim, notification("late", "flush",
-                                                                  {"app": "web"}))
+        nowhere = create_notification(kube, victim, notification(  # AllPods: no pod needed
+            "late", "flush", {"app": "web"}, policy="AllPods"))
     assert nowhere.status_code == 404, nowhere.text
     assert nowhere.json()["message"] == f'namespaces "{victim}" not found', nowhere.text
 
@@ -153,8 +155,8 @@ def test_nothing_is_created_in_a_terminating_namespace(cluster: Cluster) -> None
         wait_until(lambda: kube.get(f"/api/v1/namespaces/{victim}").json().get(
             "status", {}).get("phase") == "Terminating", f"{victim} to be terminating", 30)
         try:
-            refused = kube.post(f"{API}/namespaces/{victim}/notifications",
-                                json=notification("late", "flush", {"app": "web"}))
+            refused = kube.post(f"{API}/namespaces/{victim}/notifications", json=notification(
+                "late", "flush", {"app": "web"}, policy="AllPods"))
         finally:
             kube.patch(f"/api/v1/namespaces/{victim}/configmaps/hold",
                        json={"metadata": {"finalizers": None}},
