@@ -92,7 +92,8 @@ def test_kubectl_lists_the_resources_and_discovery_has_the_subresource(cluster: 
         "podnotifiers": ("PodNotifier", True,
                          ["delete", "deletecollection", "get", "list", "patch", "watch"]),
         "notifications": ("Notification", True,
-                          ["create", "delete", "get", "list", "patch", "watch"]),
+                          ["create", "delete", "deletecollection", "get", "list", "patch",
+                               "watch"]),
     }
 
 
