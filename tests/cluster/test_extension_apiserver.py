@@ -93,7 +93,7 @@ def test_kubectl_lists_the_resources_and_discovery_has_the_subresource(cluster: 
                          ["delete", "deletecollection", "get", "list", "patch", "watch"]),
         "notifications": ("Notification", True,
                           ["create", "delete", "deletecollection", "get", "list", "patch",
-                               "watch"]),
+                           "watch"]),
     }
 
 
