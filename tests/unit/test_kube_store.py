@@ -19,6 +19,7 @@ from apiserver.registry.errors import (
 )
 from apiserver.registry.kube_store import (
     INSTANCE_LABEL,
+    NAMESPACE_LABEL,
     KubeObjectStore,
     check_installed,
     storage_kind,
@@ -26,7 +27,9 @@ from apiserver.registry.kube_store import (
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from tests.support.fake_storage_api import FakeStorageAPI, status
 
-POD_NOTIFIERS = "/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/ns/storedpodnotifiers"
+STORAGE_NAMESPACE = "cn-storage"
+POD_NOTIFIERS = (f"/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/{STORAGE_NAMESPACE}/"
+                 "storedpodnotifiers")
 
 
 def record(name: str = "a", phase: str = "Pending") -> dict[str, Any]:
@@ -43,7 +46,8 @@ def api() -> FakeStorageAPI:
 @pytest.fixture
 async def store(api: FakeStorageAPI) -> AsyncIterator[KubeObjectStore]:
     kube = api.client()
-    opened = KubeObjectStore(kube, PODNOTIFIERS, instance="test")
+    opened = KubeObjectStore(kube, PODNOTIFIERS, storage_namespace=STORAGE_NAMESPACE,
+                             instance="test")
     yield opened
     opened.close()
     await kube.aclose()
@@ -57,13 +61,16 @@ async def test_records_are_stored_as_custom_resources(store: KubeObjectStore,
     assert (method, path) == ("POST", POD_NOTIFIERS)
     assert body["apiVersion"] == "storage.notifier.x-k8s.io/v1alpha1"
     assert body["kind"] == "StoredPodNotifier"
-    assert body["metadata"] == {"name": "a", "namespace": "ns",
-                                "labels": {INSTANCE_LABEL: "test"}}
-    assert body["object"]["metadata"] == {"labels": {"app": "db"}}  # server-owned fields not
+    assert body["metadata"] == {"name": "ns.a", "namespace": STORAGE_NAMESPACE,
+                                "labels": {INSTANCE_LABEL: "test", NAMESPACE_LABEL: "ns"}}
+    public = body["object"]["metadata"]
+    assert public == {"namespace": "ns", "name": "a", "labels": {"app": "db"},
+                      "uid": created["metadata"]["uid"],
+                      "creationTimestamp": created["metadata"]["creationTimestamp"]}
     assert body["object"]["spec"] == record()["spec"]
     assert isinstance(body["sequence"], int)
-    stored = api.objects[("storedpodnotifiers", "ns", "a")]["metadata"]
-    assert created["metadata"]["uid"] == stored["uid"]
+    stored = api.objects[("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a")]["metadata"]
+    assert created["metadata"]["uid"] != stored["uid"]  # the server's own, not the storage's
     assert created["metadata"]["resourceVersion"] == stored["resourceVersion"]
     assert await store.get("ns", "a") == created
 
@@ -122,24 +129,42 @@ async def test_update_retries_on_conflict(store: KubeObjectStore, api: FakeStora
 async def test_delete_sends_preconditions(store: KubeObjectStore, api: FakeStorageAPI) -> None:
     created = await store.create(record())
     meta = created["metadata"]
+    storage_uid = api.objects[("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a")]["metadata"][
+        "uid"]
 
     deleted = await store.delete("ns", "a", uid=meta["uid"],
                                  resource_version=meta["resourceVersion"])
 
     [(_, path, options)] = [r for r in api.writes() if r[0] == "DELETE"]
-    assert path == f"{POD_NOTIFIERS}/a"
-    assert options["preconditions"] == {"uid": meta["uid"],
+    assert path == f"{POD_NOTIFIERS}/ns.a"
+    assert options["preconditions"] == {"uid": storage_uid,  # not the public object's uid
                                         "resourceVersion": meta["resourceVersion"]}
+    assert deleted["metadata"]["uid"] == meta["uid"]
     assert int(deleted["metadata"]["resourceVersion"]) > int(meta["resourceVersion"])
 
 
 async def test_failed_precondition_in_kube_apiserver_is_conflict(
         store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    """Deleted and created again by another replica, which this cache has not seen: the
+    DELETE's storage uid precondition fails, and the Conflict is worded by the live object."""
     created = await store.create(record())
-    api.objects[("storedpodnotifiers", "ns", "a")]["metadata"]["uid"] = "replaced-elsewhere"
+    stored = api.objects[("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a")]
+    stored["metadata"]["uid"] = "storage-uid-of-the-new-one"
+    stored["object"]["metadata"]["uid"] = "replaced-elsewhere"
 
     with pytest.raises(Conflict, match="Precondition failed: UID in precondition"):
         await store.delete("ns", "a", uid=created["metadata"]["uid"])
+    assert ("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a") in api.objects
+
+
+async def test_a_public_uid_precondition_is_checked_before_any_delete(
+        store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    await store.create(record())
+
+    with pytest.raises(Conflict, match="Precondition failed: UID in precondition"):
+        await store.delete("ns", "a", uid="another-uid")
+    assert [r[0] for r in api.writes()] == ["POST"]
+    assert ("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a") in api.objects
 
 
 async def test_check_installed(api: FakeStorageAPI) -> None:
@@ -162,3 +187,4 @@ async def test_check_installed(api: FakeStorageAPI) -> None:
     api.crds = {storage_kind(r).crd_name: True for r in (PODNOTIFIERS, NOTIFICATIONS)}
     await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
     await kube.aclose()
+

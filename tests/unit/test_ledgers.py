@@ -468,8 +468,9 @@ async def lagging() -> AsyncIterator[tuple[PodNotifierStore, PodNotifierStore, a
     api, delivery = FakeStorageAPI(), asyncio.Event()
     delivery.set()
     clients: list[KubeClient] = [api.client(), api.client(delivery=delivery)]
-    stores = [PodNotifierStore(KubeObjectStore(kube, PODNOTIFIERS),
-                               KubeObjectStore(kube, PODLEDGERS), name)
+    stores = [PodNotifierStore(KubeObjectStore(kube, PODNOTIFIERS, storage_namespace="cn-storage"),
+                               KubeObjectStore(kube, PODLEDGERS, storage_namespace="cn-storage"),
+                               name)
               for kube, name in zip(clients, ("replica-a", "replica-b"), strict=True)]
     for store in stores:
         await store.list(NS)
