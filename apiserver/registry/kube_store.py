@@ -393,9 +393,16 @@ class KubeObjectStore(ObjectStore):
                 return await self._settled(stored)
 
     async def _live(self, namespace: str, name: str) -> _Entry:
-        """The object as kube-apiserver has it now (``NotFound`` if it has none)."""
-        return self._entry(await self._call(name, self._kube.get(
-            self._object_path(namespace, name))))
+        """The object as kube-apiserver has it now (``NotFound`` if it has none;
+        ``MalformedObject`` naming the public object, not its storage object, if the cache
+        would skip it)."""
+        stored = await self._call(name, self._kube.get(self._object_path(namespace, name)))
+        try:
+            return self._entry(stored)
+        except MalformedObject as error:
+            if (error.namespace, error.object_name) == (namespace, name):
+                raise
+            raise MalformedObject(self.resource, namespace, name, error.why) from error
 
     async def delete(
         self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apiserver.fanout.scope import ScopeStore
-from apiserver.registry.errors import MalformedObject
+from apiserver.registry.errors import MalformedObject, NotFound
 from apiserver.registry.kube_store import (
     INSTANCE_LABEL,
     NAMESPACE_LABEL,
@@ -225,3 +225,44 @@ async def test_a_pass_over_every_namespace_reads_past_malformed_objects(
                                               r"object, not a string\)"):
         await opened[PODLEDGERS].guaranteed_update("other", "spec-x", lambda obj: obj)
 
+
+async def test_a_read_of_a_malformed_envelope_names_the_public_object(
+        stores: tuple[dict[ResourceType, KubeObjectStore], Counter[str]]) -> None:
+    """What the storage object's envelope gets wrong is told of the public object read, as the
+    decoder's findings are, not of the storage object that holds it."""
+    opened, _ = stores
+    with pytest.raises(MalformedObject, match=r'"other/sequence" is malformed \(sequence must '
+                                              r"be an integer, not a string\)") as raised:
+        await opened[PODLEDGERS].guaranteed_update("other", "sequence", lambda obj: obj)
+    assert (raised.value.namespace, raised.value.object_name) == ("other", "sequence")
+    with pytest.raises(MalformedObject, match=r'"other/null" is malformed \(object must be an '
+                                              r"object, not null\)"):
+        await opened[PODLEDGERS].guaranteed_update("other", "null", lambda obj: obj)
+
+
+async def test_a_storage_object_holding_another_name_is_malformed() -> None:
+    """The storage name is derived from the public namespace and name: a storage object whose
+    public metadata names another object is skipped, and a read of it says why."""
+    api, counted = FakeStorageAPI(), Counter[str]()
+    inner = {k: v for k, v in public(PODLEDGERS).items() if k != "metadata"}
+    moved = storage_object(PODLEDGERS, "x", inner)
+    moved["object"]["metadata"]["name"] = "y"
+    api.objects[("storedpodledgers", STORAGE_NAMESPACE, "ns.x")] = moved
+    kube = api.client()
+    store = KubeObjectStore(kube, PODLEDGERS, instance="test",
+                            storage_namespace=STORAGE_NAMESPACE,
+                            decode=STORED_DECODERS[PODLEDGERS],
+                            malformed=lambda plural: counted.update([plural]))
+    try:
+        assert (await store.list(None)).items == []
+        assert counted == {"storedpodledgers": 1}
+        for name in ("x", "y"):
+            with pytest.raises(NotFound):
+                await store.get("ns", name)
+        with pytest.raises(MalformedObject, match=r"\"ns/x\" is malformed \(object.metadata "
+                                                  r"names ns/y, whose storage object is "
+                                                  r"'ns.y', not 'ns.x'\)"):
+            await store.guaranteed_update("ns", "x", lambda obj: obj)
+    finally:
+        store.close()
+        await kube.aclose()
