@@ -4,6 +4,7 @@ conformance suite runs it against the real local control plane.)"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -188,3 +189,77 @@ async def test_check_installed(api: FakeStorageAPI) -> None:
     await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
     await kube.aclose()
 
+
+# A replica whose cache lags a delete and create of the same name on another replica
+
+
+@pytest.fixture
+async def lagging(api: FakeStorageAPI) -> AsyncIterator[tuple[KubeObjectStore, KubeObjectStore,
+                                                               asyncio.Event]]:
+    """Stores a and b; b's cache gets no watch event while the event is clear."""
+    delivery = asyncio.Event()
+    delivery.set()
+    clients = [api.client(), api.client(delivery=delivery)]
+    a, b = (KubeObjectStore(kube, PODNOTIFIERS, storage_namespace=STORAGE_NAMESPACE,
+                            instance="test") for kube in clients)
+    yield a, b, delivery
+    delivery.set()
+    a.close()
+    b.close()
+    for kube in clients:
+        await kube.aclose()
+
+
+async def recreated_behind(a: KubeObjectStore, b: KubeObjectStore, delivery: asyncio.Event
+                           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """ns/a created, seen by b, then deleted and created again by a while b's cache lags."""
+    first = await a.create(record())
+    async with asyncio.timeout(5):
+        while not (await b.list(None)).items:
+            await asyncio.sleep(0.01)
+    delivery.clear()
+    await a.delete("ns", "a")
+    again = await a.create(record())
+    assert (await b.get("ns", "a"))["metadata"]["uid"] == first["metadata"]["uid"]
+    return first, again
+
+
+async def test_a_lagging_delete_without_preconditions_deletes_what_is_stored(
+        lagging: tuple[KubeObjectStore, KubeObjectStore, asyncio.Event],
+        api: FakeStorageAPI) -> None:
+    a, b, delivery = lagging
+    _, again = await recreated_behind(a, b, delivery)
+    asyncio.get_running_loop().call_later(0.2, delivery.set)
+
+    deleted = await b.delete("ns", "a")
+
+    assert deleted["metadata"]["uid"] == again["metadata"]["uid"]
+    assert api.objects == {}
+
+
+async def test_a_lagging_delete_with_the_live_resource_version_deletes_it(
+        lagging: tuple[KubeObjectStore, KubeObjectStore, asyncio.Event],
+        api: FakeStorageAPI) -> None:
+    a, b, delivery = lagging
+    _, again = await recreated_behind(a, b, delivery)
+    asyncio.get_running_loop().call_later(0.2, delivery.set)
+
+    deleted = await b.delete("ns", "a", resource_version=again["metadata"]["resourceVersion"],
+                             uid=again["metadata"]["uid"])
+
+    assert deleted["metadata"]["uid"] == again["metadata"]["uid"]
+    assert api.objects == {}
+
+
+async def test_a_lagging_delete_of_the_old_object_is_refused(
+        lagging: tuple[KubeObjectStore, KubeObjectStore, asyncio.Event],
+        api: FakeStorageAPI) -> None:
+    a, b, delivery = lagging
+    first, again = await recreated_behind(a, b, delivery)
+
+    with pytest.raises(Conflict, match="Precondition failed: UID in precondition"):
+        await b.delete("ns", "a", uid=first["metadata"]["uid"])
+    with pytest.raises(Conflict, match="the object has been modified"):
+        await b.delete("ns", "a", resource_version=first["metadata"]["resourceVersion"])
+    [stored] = api.objects.values()
+    assert stored["object"]["metadata"]["uid"] == again["metadata"]["uid"]
