@@ -5,11 +5,14 @@ conformance suite runs it against the real local control plane.)"""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from apiserver.registry.errors import (
     AlreadyExists,
@@ -24,6 +27,8 @@ from apiserver.registry.kube_store import (
     KubeObjectStore,
     check_installed,
     storage_kind,
+    storage_name,
+    storage_object,
 )
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from tests.support.fake_storage_api import FakeStorageAPI, status
@@ -188,6 +193,85 @@ async def test_check_installed(api: FakeStorageAPI) -> None:
     api.crds = {storage_kind(r).crd_name: True for r in (PODNOTIFIERS, NOTIFICATIONS)}
     await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
     await kube.aclose()
+
+
+# Storage names and what a store sees
+
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+dns_label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
+dns_subdomain = st.lists(dns_label, min_size=1, max_size=8).map(".".join).filter(
+    lambda name: len(name) <= 253)
+
+
+def test_a_short_storage_name_joins_namespace_and_name() -> None:
+    assert storage_name("ns", "a") == "ns.a"
+    assert storage_name("ns", "web-0.quiesce") == "ns.web-0.quiesce"
+    exact = "n" * (253 - len("ns."))
+    assert storage_name("ns", exact) == f"ns.{exact}"
+
+
+def test_a_long_storage_name_is_shortened_with_a_digest() -> None:
+    namespace, name = "n" * 63, "a" * 200 + ".b" + "-c" * 20
+    stored = storage_name(namespace, name)
+
+    assert len(stored) <= 253
+    assert DNS_SUBDOMAIN.fullmatch(stored)
+    assert stored.startswith(f"{namespace}.{name[:100]}")
+    assert stored == storage_name(namespace, name)  # deterministic
+    assert storage_name("n" * 63, "a" * 254) != storage_name("n" * 63, "a" * 253)
+    assert storage_name("n" * 63, "a" * 200 + "x") != storage_name("n" * 63, "a" * 200 + "y")
+
+
+@given(namespace=dns_label, name=dns_subdomain, other=dns_subdomain)
+def test_every_storage_name_is_a_subdomain_of_its_namespace(namespace: str, name: str,
+                                                            other: str) -> None:
+    stored = storage_name(namespace, name)
+
+    assert len(stored) <= 253
+    assert DNS_SUBDOMAIN.fullmatch(stored), stored
+    assert stored.partition(".")[0] == namespace
+    assert (stored == storage_name(namespace, other)) == (name == other)
+
+
+async def test_the_cache_lists_and_watches_only_its_namespace_instance_and_layout(
+        api: FakeStorageAPI) -> None:
+    """Other storage namespaces, other instances and layout-1 objects (no NAMESPACE_LABEL)
+    are neither listed nor watched."""
+    kube = api.client()
+
+    async def write_elsewhere(tag: str) -> None:
+        for namespace, instance in ((STORAGE_NAMESPACE, "another"), ("other-storage", "test")):
+            other = KubeObjectStore(kube, PODNOTIFIERS, storage_namespace=namespace,
+                                    instance=instance)
+            await other.create(record(f"{tag}-{namespace}-{instance}"))
+            other.close()
+        layout1 = storage_object(storage_kind(PODNOTIFIERS), STORAGE_NAMESPACE, "test", {
+            **record(), "metadata": {"namespace": "ns", "name": f"{tag}-layout-1", "uid": "u",
+                                     "creationTimestamp": "t"}}, 1)
+        del layout1["metadata"]["labels"][NAMESPACE_LABEL]
+        await kube.post(POD_NOTIFIERS, layout1)
+
+    await write_elsewhere("before")
+    store = KubeObjectStore(kube, PODNOTIFIERS, storage_namespace=STORAGE_NAMESPACE,
+                            instance="test")
+    try:
+        await store.create(record("mine"))
+        assert [o["metadata"]["name"] for o in (await store.list(None)).items] == ["mine"]
+        watch = await store.watch("ns")
+        await write_elsewhere("after")
+        await store.create(record("later"))
+        seen = []
+        async with asyncio.timeout(5):
+            async for event in watch:
+                seen.append((event.type.value, event.object["metadata"]["name"]))
+                if len(seen) == 2:
+                    break
+        watch.close()
+        assert seen == [("ADDED", "mine"), ("ADDED", "later")]
+        assert len([k for k in api.objects if k[0] == "storedpodnotifiers"]) == 8
+    finally:
+        store.close()
+        await kube.aclose()
 
 
 # A replica whose cache lags a delete and create of the same name on another replica
