@@ -396,9 +396,16 @@ class KubeObjectStore(ObjectStore):
                 return await self._settled(stored)
 
     async def _live(self, namespace: str, name: str) -> _Entry:
-        """The object as kube-apiserver has it now (``NotFound`` if it has none)."""
-        return self._entry(await self._call(name, self._kube.get(
-            self._object_path(namespace, name))))
+        """The object as kube-apiserver has it now (``NotFound`` if it has none;
+        ``MalformedObject`` naming the public object, not its storage object, if the cache
+        would skip it)."""
+        stored = await self._call(name, self._kube.get(self._object_path(namespace, name)))
+        try:
+            return self._entry(stored)
+        except MalformedObject as error:
+            if (error.namespace, error.object_name) == (namespace, name):
+                raise
+            raise MalformedObject(self.resource, namespace, name, error.why) from error
 
     async def delete(
         self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""
@@ -409,24 +416,32 @@ class KubeObjectStore(ObjectStore):
                       ) -> Object:
         """A public uid precondition is checked here (the storage object has a uid of its own)
         on the cached object, confirmed on the live one if it fails; the DELETE carries the
-        storage object's uid and the resourceVersion (the storage object's) as preconditions."""
+        storage object's uid and the resourceVersion (the storage object's) as preconditions.
+        If the storage uid alone fails (the cache lags a delete and create of the object on
+        another replica) while the caller's preconditions hold on the live object, that object
+        is the one deleted, as kube-apiserver deletes what it has."""
         await self._ready()
         entry = self._entries.get((namespace, name))
         if entry is None or (uid and metadata(entry.object).get("uid") != uid):
             entry = await self._live(namespace, name)
         check_preconditions(self.resource, entry.object, "", uid)
-        preconditions = {"uid": entry.storage_uid}
-        if resource_version:
-            preconditions["resourceVersion"] = resource_version
-        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions",
-                                   "preconditions": preconditions}
-        try:
-            answer = await self._call(name, self._kube.delete(
-                self._object_path(namespace, name), options))
-        except Conflict:  # worded by the object's current state, as the SQLite backend words it
-            fresh = await self._live(namespace, name)
-            check_preconditions(self.resource, fresh.object, resource_version, uid)
-            raise
+        while True:
+            preconditions = {"uid": entry.storage_uid}
+            if resource_version:
+                preconditions["resourceVersion"] = resource_version
+            options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions",
+                                       "preconditions": preconditions}
+            try:
+                answer = await self._call(name, self._kube.delete(
+                    self._object_path(namespace, name), options))
+            except Conflict:  # worded by the object's current state, as SQLite words it
+                fresh = await self._live(namespace, name)
+                check_preconditions(self.resource, fresh.object, resource_version, uid)
+                if fresh.storage_uid == entry.storage_uid:
+                    raise
+                entry = fresh
+                continue
+            break
         # kube-apiserver may answer a Status for a custom resource deleted at once
         last = entry.object if answer.get("kind") == "Status" else self._public(answer)
         return await self._gone(str(metadata(entry.object).get("uid", "")), last)

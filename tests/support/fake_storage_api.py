@@ -1,7 +1,8 @@
 """A fake kube-apiserver for the storage custom resources (httpx.MockTransport): create, get,
-replace with resourceVersion checks, delete with preconditions, list and watch, one global
-resourceVersion counter, switches that make requests fail as kube-apiserver can, and clients
-whose watches can be held (a replica whose caches lag)."""
+replace with resourceVersion checks, delete with preconditions, list (in a namespace or
+cluster-wide) and watch, both narrowed by a ``labelSelector`` of equality and existence
+requirements, one global resourceVersion counter, switches that make requests fail as
+kube-apiserver can, and clients whose watches can be held (a replica whose caches lag)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 import re
 import ssl
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,47 @@ from apiserver.timestamps import timestamp
 _PATH = re.compile(r"/apis/storage\.notifier\.x-k8s\.io/v1alpha1/"
                    r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?")
 _CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+
+
+Selector = Callable[[Mapping[str, Any]], bool]
+"""Whether a stored object's labels match a label selector."""
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def label_selector(text: str) -> Selector:
+    """The matcher of a label selector of comma-separated requirements ``key=value`` (or
+    ``key==value``), ``key!=value``, ``key`` (exists) and ``!key`` (does not exist), as
+    kube-apiserver reads them; ``ValueError`` for anything else (set-based requirements are
+    not needed here)."""
+    tests: list[Callable[[Mapping[str, str]], bool]] = []
+    for raw in text.split(",") if text.strip() else []:
+        requirement = raw.strip()
+        key, value, test = requirement, "", ""
+        for operator in ("!=", "==", "="):
+            if operator in requirement:
+                key, _, value = (part.strip() for part in requirement.partition(operator))
+                test = operator
+                break
+        else:
+            if requirement.startswith("!"):
+                key, test = requirement[1:].strip(), "!"
+        if not _LABEL_KEY.fullmatch(key) or any(c in value for c in "=!() "):
+            raise ValueError(f"unable to parse requirement: {requirement!r}")
+        if test in ("=", "=="):
+            tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        elif test == "!=":
+            tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
+        elif test == "!":
+            tests.append(lambda labels, k=key: k not in labels)
+        else:
+            tests.append(lambda labels, k=key: k in labels)
+
+    def matches(obj: Mapping[str, Any]) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return all(test(labels) for test in tests)
+
+    return matches
 
 
 def status(code: int, reason: str, message: str, **details: Any) -> httpx.Response:
@@ -46,9 +88,10 @@ class FakeStorageAPI:
     crd_answer: httpx.Response | None = None
     """The answer to every CRD read while set."""
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
-    _watchers: list[tuple[str, asyncio.Queue[dict[str, Any] | None]]] = field(
-        default_factory=list)
-    """(plural, events): a watch gets the events of its collection only."""
+    _watchers: list[tuple[str, str | None, Selector, asyncio.Queue[dict[str, Any] | None]]] = (
+        field(default_factory=list))
+    """(plural, namespace or None for all, selector, events): a watch gets the events of its
+    collection, namespace and label selector only."""
 
     def client(self, *, delivery: asyncio.Event | None = None) -> KubeClient:
         """A client of this API. With `delivery`, the events of its watches wait while it is
@@ -80,16 +123,25 @@ class FakeStorageAPI:
         if request.method != "GET" and self.fail_writes is not None:
             return self.fail_writes
         if request.method == "GET" and name is None:
+            try:
+                selected = label_selector(request.url.params.get("labelSelector", ""))
+            except ValueError as error:
+                return status(400, "BadRequest", str(error))
             if request.url.params.get("watch") == "true":
-                return self._watch(plural, delivery)
+                return self._watch(plural, ns, selected, delivery)
             items = [o for (p, n, _), o in sorted(self.objects.items())
-                     if p == plural and (ns is None or n == ns)]
+                     if p == plural and (ns is None or n == ns) and selected(o)]
             return httpx.Response(200, json={"items": items,
                                              "metadata": {"resourceVersion": str(self.rv)}})
-        key = (plural, ns or "", name or "")
+        if ns is None:
+            return status(404, "NotFound", "the storage resources are namespaced")
+        key = (plural, ns, name or "")
         if request.method == "POST":
             assert body is not None
-            key = (plural, ns or "", body["metadata"]["name"])
+            if body["metadata"].get("namespace", ns) != ns:
+                return status(400, "BadRequest", "the namespace of the provided object does "
+                              "not match the namespace sent on the request")
+            key = (plural, ns, body["metadata"]["name"])
             if key in self.objects:
                 return status(409, "AlreadyExists", "already exists", name=key[2])
             obj = copy.deepcopy(body)
@@ -110,7 +162,7 @@ class FakeStorageAPI:
             obj = copy.deepcopy(body)
             obj["metadata"].update(uid=current["metadata"]["uid"],
                                    creationTimestamp=current["metadata"]["creationTimestamp"])
-            return self._store(key, obj, "MODIFIED", 200)
+            return self._store(key, obj, "MODIFIED", 200, current)
         if request.method == "DELETE":
             wanted = (body or {}).get("preconditions") or {}
             meta = current["metadata"]
@@ -120,7 +172,7 @@ class FakeStorageAPI:
             self.rv += 1
             gone = copy.deepcopy(current)
             gone["metadata"]["resourceVersion"] = str(self.rv)
-            self._publish(plural, "DELETED", gone)
+            self._publish(key, "DELETED", gone)
             return httpx.Response(200, json={"kind": "Status", "status": "Success",
                                              "details": {"name": key[2], "uid": meta["uid"]}})
         return status(405, "MethodNotAllowed", request.method)
@@ -132,22 +184,35 @@ class FakeStorageAPI:
         return httpx.Response(200, json={"metadata": {"name": name}, "status": {
             "conditions": [{"type": "Established", "status": established}]}})
 
-    def _store(self, key: tuple[str, str, str], obj: dict[str, Any], kind: str, code: int
-               ) -> httpx.Response:
+    def _store(self, key: tuple[str, str, str], obj: dict[str, Any], kind: str, code: int,
+               old: dict[str, Any] | None = None) -> httpx.Response:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self.objects[key] = obj
-        self._publish(key[0], kind, obj)
+        self._publish(key, kind, obj, old)
         return httpx.Response(code, json=obj)
 
-    def _publish(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
-        for watched, queue in self._watchers:
-            if watched == plural:
-                queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+    def _publish(self, key: tuple[str, str, str], kind: str, obj: dict[str, Any],
+                 old: dict[str, Any] | None = None) -> None:
+        """As kube-apiserver's watch with a selector: a change that makes an object match is
+        ADDED, one that makes it stop matching DELETED."""
+        plural, namespace, _ = key
+        for watched, watched_ns, selected, queue in self._watchers:
+            if watched != plural or watched_ns not in (None, namespace):
+                continue
+            now, before = selected(obj), old is not None and selected(old)
+            if kind == "MODIFIED" and now != before:
+                kind_seen = "ADDED" if now else "DELETED"
+            elif now:
+                kind_seen = kind
+            else:
+                continue
+            queue.put_nowait({"type": kind_seen, "object": copy.deepcopy(obj)})
 
-    def _watch(self, plural: str, delivery: asyncio.Event | None) -> httpx.Response:
+    def _watch(self, plural: str, namespace: str | None, selected: Selector,
+               delivery: asyncio.Event | None) -> httpx.Response:
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        watcher = (plural, queue)
+        watcher = (plural, namespace, selected, queue)
         self._watchers.append(watcher)
 
         async def lines() -> AsyncIterator[bytes]:

@@ -209,19 +209,38 @@ async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
         await database.close()
 
 
+CONFORMANCE_STORAGE_NAMESPACE = "cn-conformance-storage"
+"""The storage namespace of the Kubernetes backend under the conformance suite (on the real
+control plane: created once, with the server's storage rights in it)."""
+FAKE_STORAGE_NAMESPACE = "cn-storage"
+"""The storage namespace of the Kubernetes backend on the fake API."""
+_storage_namespace_ready: set[str] = set()
+"""The control planes (by server address) where CONFORMANCE_STORAGE_NAMESPACE was applied."""
+
+
 @contextlib.asynccontextmanager
 async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
                              ) -> AsyncIterator[Backend]:
     """Stores on the real local control plane (the session ``cluster``), as the server's
-    ServiceAccount. Each test gets a fresh storage instance (``INSTANCE_LABEL``): its stores
-    see only the objects it wrote, in the namespaces the suite names, which are created once."""
-    from apiserver.registry.kube_store import INSTANCE_LABEL, KubeObjectStore, storage_kind
+    ServiceAccount, in the storage namespace CONFORMANCE_STORAGE_NAMESPACE (created once, with
+    a Role granting the server what the chart's storage Role grants in its own namespace; the
+    public namespaces the suite names need not exist: the store does not check them). Each
+    test gets a fresh storage instance (``INSTANCE_LABEL``): its stores see only the objects it
+    wrote, and it deletes them after."""
+    from apiserver.registry.kube_store import (
+        INSTANCE_LABEL,
+        STORAGE_GROUP,
+        KubeObjectStore,
+        storage_kind,
+    )
     from apiserver.server import STORED_RESOURCES
     from localcluster.layout import REPO_ROOT
+    from localcluster.pki import NOTIFIER_NAMESPACE, NOTIFIER_SERVICE
     from tests.support.kube import Cluster
 
     cluster: Cluster = request.getfixturevalue("cluster")
     kinds = [storage_kind(resource) for resource in STORED_RESOURCES]
+    namespace = CONFORMANCE_STORAGE_NAMESPACE
     with cluster.admin() as admin:
         crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
         if any(admin.get(crds + kind.crd_name).status_code == 404
@@ -229,24 +248,35 @@ async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
             cluster.kubectl("apply", "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
             cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
                             "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
-        for namespace in CONFORMANCE_NAMESPACES:
-            created = admin.post("/api/v1/namespaces", json={
-                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-            assert created.status_code in (201, 409), created.text
+    role = "container-notifier:storage"
+    if cluster.server not in _storage_namespace_ready:
+        cluster.apply(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": role, "namespace": namespace},
+             "rules": [{"apiGroups": [STORAGE_GROUP], "resources": [k.plural for k in kinds],
+                        "verbs": ["get", "list", "watch", "create", "update", "delete",
+                                  "deletecollection"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": role, "namespace": namespace},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+             "subjects": [{"kind": "ServiceAccount", "name": NOTIFIER_SERVICE,
+                           "namespace": NOTIFIER_NAMESPACE}]})
+        _storage_namespace_ready.add(cluster.server)
     instance = f"conformance-{uuid.uuid4().hex[:10]}"
     kube = KubeClient.from_kubeconfig(cluster.layout.notifier_kubeconfig)
     try:
         yield Backend(lambda resource, max_bytes, max_queued: KubeObjectStore(
-            kube, resource, instance=instance, history=Backend.history,
-            max_object_bytes=max_bytes, max_queued_events=max_queued))
+            kube, resource, storage_namespace=namespace, instance=instance,
+            history=Backend.history, max_object_bytes=max_bytes,
+            max_queued_events=max_queued))
     finally:
         await kube.aclose()
         with cluster.admin() as admin:
-            for namespace in CONFORMANCE_NAMESPACES:
-                for kind in kinds:
-                    admin.delete(f"/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/"
-                                 f"{namespace}/{kind.plural}",
-                                 params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})
+            for kind in kinds:
+                admin.delete(f"/apis/{STORAGE_GROUP}/v1alpha1/namespaces/{namespace}/"
+                             f"{kind.plural}",
+                             params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})
 
 
 @contextlib.asynccontextmanager
@@ -258,14 +288,11 @@ async def kubernetes_fake_backend(request: pytest.FixtureRequest, tmp_path: Path
     kube = FakeStorageAPI().client()
     try:
         yield Backend(lambda resource, max_bytes, max_queued: KubeObjectStore(
-            kube, resource, history=Backend.history, max_object_bytes=max_bytes,
-            max_queued_events=max_queued))
+            kube, resource, storage_namespace=FAKE_STORAGE_NAMESPACE, history=Backend.history,
+            max_object_bytes=max_bytes, max_queued_events=max_queued))
     finally:
         await kube.aclose()
 
-
-CONFORMANCE_NAMESPACES = ("ns", "ns2", "a", "b")
-"""The namespaces the conformance suite writes to."""
 
 BackendFactory = Callable[[pytest.FixtureRequest, Path],
                           contextlib.AbstractAsyncContextManager[Backend]]

@@ -27,7 +27,7 @@ def test_api_resource_list():
     assert by_name["podnotifiers"]["shortNames"] == ["pnot"]
     assert by_name["notifications"]["kind"] == "Notification"
     assert sorted(by_name["notifications"]["verbs"]) == [
-        "create", "delete", "get", "list", "patch", "watch"]
+        "create", "delete", "deletecollection", "get", "list", "patch", "watch"]
     assert all(r["namespaced"] for r in document["resources"])
 
 

@@ -4,11 +4,15 @@ conformance suite runs it against the real local control plane.)"""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from apiserver.registry.errors import (
     AlreadyExists,
@@ -19,14 +23,19 @@ from apiserver.registry.errors import (
 )
 from apiserver.registry.kube_store import (
     INSTANCE_LABEL,
+    NAMESPACE_LABEL,
     KubeObjectStore,
     check_installed,
     storage_kind,
+    storage_name,
+    storage_object,
 )
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from tests.support.fake_storage_api import FakeStorageAPI, status
 
-POD_NOTIFIERS = "/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/ns/storedpodnotifiers"
+STORAGE_NAMESPACE = "cn-storage"
+POD_NOTIFIERS = (f"/apis/storage.notifier.x-k8s.io/v1alpha1/namespaces/{STORAGE_NAMESPACE}/"
+                 "storedpodnotifiers")
 
 
 def record(name: str = "a", phase: str = "Pending") -> dict[str, Any]:
@@ -43,7 +52,8 @@ def api() -> FakeStorageAPI:
 @pytest.fixture
 async def store(api: FakeStorageAPI) -> AsyncIterator[KubeObjectStore]:
     kube = api.client()
-    opened = KubeObjectStore(kube, PODNOTIFIERS, instance="test")
+    opened = KubeObjectStore(kube, PODNOTIFIERS, storage_namespace=STORAGE_NAMESPACE,
+                             instance="test")
     yield opened
     opened.close()
     await kube.aclose()
@@ -57,13 +67,16 @@ async def test_records_are_stored_as_custom_resources(store: KubeObjectStore,
     assert (method, path) == ("POST", POD_NOTIFIERS)
     assert body["apiVersion"] == "storage.notifier.x-k8s.io/v1alpha1"
     assert body["kind"] == "StoredPodNotifier"
-    assert body["metadata"] == {"name": "a", "namespace": "ns",
-                                "labels": {INSTANCE_LABEL: "test"}}
-    assert body["object"]["metadata"] == {"labels": {"app": "db"}}  # server-owned fields not
+    assert body["metadata"] == {"name": "ns.a", "namespace": STORAGE_NAMESPACE,
+                                "labels": {INSTANCE_LABEL: "test", NAMESPACE_LABEL: "ns"}}
+    public = body["object"]["metadata"]
+    assert public == {"namespace": "ns", "name": "a", "labels": {"app": "db"},
+                      "uid": created["metadata"]["uid"],
+                      "creationTimestamp": created["metadata"]["creationTimestamp"]}
     assert body["object"]["spec"] == record()["spec"]
     assert isinstance(body["sequence"], int)
-    stored = api.objects[("storedpodnotifiers", "ns", "a")]["metadata"]
-    assert created["metadata"]["uid"] == stored["uid"]
+    stored = api.objects[("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a")]["metadata"]
+    assert created["metadata"]["uid"] != stored["uid"]  # the server's own, not the storage's
     assert created["metadata"]["resourceVersion"] == stored["resourceVersion"]
     assert await store.get("ns", "a") == created
 
@@ -122,24 +135,42 @@ async def test_update_retries_on_conflict(store: KubeObjectStore, api: FakeStora
 async def test_delete_sends_preconditions(store: KubeObjectStore, api: FakeStorageAPI) -> None:
     created = await store.create(record())
     meta = created["metadata"]
+    storage_uid = api.objects[("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a")]["metadata"][
+        "uid"]
 
     deleted = await store.delete("ns", "a", uid=meta["uid"],
                                  resource_version=meta["resourceVersion"])
 
     [(_, path, options)] = [r for r in api.writes() if r[0] == "DELETE"]
-    assert path == f"{POD_NOTIFIERS}/a"
-    assert options["preconditions"] == {"uid": meta["uid"],
+    assert path == f"{POD_NOTIFIERS}/ns.a"
+    assert options["preconditions"] == {"uid": storage_uid,  # not the public object's uid
                                         "resourceVersion": meta["resourceVersion"]}
+    assert deleted["metadata"]["uid"] == meta["uid"]
     assert int(deleted["metadata"]["resourceVersion"]) > int(meta["resourceVersion"])
 
 
 async def test_failed_precondition_in_kube_apiserver_is_conflict(
         store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    """Deleted and created again by another replica, which this cache has not seen: the
+    DELETE's storage uid precondition fails, and the Conflict is worded by the live object."""
     created = await store.create(record())
-    api.objects[("storedpodnotifiers", "ns", "a")]["metadata"]["uid"] = "replaced-elsewhere"
+    stored = api.objects[("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a")]
+    stored["metadata"]["uid"] = "storage-uid-of-the-new-one"
+    stored["object"]["metadata"]["uid"] = "replaced-elsewhere"
 
     with pytest.raises(Conflict, match="Precondition failed: UID in precondition"):
         await store.delete("ns", "a", uid=created["metadata"]["uid"])
+    assert ("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a") in api.objects
+
+
+async def test_a_public_uid_precondition_is_checked_before_any_delete(
+        store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    await store.create(record())
+
+    with pytest.raises(Conflict, match="Precondition failed: UID in precondition"):
+        await store.delete("ns", "a", uid="another-uid")
+    assert [r[0] for r in api.writes()] == ["POST"]
+    assert ("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a") in api.objects
 
 
 async def test_check_installed(api: FakeStorageAPI) -> None:
@@ -162,3 +193,157 @@ async def test_check_installed(api: FakeStorageAPI) -> None:
     api.crds = {storage_kind(r).crd_name: True for r in (PODNOTIFIERS, NOTIFICATIONS)}
     await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
     await kube.aclose()
+
+
+# Storage names and what a store sees
+
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+dns_label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
+dns_subdomain = st.lists(dns_label, min_size=1, max_size=8).map(".".join).filter(
+    lambda name: len(name) <= 253)
+
+
+def test_a_short_storage_name_joins_namespace_and_name() -> None:
+    assert storage_name("ns", "a") == "ns.a"
+    assert storage_name("ns", "web-0.quiesce") == "ns.web-0.quiesce"
+    exact = "n" * (253 - len("ns."))
+    assert storage_name("ns", exact) == f"ns.{exact}"
+
+
+def test_a_long_storage_name_is_shortened_with_a_digest() -> None:
+    namespace, name = "n" * 63, "a" * 200 + ".b" + "-c" * 20
+    stored = storage_name(namespace, name)
+
+    assert len(stored) <= 253
+    assert DNS_SUBDOMAIN.fullmatch(stored)
+    assert stored.startswith(f"{namespace}.{name[:100]}")
+    assert stored == storage_name(namespace, name)  # deterministic
+    assert storage_name("n" * 63, "a" * 254) != storage_name("n" * 63, "a" * 253)
+    assert storage_name("n" * 63, "a" * 200 + "x") != storage_name("n" * 63, "a" * 200 + "y")
+
+
+@given(namespace=dns_label, name=dns_subdomain, other=dns_subdomain)
+def test_every_storage_name_is_a_subdomain_of_its_namespace(namespace: str, name: str,
+                                                            other: str) -> None:
+    stored = storage_name(namespace, name)
+
+    assert len(stored) <= 253
+    assert DNS_SUBDOMAIN.fullmatch(stored), stored
+    assert stored.partition(".")[0] == namespace
+    assert (stored == storage_name(namespace, other)) == (name == other)
+
+
+async def test_the_cache_lists_and_watches_only_its_namespace_instance_and_layout(
+        api: FakeStorageAPI) -> None:
+    """Other storage namespaces, other instances and layout-1 objects (no NAMESPACE_LABEL)
+    are neither listed nor watched."""
+    kube = api.client()
+
+    async def write_elsewhere(tag: str) -> None:
+        for namespace, instance in ((STORAGE_NAMESPACE, "another"), ("other-storage", "test")):
+            other = KubeObjectStore(kube, PODNOTIFIERS, storage_namespace=namespace,
+                                    instance=instance)
+            await other.create(record(f"{tag}-{namespace}-{instance}"))
+            other.close()
+        layout1 = storage_object(storage_kind(PODNOTIFIERS), STORAGE_NAMESPACE, "test", {
+            **record(), "metadata": {"namespace": "ns", "name": f"{tag}-layout-1", "uid": "u",
+                                     "creationTimestamp": "t"}}, 1)
+        del layout1["metadata"]["labels"][NAMESPACE_LABEL]
+        await kube.post(POD_NOTIFIERS, layout1)
+
+    await write_elsewhere("before")
+    store = KubeObjectStore(kube, PODNOTIFIERS, storage_namespace=STORAGE_NAMESPACE,
+                            instance="test")
+    try:
+        await store.create(record("mine"))
+        assert [o["metadata"]["name"] for o in (await store.list(None)).items] == ["mine"]
+        watch = await store.watch("ns")
+        await write_elsewhere("after")
+        await store.create(record("later"))
+        seen = []
+        async with asyncio.timeout(5):
+            async for event in watch:
+                seen.append((event.type.value, event.object["metadata"]["name"]))
+                if len(seen) == 2:
+                    break
+        watch.close()
+        assert seen == [("ADDED", "mine"), ("ADDED", "later")]
+        assert len([k for k in api.objects if k[0] == "storedpodnotifiers"]) == 8
+    finally:
+        store.close()
+        await kube.aclose()
+
+
+# A replica whose cache lags a delete and create of the same name on another replica
+
+
+@pytest.fixture
+async def lagging(api: FakeStorageAPI) -> AsyncIterator[tuple[KubeObjectStore, KubeObjectStore,
+                                                               asyncio.Event]]:
+    """Stores a and b; b's cache gets no watch event while the event is clear."""
+    delivery = asyncio.Event()
+    delivery.set()
+    clients = [api.client(), api.client(delivery=delivery)]
+    a, b = (KubeObjectStore(kube, PODNOTIFIERS, storage_namespace=STORAGE_NAMESPACE,
+                            instance="test") for kube in clients)
+    yield a, b, delivery
+    delivery.set()
+    a.close()
+    b.close()
+    for kube in clients:
+        await kube.aclose()
+
+
+async def recreated_behind(a: KubeObjectStore, b: KubeObjectStore, delivery: asyncio.Event
+                           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """ns/a created, seen by b, then deleted and created again by a while b's cache lags."""
+    first = await a.create(record())
+    async with asyncio.timeout(5):
+        while not (await b.list(None)).items:
+            await asyncio.sleep(0.01)
+    delivery.clear()
+    await a.delete("ns", "a")
+    again = await a.create(record())
+    assert (await b.get("ns", "a"))["metadata"]["uid"] == first["metadata"]["uid"]
+    return first, again
+
+
+async def test_a_lagging_delete_without_preconditions_deletes_what_is_stored(
+        lagging: tuple[KubeObjectStore, KubeObjectStore, asyncio.Event],
+        api: FakeStorageAPI) -> None:
+    a, b, delivery = lagging
+    _, again = await recreated_behind(a, b, delivery)
+    asyncio.get_running_loop().call_later(0.2, delivery.set)
+
+    deleted = await b.delete("ns", "a")
+
+    assert deleted["metadata"]["uid"] == again["metadata"]["uid"]
+    assert api.objects == {}
+
+
+async def test_a_lagging_delete_with_the_live_resource_version_deletes_it(
+        lagging: tuple[KubeObjectStore, KubeObjectStore, asyncio.Event],
+        api: FakeStorageAPI) -> None:
+    a, b, delivery = lagging
+    _, again = await recreated_behind(a, b, delivery)
+    asyncio.get_running_loop().call_later(0.2, delivery.set)
+
+    deleted = await b.delete("ns", "a", resource_version=again["metadata"]["resourceVersion"],
+                             uid=again["metadata"]["uid"])
+
+    assert deleted["metadata"]["uid"] == again["metadata"]["uid"]
+    assert api.objects == {}
+
+
+async def test_a_lagging_delete_of_the_old_object_is_refused(
+        lagging: tuple[KubeObjectStore, KubeObjectStore, asyncio.Event],
+        api: FakeStorageAPI) -> None:
+    a, b, delivery = lagging
+    first, again = await recreated_behind(a, b, delivery)
+
+    with pytest.raises(Conflict, match="Precondition failed: UID in precondition"):
+        await b.delete("ns", "a", uid=first["metadata"]["uid"])
+    with pytest.raises(Conflict, match="the object has been modified"):
+        await b.delete("ns", "a", resource_version=first["metadata"]["resourceVersion"])
+    [stored] = api.objects.values()
+    assert stored["object"]["metadata"]["uid"] == again["metadata"]["uid"]

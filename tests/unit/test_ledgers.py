@@ -468,8 +468,9 @@ async def lagging() -> AsyncIterator[tuple[PodNotifierStore, PodNotifierStore, a
     api, delivery = FakeStorageAPI(), asyncio.Event()
     delivery.set()
     clients: list[KubeClient] = [api.client(), api.client(delivery=delivery)]
-    stores = [PodNotifierStore(KubeObjectStore(kube, PODNOTIFIERS),
-                               KubeObjectStore(kube, PODLEDGERS), name)
+    stores = [PodNotifierStore(KubeObjectStore(kube, PODNOTIFIERS, storage_namespace="cn-storage"),
+                               KubeObjectStore(kube, PODLEDGERS, storage_namespace="cn-storage"),
+                               name)
               for kube, name in zip(clients, ("replica-a", "replica-b"), strict=True)]
     for store in stores:
         await store.list(NS)
@@ -528,11 +529,10 @@ def test_every_stored_resource_has_its_crd_and_rbac() -> None:
     apiservice/storage-crds.yaml with the storage conventions, and the server may use them."""
     crds = {crd["metadata"]["name"]: crd for crd in yaml.safe_load_all(
         (REPO_ROOT / "apiservice" / "storage-crds.yaml").read_text())}
-    [storage_rule, crd_rule] = next(
-        role for role in yaml.safe_load_all((REPO_ROOT / "apiservice" / "rbac-server.yaml")
-                                            .read_text())
-        if role["kind"] == "ClusterRole" and role["metadata"]["name"] ==
-        "container-notifier:storage")["rules"]
+    roles = {(role["kind"], role["metadata"]["name"]): role for role in yaml.safe_load_all(
+        (REPO_ROOT / "apiservice" / "rbac-server.yaml").read_text())}
+    [storage_rule] = roles[("Role", "container-notifier:storage")]["rules"]
+    [migration_rule, crd_rule] = roles[("ClusterRole", "container-notifier:storage")]["rules"]
     assert PODLEDGERS in STORED_RESOURCES
     for resource in STORED_RESOURCES:
         kind = storage_kind(resource)
@@ -543,6 +543,7 @@ def test_every_stored_resource_has_its_crd_and_rbac() -> None:
         assert version["name"] == STORAGE_VERSION and version["storage"]
         assert version["schema"]["openAPIV3Schema"]["required"] == ["object"]
         assert kind.plural in storage_rule["resources"]
+        assert kind.plural in migration_rule["resources"]  # the move of layout-1 objects
         assert kind.crd_name in crd_rule["resourceNames"]
     assert {"get", "list", "watch", "create", "update", "delete"} <= set(storage_rule["verbs"])
 

@@ -16,8 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apiserver.fanout.scope import ScopeStore
-from apiserver.registry.errors import MalformedObject
-from apiserver.registry.kube_store import INSTANCE_LABEL, KubeObjectStore, storage_kind
+from apiserver.registry.errors import MalformedObject, NotFound
+from apiserver.registry.kube_store import (
+    INSTANCE_LABEL,
+    NAMESPACE_LABEL,
+    KubeObjectStore,
+    storage_kind,
+    storage_name,
+)
 from apiserver.registry.ledgers import PodLedgers
 from apiserver.registry.resources import (
     NOTIFICATION_POD_SETS,
@@ -95,12 +101,22 @@ def public(resource: ResourceType, name: str = "x") -> dict[str, Any]:
     return obj
 
 
+STORAGE_NAMESPACE = "cn-storage"
+
+
 def storage_object(resource: ResourceType, name: str, inner: Any, sequence: Any = 1,
                    namespace: str = "ns") -> dict[str, Any]:
+    """The layout-2 storage object of the public object ``namespace/name``: `inner` (when an
+    object) with the public identity the server gives it, unless `inner` sets its own."""
     kind = storage_kind(resource)
+    if isinstance(inner, dict):
+        inner = {**inner, "metadata": {
+            "namespace": namespace, "name": name, "uid": f"public-uid-{name}",
+            "creationTimestamp": "2026-01-02T03:04:05Z", **(inner.get("metadata") or {})}}
     return {"apiVersion": "storage.notifier.x-k8s.io/v1alpha1", "kind": kind.kind,
-            "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}",
-                         "resourceVersion": "7", "labels": {INSTANCE_LABEL: "test"}},
+            "metadata": {"namespace": STORAGE_NAMESPACE, "name": storage_name(namespace, name),
+                         "uid": f"uid-{namespace}.{name}", "resourceVersion": "7",
+                         "labels": {INSTANCE_LABEL: "test", NAMESPACE_LABEL: namespace}},
             "sequence": sequence, "object": inner}
 
 
@@ -133,6 +149,7 @@ def test_the_cache_skips_and_counts_what_does_not_decode(resource: ResourceType,
                                                          data: st.DataObject, new: Any) -> None:
     counted: Counter[str] = Counter()
     store = KubeObjectStore(FakeStorageAPI().client(), resource, instance="test",
+                            storage_namespace=STORAGE_NAMESPACE,
                             decode=STORED_DECODERS[resource],
                             malformed=lambda plural: counted.update([plural]))
     good = storage_object(resource, "x", {k: v for k, v in public(resource).items()
@@ -161,13 +178,15 @@ def api() -> FakeStorageAPI:
             good["spec"]["notificationUID"], good["spec"]["index"] = "good", 0
             good["metadata"]["name"] = "good-0"
         name = good["metadata"]["name"]
-        api.objects[(plural, "ns", name)] = storage_object(resource, name, good)
+        api.objects[(plural, STORAGE_NAMESPACE, f"ns.{name}")] = storage_object(
+            resource, name, good)
         for bad_name, inner in (("empty", {}), ("spec-x", {"spec": "x", "status": {}}),
                                 ("list", [1, 2]), ("null", None)):
-            api.objects[(plural, "other", bad_name)] = storage_object(resource, bad_name, inner,
-                                                                          namespace="other")
-        api.objects[(plural, "other", "sequence")] = storage_object(
-            resource, "sequence", good, sequence="1", namespace="other")
+            api.objects[(plural, STORAGE_NAMESPACE, f"other.{bad_name}")] = storage_object(
+                resource, bad_name, inner, namespace="other")
+        api.objects[(plural, STORAGE_NAMESPACE, "other.sequence")] = storage_object(
+            resource, "sequence", {k: v for k, v in good.items() if k != "metadata"},
+            sequence="1", namespace="other")
     return api
 
 
@@ -177,6 +196,7 @@ async def stores(api: FakeStorageAPI) -> AsyncIterator[tuple[dict[ResourceType,
     counted: Counter[str] = Counter()
     kube = api.client()
     opened = {resource: KubeObjectStore(kube, resource, instance="test",
+                                        storage_namespace=STORAGE_NAMESPACE,
                                         decode=STORED_DECODERS[resource],
                                         malformed=lambda plural: counted.update([plural]))
               for resource in (NOTIFICATION_RUNS, NOTIFICATION_POD_SETS, PODLEDGERS)}
@@ -204,3 +224,45 @@ async def test_a_pass_over_every_namespace_reads_past_malformed_objects(
     with pytest.raises(MalformedObject, match=r'"other/spec-x" is malformed \(spec must be an '
                                               r"object, not a string\)"):
         await opened[PODLEDGERS].guaranteed_update("other", "spec-x", lambda obj: obj)
+
+
+async def test_a_read_of_a_malformed_envelope_names_the_public_object(
+        stores: tuple[dict[ResourceType, KubeObjectStore], Counter[str]]) -> None:
+    """What the storage object's envelope gets wrong is told of the public object read, as the
+    decoder's findings are, not of the storage object that holds it."""
+    opened, _ = stores
+    with pytest.raises(MalformedObject, match=r'"other/sequence" is malformed \(sequence must '
+                                              r"be an integer, not a string\)") as raised:
+        await opened[PODLEDGERS].guaranteed_update("other", "sequence", lambda obj: obj)
+    assert (raised.value.namespace, raised.value.object_name) == ("other", "sequence")
+    with pytest.raises(MalformedObject, match=r'"other/null" is malformed \(object must be an '
+                                              r"object, not null\)"):
+        await opened[PODLEDGERS].guaranteed_update("other", "null", lambda obj: obj)
+
+
+async def test_a_storage_object_holding_another_name_is_malformed() -> None:
+    """The storage name is derived from the public namespace and name: a storage object whose
+    public metadata names another object is skipped, and a read of it says why."""
+    api, counted = FakeStorageAPI(), Counter[str]()
+    inner = {k: v for k, v in public(PODLEDGERS).items() if k != "metadata"}
+    moved = storage_object(PODLEDGERS, "x", inner)
+    moved["object"]["metadata"]["name"] = "y"
+    api.objects[("storedpodledgers", STORAGE_NAMESPACE, "ns.x")] = moved
+    kube = api.client()
+    store = KubeObjectStore(kube, PODLEDGERS, instance="test",
+                            storage_namespace=STORAGE_NAMESPACE,
+                            decode=STORED_DECODERS[PODLEDGERS],
+                            malformed=lambda plural: counted.update([plural]))
+    try:
+        assert (await store.list(None)).items == []
+        assert counted == {"storedpodledgers": 1}
+        for name in ("x", "y"):
+            with pytest.raises(NotFound):
+                await store.get("ns", name)
+        with pytest.raises(MalformedObject, match=r"\"ns/x\" is malformed \(object.metadata "
+                                                  r"names ns/y, whose storage object is "
+                                                  r"'ns.y', not 'ns.x'\)"):
+            await store.guaranteed_update("ns", "x", lambda obj: obj)
+    finally:
+        store.close()
+        await kube.aclose()

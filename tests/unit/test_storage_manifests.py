@@ -33,12 +33,58 @@ def test_every_stored_resource_has_its_crd() -> None:
         assert schema["properties"]["sequence"]["type"] == "integer"
 
 
-def test_the_server_may_write_every_storage_resource() -> None:
-    (role,) = [d for d in documents("rbac-server.yaml") if d["kind"] == "ClusterRole"
-               and d["metadata"]["name"] == "container-notifier:storage"]
-    storage, crds = role["rules"]
+SERVER_NAMESPACE = "container-notifier"
+WRITES = {"get", "list", "watch", "create", "update", "delete"}
+
+
+def role(kind: str, name: str = "container-notifier:storage") -> dict[str, Any]:
+    (found,) = [d for d in documents("rbac-server.yaml")
+                if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def test_the_server_may_write_every_storage_resource_in_its_namespace_only() -> None:
+    """Layout 2 (docs/storage.md): the storage verbs are a Role of the server's namespace, the
+    storage namespace of the Deployment; cluster-wide the server may only read and delete
+    (the CRD check and the move of layout-1 objects), never create or update."""
     kinds = [storage_kind(resource) for resource in STORED_RESOURCES]
+    plurals = sorted(kind.plural for kind in kinds)
+    namespaced = role("Role")
+    assert namespaced["metadata"]["namespace"] == SERVER_NAMESPACE
+    (storage,) = namespaced["rules"]
     assert storage["apiGroups"] == [STORAGE_GROUP]
-    assert sorted(storage["resources"]) == sorted(kind.plural for kind in kinds)
-    assert {"get", "list", "watch", "create", "update", "delete"} <= set(storage["verbs"])
+    assert sorted(storage["resources"]) == plurals
+    assert WRITES <= set(storage["verbs"])
+    binding = role("RoleBinding")
+    assert binding["metadata"]["namespace"] == SERVER_NAMESPACE
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "container-notifier:storage"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "container-notifier",
+                                    "namespace": SERVER_NAMESPACE}]
+
+    cluster_storage, crds = role("ClusterRole")["rules"]
+    assert cluster_storage["apiGroups"] == [STORAGE_GROUP]
+    assert sorted(cluster_storage["resources"]) == plurals
+    assert sorted(cluster_storage["verbs"]) == ["delete", "get", "list"]
+    assert crds["apiGroups"] == ["apiextensions.k8s.io"]
     assert sorted(crds["resourceNames"]) == sorted(kind.crd_name for kind in kinds)
+
+    (deployment,) = [d for d in documents("deployment.yaml") if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--storage-namespace=$(POD_NAMESPACE)" in container["args"]
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.namespace"}}} in container["env"]
+    assert deployment["metadata"]["namespace"] == SERVER_NAMESPACE
+
+
+def test_no_other_role_grants_anything_on_the_storage_group() -> None:
+    """Only the server's two storage roles name the storage group (docs/security.md, "Who can
+    reach the storage"): no user role, aggregated or not, reaches it."""
+    granting = sorted(
+        (d["kind"], d["metadata"]["name"])
+        for name in ("rbac-server.yaml", "rbac-users.yaml") for d in documents(name)
+        if d["kind"] in ("Role", "ClusterRole")
+        and any(STORAGE_GROUP in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", [])
+                for rule in d.get("rules") or []))
+    assert granting == [("ClusterRole", "container-notifier:storage"),
+                        ("Role", "container-notifier:storage")]
