@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apiserver.authn.user import UserInfo
-from apiserver.errors import Cause
+from apiserver.errors import Cause, quoted
 from apiserver.notifier import records, request
 from apiserver.notifier.declarations import (
     ANNOTATION,
@@ -117,7 +117,7 @@ class Admission:
         meta = pod["metadata"]
         names = [c["name"] for c in pod["spec"]["containers"]]
         causes = [Cause("FieldValueNotFound",
-                        f'Not found: "{c}": pod {meta["name"]} has no such container (it has '
+                        f'Not found: {quoted(c)}: pod {meta["name"]} has no such container (it has '
                         f"{', '.join(names)})", f"spec.containers[{i}]")
                   for i, c in enumerate(ask.containers or []) if c not in names]
         if causes:

@@ -24,6 +24,7 @@ from apiserver.timestamps import timestamp
 _PATH = re.compile(r"/apis/storage\.notifier\.x-k8s\.io/v1alpha1/"
                    r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?")
 _CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+_CONFIGMAPS = re.compile(r"/api/v1/namespaces/(?P<ns>[^/]+)/configmaps(?:/(?P<name>[^/]+))?")
 
 
 Selector = Callable[[Mapping[str, Any]], bool]
@@ -88,6 +89,8 @@ class FakeStorageAPI:
     crd_answer: httpx.Response | None = None
     """The answer to every CRD read while set."""
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    configmaps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """(namespace, name) -> ConfigMap: get and create only (the layout marker)."""
     _watchers: list[tuple[str, str | None, Selector, asyncio.Queue[dict[str, Any] | None]]] = (
         field(default_factory=list))
     """(plural, namespace or None for all, selector, events): a watch gets the events of its
@@ -116,6 +119,9 @@ class FakeStorageAPI:
             if self.crd_answer is not None:
                 return self.crd_answer
             return self._crd(request.url.path.removeprefix(_CRD))
+        configmap = _CONFIGMAPS.fullmatch(request.url.path)
+        if configmap is not None:
+            return self._configmap(request.method, configmap["ns"], configmap["name"], body)
         match = _PATH.fullmatch(request.url.path)
         if match is None:
             return status(404, "NotFound", "no such path")
@@ -176,6 +182,21 @@ class FakeStorageAPI:
             return httpx.Response(200, json={"kind": "Status", "status": "Success",
                                              "details": {"name": key[2], "uid": meta["uid"]}})
         return status(405, "MethodNotAllowed", request.method)
+
+    def _configmap(self, method: str, namespace: str, name: str | None,
+                   body: dict[str, Any] | None) -> httpx.Response:
+        if method == "POST" and name is None and body is not None:
+            key = (namespace, body["metadata"]["name"])
+            if key in self.configmaps:
+                return status(409, "AlreadyExists", "already exists", name=key[1])
+            self.configmaps[key] = copy.deepcopy(body)
+            return httpx.Response(201, json=body)
+        if method == "GET" and name is not None:
+            found = self.configmaps.get((namespace, name))
+            if found is None:
+                return status(404, "NotFound", f'configmaps "{name}" not found', name=name)
+            return httpx.Response(200, json=found)
+        return status(405, "MethodNotAllowed", method)
 
     def _crd(self, name: str) -> httpx.Response:
         if name not in self.crds:

@@ -24,7 +24,13 @@ from apiserver.registry.kube_store import (
     storage_name,
     storage_object,
 )
-from apiserver.registry.layout_migration import LayoutMigration, layout1_public, layout1_selector
+from apiserver.registry.layout_migration import (
+    LAYOUT1_INSTANCE_LABEL,
+    LayoutMigration,
+    layout1_public,
+    layout1_selector,
+    layout_marker,
+)
 from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS, ResourceType
 from apiserver.server import STORED_DECODERS, STORED_RESOURCES
 from tests.support.fake_storage_api import FakeStorageAPI, status
@@ -59,7 +65,8 @@ BODY = object()
 def layout1(api: FakeStorageAPI, resource: ResourceType, namespace: str, name: str, *,
             instance: str = INSTANCE, sequence: int = 7, inner: Any = BODY) -> dict[str, Any]:
     """Store a layout-1 storage object as a replica of layout 1 wrote it (public labels in
-    `object`, the identity in the storage object's metadata, no NAMESPACE_LABEL); a copy."""
+    `object`, the identity in the storage object's metadata, layout 1's instance label); a
+    copy."""
     api.rv += 1
     kind = storage_kind(resource)
     if inner is BODY:
@@ -68,7 +75,8 @@ def layout1(api: FakeStorageAPI, resource: ResourceType, namespace: str, name: s
     old = {"apiVersion": "storage.notifier.x-k8s.io/v1alpha1", "kind": kind.kind,
            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
                         "creationTimestamp": f"2025-0{len(namespace)}-01T00:00:00Z",
-                        "resourceVersion": str(api.rv), "labels": {INSTANCE_LABEL: instance}},
+                        "resourceVersion": str(api.rv),
+                        "labels": {LAYOUT1_INSTANCE_LABEL: instance}},
            "sequence": sequence, "object": inner}
     api.objects[(kind.plural, namespace, name)] = old
     return copy.deepcopy(old)
@@ -81,11 +89,16 @@ def moved(api: FakeStorageAPI, resource: ResourceType, namespace: str, name: str
 
 
 def layout1_left(api: FakeStorageAPI, resource: ResourceType) -> list[tuple[str, str]]:
-    """The (namespace, name) of every storage object of `resource` still without the
-    NAMESPACE_LABEL."""
+    """The (namespace, name) of every storage object of `resource` still labelled the layout-1
+    way."""
     plural = storage_kind(resource).plural
     return sorted((ns, name) for (p, ns, name), obj in api.objects.items()
-                  if p == plural and NAMESPACE_LABEL not in obj["metadata"].get("labels", {}))
+                  if p == plural and LAYOUT1_INSTANCE_LABEL in obj["metadata"].get("labels", {}))
+
+
+def storage_writes(api: FakeStorageAPI) -> list[tuple[str, str, Any]]:
+    """The writes of storage objects (not of the layout marker)."""
+    return [w for w in api.writes() if w[1].startswith(STORAGE_API)]
 
 
 @pytest.fixture
@@ -147,7 +160,7 @@ async def test_the_old_object_is_deleted_with_its_uid_as_precondition(
 
     await migration(kube).run([PODNOTIFIERS])
 
-    [post, delete] = api.writes()
+    [post, delete] = storage_writes(api)
     assert post[:2] == ("POST", f"{STORAGE_API}/namespaces/{STORAGE_NAMESPACE}/"
                                 "storedpodnotifiers")
     assert delete == ("DELETE", f"{STORAGE_API}/namespaces/a/storedpodnotifiers/r1",
@@ -161,11 +174,12 @@ async def test_another_instance_and_layout2_objects_are_not_touched(
     current = layout1(api, PODNOTIFIERS, "a", "mine")
     await migration(kube).run([PODNOTIFIERS])
     already = copy.deepcopy(moved(api, PODNOTIFIERS, "a", "mine"))
-    writes = len(api.writes())
+    writes = len(storage_writes(api))
+    api.configmaps.clear()  # unmarked: the objects are read again
 
     assert await migration(kube).run([PODNOTIFIERS]) == {"storedpodnotifiers": 0}
 
-    assert len(api.writes()) == writes
+    assert len(storage_writes(api)) == writes
     assert api.objects[("storedpodnotifiers", "a", "theirs")] == other
     assert moved(api, PODNOTIFIERS, "a", "theirs") is None
     assert moved(api, PODNOTIFIERS, "a", "mine") == already
@@ -182,9 +196,43 @@ async def test_a_second_run_moves_nothing(api: FakeStorageAPI, kube: KubeClient)
 
     counts = await migration(kube).run(STORED_RESOURCES)
 
-    assert counts == {storage_kind(resource).plural: 0 for resource in STORED_RESOURCES}
+    assert counts == {}
     assert len(api.writes()) == writes
     assert api.objects == objects
+
+
+async def test_once_marked_done_nothing_in_a_users_namespace_is_read(
+        api: FakeStorageAPI, kube: KubeClient) -> None:
+    """A layout-1 object a tenant writes into its own namespace after the move (a `*` Role
+    there allows it) is never moved in."""
+    layout1(api, PODNOTIFIERS, "a", "r1")
+    assert await migration(kube).run(STORED_RESOURCES) != {}
+    assert api.configmaps[(STORAGE_NAMESPACE, layout_marker(INSTANCE))]["data"] == {
+        "layout": "2"}
+    planted = layout1(api, PODNOTIFIERS, "a", "forged")
+    requests = len(api.requests)
+
+    assert await migration(kube).run(STORED_RESOURCES) == {}
+
+    assert [path for _, path, _ in api.requests[requests:]] == [
+        f"/api/v1/namespaces/{STORAGE_NAMESPACE}/configmaps/{layout_marker(INSTANCE)}"]
+    assert api.objects[("storedpodnotifiers", "a", "forged")] == planted
+    assert moved(api, PODNOTIFIERS, "a", "forged") is None
+
+
+async def test_a_move_skipped_by_a_refusal_is_not_marked_done(api: FakeStorageAPI,
+                                                               kube: KubeClient) -> None:
+    original = api.handle
+
+    async def refuse_lists(request: httpx.Request, delivery: Any = None) -> httpx.Response:
+        if request.method == "GET" and "labelSelector" in request.url.params:
+            return status(403, "Forbidden", "cannot list")
+        return await original(request, delivery)
+
+    api.handle = refuse_lists  # type: ignore[method-assign]
+    await migration(kube).run([PODNOTIFIERS])
+
+    assert api.configmaps == {}
 
 
 async def test_an_interrupted_move_is_finished_and_keeps_the_copy(
@@ -205,7 +253,7 @@ async def test_an_interrupted_move_is_finished_and_keeps_the_copy(
     assert counts == {"storedpodnotifiers": 1}
     assert ("storedpodnotifiers", "a", "r1") not in api.objects
     assert moved(api, PODNOTIFIERS, "a", "r1") == copied
-    assert [method for method, _, _ in api.writes()] == ["POST", "DELETE"]
+    assert [method for method, _, _ in storage_writes(api)] == ["POST", "DELETE"]
 
 
 async def test_a_name_taken_by_another_object_leaves_the_old_one(
