@@ -80,8 +80,18 @@ def hold(cluster: Cluster, namespace: str, user: User, sleep: str, max_hold: int
 
 
 def finished(cluster: Cluster, namespace: str, name: str, timeout: float) -> dict[str, Any]:
-    wait_until(lambda: record(cluster, namespace, name)["status"]["phase"]
-               in ("Succeeded", "Failed"), f"{name} to finish", timeout)
+    """The record once it has ended. A 503 while waiting (the aggregator reached a replica that
+    was just killed, before the load balancer took it out) is waited through."""
+
+    def ended() -> bool:
+        with cluster.admin() as kube:
+            response = kube.get(f"{API}/namespaces/{namespace}/podnotifiers/{name}")
+        if response.status_code == 503:
+            return False
+        assert response.status_code == 200, response.text
+        return response.json()["status"]["phase"] in ("Succeeded", "Failed")
+
+    wait_until(ended, f"{name} to finish", timeout)
     return record(cluster, namespace, name)
 
 
