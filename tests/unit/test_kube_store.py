@@ -30,6 +30,7 @@ from apiserver.registry.kube_store import (
     storage_name,
     storage_object,
 )
+from apiserver.registry.layout_migration import LAYOUT1_INSTANCE_LABEL
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from tests.support.fake_storage_api import FakeStorageAPI, status
 
@@ -235,8 +236,8 @@ def test_every_storage_name_is_a_subdomain_of_its_namespace(namespace: str, name
 
 async def test_the_cache_lists_and_watches_only_its_namespace_instance_and_layout(
         api: FakeStorageAPI) -> None:
-    """Other storage namespaces, other instances and layout-1 objects (no NAMESPACE_LABEL)
-    are neither listed nor watched."""
+    """Other storage namespaces, other instances and layout-1 objects (labelled with layout 1's
+    instance label) are neither listed nor watched."""
     kube = api.client()
 
     async def write_elsewhere(tag: str) -> None:
@@ -248,7 +249,7 @@ async def test_the_cache_lists_and_watches_only_its_namespace_instance_and_layou
         layout1 = storage_object(storage_kind(PODNOTIFIERS), STORAGE_NAMESPACE, "test", {
             **record(), "metadata": {"namespace": "ns", "name": f"{tag}-layout-1", "uid": "u",
                                      "creationTimestamp": "t"}}, 1)
-        del layout1["metadata"]["labels"][NAMESPACE_LABEL]
+        layout1["metadata"]["labels"] = {LAYOUT1_INSTANCE_LABEL: "test"}  # as layout 1 had it
         await kube.post(POD_NOTIFIERS, layout1)
 
     await write_elsewhere("before")

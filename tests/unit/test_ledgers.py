@@ -531,7 +531,7 @@ def test_every_stored_resource_has_its_crd_and_rbac() -> None:
         (REPO_ROOT / "apiservice" / "storage-crds.yaml").read_text())}
     roles = {(role["kind"], role["metadata"]["name"]): role for role in yaml.safe_load_all(
         (REPO_ROOT / "apiservice" / "rbac-server.yaml").read_text())}
-    [storage_rule] = roles[("Role", "container-notifier:storage")]["rules"]
+    storage_rule, _, _ = roles[("Role", "container-notifier:storage")]["rules"]  # + the marker
     [migration_rule, crd_rule] = roles[("ClusterRole", "container-notifier:storage")]["rules"]
     assert PODLEDGERS in STORED_RESOURCES
     for resource in STORED_RESOURCES:

@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from apiserver.registry.kube_store import STORAGE_GROUP, storage_kind
+from apiserver.registry.kube_store import DEFAULT_INSTANCE, STORAGE_GROUP, storage_kind
+from apiserver.registry.layout_migration import layout_marker
 from apiserver.server import STORED_RESOURCES
 
 APISERVICE = Path(__file__).resolve().parents[2] / "apiservice"
@@ -51,10 +52,13 @@ def test_the_server_may_write_every_storage_resource_in_its_namespace_only() -> 
     plurals = sorted(kind.plural for kind in kinds)
     namespaced = role("Role")
     assert namespaced["metadata"]["namespace"] == SERVER_NAMESPACE
-    (storage,) = namespaced["rules"]
+    storage, create_marker, read_marker = namespaced["rules"]
     assert storage["apiGroups"] == [STORAGE_GROUP]
     assert sorted(storage["resources"]) == plurals
     assert WRITES <= set(storage["verbs"])
+    assert (create_marker["resources"], create_marker["verbs"]) == (["configmaps"], ["create"])
+    assert (read_marker["resources"], read_marker["resourceNames"], read_marker["verbs"]) == (
+        ["configmaps"], [layout_marker(DEFAULT_INSTANCE)], ["get"])
     binding = role("RoleBinding")
     assert binding["metadata"]["namespace"] == SERVER_NAMESPACE
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
