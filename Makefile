@@ -23,10 +23,13 @@ CHART_VALUE_SETS := \
 
 .PHONY: venv wheels haproxy test lint chart-lint lock image demo bench cluster-up cluster-down cluster-status
 
-$(VENV)/.installed: pyproject.toml
+# The runtime lock's versions constrain the venv (without its hashes, which pip cannot check for
+# an editable install), so tests run what the image ships.
+$(VENV)/.installed: pyproject.toml requirements/runtime.lock
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test]'
+	grep -oE '^[A-Za-z0-9_.-]+==[^ ]+' requirements/runtime.lock > $(VENV)/constraints.txt
+	$(VENV)/bin/pip install --quiet -c $(VENV)/constraints.txt -e '.[test]'
 	touch $@
 
 venv: $(VENV)/.installed

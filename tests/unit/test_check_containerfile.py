@@ -13,7 +13,7 @@ import pytest
 from check_containerfile import Checker, lock_problems, main, read_lock
 from localcluster.layout import REPO_ROOT
 
-FILES = ["Containerfile", "pyproject.toml", "requirements/runtime.lock",
+FILES = ["Containerfile", "pyproject.toml", "LICENSE", "requirements/runtime.lock",
          "requirements/build.lock", "apiservice/deployment.yaml"]
 
 OLD_CONTAINERFILE = """\
@@ -95,7 +95,7 @@ MISTAKES = {
         _replace("WORKDIR /opt/container-notifier\n",
                  "WORKDIR /opt/container-notifier\nRUN rm -rf /opt\n"),
         "`rm -rf /opt` removes the WORKDIR /opt/container-notifier"),
-    "missing copy source": (_replace("COPY pyproject.toml ./", "COPY pyproject.toml README.md ./"),
+    "missing copy source": (_replace("COPY pyproject.toml LICENSE ./", "COPY pyproject.toml LICENSE README.md ./"),
                             "COPY source 'README.md' does not exist"),
     "package not copied": (_replace("COPY certs ./certs\n", ""),
                            "builds /src, but no COPY put certs at /src/certs"),
@@ -133,9 +133,9 @@ MISTAKES = {
     "version label not a build argument": (_replace('image.version="${VERSION}"',
                                                     'image.version="0.1.0"'),
                                            "image.version='0.1.0' does not come from a build"),
-    "license unlike pyproject": (_replace('licenses="NOASSERTION"', 'licenses="MIT"'),
-                                 "pyproject.toml declares 'NOASSERTION'"),
-    "unknown instruction": (_replace("COPY pyproject.toml ./", "ADD pyproject.toml ./"),
+    "license unlike pyproject": (_replace('licenses="Apache-2.0"', 'licenses="MIT"'),
+                                 "pyproject.toml declares 'Apache-2.0'"),
+    "unknown instruction": (_replace("COPY pyproject.toml LICENSE ./", "ADD pyproject.toml LICENSE ./"),
                             "ADD is not an instruction"),
 }
 
@@ -173,7 +173,7 @@ def test_a_dependency_pyproject_dropped_is_stale_in_the_lock(checkout: Path) -> 
 
 
 def test_the_build_lock_pins_the_build_system(checkout: Path) -> None:
-    edit(checkout, "pyproject.toml", _replace('requires = ["setuptools>=68"]',
+    edit(checkout, "pyproject.toml", _replace('requires = ["setuptools>=77"]',
                                               'requires = ["setuptools>=999"]'))
     found = problems(checkout)
     assert any(problem.startswith("requirements/build.lock:") and "does not satisfy "
