@@ -173,13 +173,14 @@ class Admission:
             raise Untrusted(meta["name"], decision.message)
         ttl = (ask.ttl_seconds_after_finished if ask.ttl_seconds_after_finished is not None
                else self._limits.default_ttl_seconds_after_finished)
-        record = records.new_record(records.RecordRequest(
+        # Created Running with its start time: the run's next write is its final one.
+        record = records.mark_running(records.new_record(records.RecordRequest(
             namespace=meta["namespace"], pod=meta["name"], pod_uid=meta["uid"],
             notifier=ask.notifier, containers=[c.name for c in containers],
             requested_containers=ask.containers, timeout_seconds=ask.timeout_seconds,
             ttl_seconds_after_finished=ttl, name=ask.name, generate_name=ask.generate_name,
             labels=ask.labels, requested_by=UserInfo(user.name, user.uid, list(user.groups)),
-            max_hold_seconds=max_hold))
+            max_hold_seconds=max_hold)), records.now())
         return Admitted(record, pod, tuple(containers), timeouts, tail, max_hold)
 
     async def start(self, admitted: Admitted) -> dict[str, Any]:
@@ -194,7 +195,8 @@ class Admission:
             pod_uid=meta["uid"], containers=admitted.containers,
             timeout_seconds=admitted.timeouts, tail_bytes=admitted.tail_bytes,
             pod_not_running=pod_not_running(admitted.pod),
-            max_hold_seconds=admitted.max_hold_seconds))
+            max_hold_seconds=admitted.max_hold_seconds,
+            requester=str(admitted.record["spec"]["requestedBy"]["username"])))
         return created
 
     async def check(self, admitted: Admitted) -> dict[str, Any]:

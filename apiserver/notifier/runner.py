@@ -13,10 +13,11 @@ command exiting on its own, the server's shutdown. Then every command still runn
 (stdin closed, then SIGTERM/SIGKILL by PID) and the record ends Succeeded/Released, or
 Failed/HoldExpired, PodDeleted, HoldEnded or Interrupted.
 
-A run's final state is retried until the store accepts it (capped backoff, each failure
-logged): a record left Running would refuse every later run of that notifier on that pod (409)
-until a restart. Progress writes (Running, a container's result) are best effort; the final
-write carries every container's result again.
+A record is created Running (``admission``), so a run writes its record once more when it
+ends, with every container's result: two writes per run, none in between (a held run adds the
+write that marks it Held). That final write is retried until the store accepts it (capped
+backoff, each failure logged): a record left Running would refuse every later run of that
+notifier on that pod (409) until a replica ends it as Interrupted.
 """
 
 from __future__ import annotations
@@ -206,6 +207,8 @@ class Plan:
     """Why the pod cannot run notifiers (not Running, terminating), or empty."""
     max_hold_seconds: int | None = None
     """Set for a held notifier: the longest its commands stay held once all are ready."""
+    requester: str = ""
+    """Who asked for the run (the record's ``spec.requestedBy.username``), for its log line."""
 
 
 @dataclass
@@ -293,20 +296,6 @@ class Runner:
                       ) -> dict[str, Any]:
         return await self._store.guaranteed_update(plan.namespace, plan.record, mutate)
 
-    async def _progress(self, plan: Plan, mutate: Callable[[dict[str, Any]], dict[str, Any]]
-                        ) -> dict[str, Any] | None:
-        """A progress write: the stored record, or None if it failed (logged: the run goes on;
-        NotFound ends it)."""
-        try:
-            return await self._update(plan, mutate)
-        except NotFound:
-            raise
-        except Exception as error:
-            log.warning("storing a run's progress failed; its final write carries it", extra={
-                "namespace": plan.namespace, "podnotifier": plan.record,
-                "error": f"{type(error).__name__}: {error}"})
-            return None
-
     async def _final(self, plan: Plan, mutate: Callable[[dict[str, Any]], dict[str, Any]]
                      ) -> dict[str, Any]:
         """The final write, retried until stored; NotFound if the record was deleted."""
@@ -337,8 +326,6 @@ class Runner:
 
         try:
             try:
-                start_time = records.now()
-                last = await self._progress(plan, lambda r: records.mark_running(r, start_time))
                 if plan.pod_not_running:
                     final = ending(records.POD_NOT_RUNNING, plan.pod_not_running)
                 else:
@@ -380,7 +367,6 @@ class Runner:
                                                   container.not_running, records.now(),
                                                   container.container_id)
                 entries.append(entry)
-                await self._progress(plan, _with_container(entry))
         runnable = [c for c in plan.containers if not c.not_running]
         if plan.max_hold_seconds is not None:
             if len(runnable) < len(plan.containers):
@@ -399,9 +385,7 @@ class Runner:
                                                  return_when=asyncio.FIRST_COMPLETED)
                     for task in [t for t in pending if t in done]:
                         pending.discard(task)
-                        entry = task.result()
-                        entries.append(entry)
-                        await self._progress(plan, _with_container(entry))
+                        entries.append(task.result())
                     if deletion in done and pending:
                         for task in pending:
                             task.cancel()
@@ -670,7 +654,7 @@ def run_summary(plan: Plan, record: Mapping[str, Any] | None, phase: str, reason
         "namespace": plan.namespace, "podnotifier": plan.record, "pod": plan.pod,
         "notifier": notifier, "phase": phase, "reason": reason,
         "duration_seconds": round(max(duration_seconds, 0.0), 3),
-        "requester": spec.get("requestedBy", {}).get("username", ""),
+        "requester": plan.requester,
     }
     held_time = record.get("status", {}).get("heldTime") if record else None
     if held_time:
@@ -703,10 +687,6 @@ async def _ended(command: HeldCommand) -> tuple[ExecResult, Stopped]:
         who = f"the command (PID {command.pid})" if command.pid is not None else "the command"
         return result, Stopped(Stop.EXITED, f"{who} had exited before it was stopped")
     return await command.release()
-
-
-def _with_container(entry: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    return lambda record: records.set_container(record, entry)
 
 
 async def _shielded(update: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:

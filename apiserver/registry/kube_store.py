@@ -473,6 +473,11 @@ class KubeObjectStore(ObjectStore):
             raise not_found(self.resource, name)
         return copy.deepcopy(entry.object)
 
+    async def get_current(self, namespace: str, name: str) -> Object:
+        """A ``GET`` of the storage object from kube-apiserver (a consistent read)."""
+        await self._ready()
+        return copy.deepcopy((await self._live(namespace, name)).object)
+
     async def list(
         self,
         namespace: str | None,

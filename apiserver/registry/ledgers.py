@@ -1,18 +1,20 @@
-"""Pod ledgers: per pod, the runs that have not finished, kept where every replica decides.
+"""Pod ledgers: per pod, the runs that may not have finished, kept where every replica decides.
 
-One private object per pod (``PODLEDGERS``, in the pod's namespace, named after the pod) lists
-the pod's unfinished runs: the record's name, the notifier, the replica that runs it, since when
-and the pod's UID. Every change is a ``guaranteed_update`` (a read-modify-write with the read
-resourceVersion as precondition), so two replicas that decide at once on the same pod are
-serialized by the store: kube-apiserver on the Kubernetes backend, the transaction on SQLite.
-The decisions themselves (what refuses a new run) are the caller's (``podnotifiers``).
+One private object per pod (``PODLEDGERS``, named after the pod) lists the pod's runs: the
+record's name, the notifier, the replica that runs it, since when and the pod's UID. Every
+change is a ``guaranteed_update`` (a read-modify-write with the read resourceVersion as
+precondition), so two replicas that decide at once on the same pod are serialized by the store:
+kube-apiserver on the Kubernetes backend, the transaction on SQLite. The decisions themselves
+(what refuses a new run) are the caller's (``podnotifiers``).
 
-A run is added before its record is created and removed once the record finished or was
-deleted. A run whose record is finished or absent (a replica stopped between the two writes, a
-removal failed, the record went another way: namespace deletion) is stale once older than the
-grace (``grace_seconds``; before, the record may be being created, or not yet in this replica's
-cache): the next decision it would refuse drops it (``add`` with ``unfinished``), and so does
-the collector for the ledgers of pods that are gone (``prune``).
+A run is added before its record is created, in the same write that drops the runs known to be
+over: a run ending costs its ledger no write. A run is **over** when its record is known
+finished (``Known``: False), and **stale** when its record is not known at all and it was added
+longer ago than the grace (``grace_seconds``; before, the record may be being created, or not
+yet in this replica's cache): a replica stopped between the two writes, a create failed, the
+record was deleted. Both are dropped by the next change of the ledger (``add``), and by the
+collector for the ledgers of pods that are gone (``prune``). A run whose record is known
+unfinished is kept, however old.
 """
 
 from __future__ import annotations
@@ -111,6 +113,10 @@ def _with(obj: Object, runs: Iterable[Run], pod_uid: str | None = None) -> Objec
     return {**obj, "spec": spec}
 
 
+Known = Callable[[str], bool | None]
+"""What a replica knows of a record (by name): True if it is unfinished, False if it is finished,
+None if it knows no such record."""
+
 Admit = Callable[[list[Run]], None]
 """Gets the pod's current runs (stale ones dropped); raises a ``StoreError`` to refuse a new
 one. Quick, no I/O: it may run inside the storage transaction."""
@@ -129,15 +135,13 @@ class PodLedgers:
         self._clock = clock
 
     async def add(self, namespace: str, pod: str, pod_uid: str, run: Run, *, admit: Admit,
-                  unfinished: Callable[[str], bool]) -> None:
-        """Add ``run`` to the pod's ledger (created if absent) unless ``admit`` refuses.
-
-        ``unfinished(record)`` says whether a record is known to exist unfinished; a run of
-        which it is not and that is older than the grace is dropped first."""
+                  known: Known) -> None:
+        """Add ``run`` to the pod's ledger (created if absent) unless ``admit`` refuses, dropping
+        the runs that are over or stale by ``known`` in the same write."""
         now = self._clock()
 
         def added(obj: Object) -> Object:
-            runs = self._current(_runs(obj), now, unfinished)
+            runs = self._current(_runs(obj), now, known)
             admit(runs)
             return _with(obj, [*runs, run], pod_uid)
 
@@ -155,15 +159,21 @@ class PodLedgers:
             except AlreadyExists:
                 continue  # created meanwhile by another replica: update that one
 
-    async def check(self, namespace: str, pod: str, *, admit: Admit,
-                    unfinished: Callable[[str], bool]) -> None:
+    async def check(self, namespace: str, pod: str, *, admit: Admit, known: Known) -> None:
         """What ``add`` decides, changing nothing (a dry run): ``admit`` gets the pod's current
         runs (none without a ledger), the stale ones left out as ``add`` drops them."""
         try:
             runs = _runs(await self._store.get(namespace, pod))
         except NotFound:
             runs = []
-        admit(self._current(runs, self._clock(), unfinished))
+        admit(self._current(runs, self._clock(), known))
+
+    async def runs(self, namespace: str, pod: str) -> list[Run]:
+        """The runs the pod's ledger lists (none without a ledger, or with a malformed one)."""
+        try:
+            return _runs(await self._store.get(namespace, pod))
+        except (NotFound, MalformedObject):
+            return []
 
     async def remove(self, namespace: str, pod: str, record: str) -> None:
         """Remove the run of ``record`` from the pod's ledger (nothing if it is not listed)."""
@@ -178,14 +188,14 @@ class PodLedgers:
         except (NotFound, MalformedObject):  # a malformed ledger lists no run of ours
             return
 
-    async def prune(self, ledger: Ledger, unfinished: Callable[[str], bool]) -> Ledger | None:
-        """Drop the ledger's stale runs (``unfinished`` as for ``add``); the ledger after, None
-        if it is gone."""
+    async def prune(self, ledger: Ledger, known: Known) -> Ledger | None:
+        """Drop the ledger's runs that are over or stale (``known`` as for ``add``); the ledger
+        after, None if it is gone."""
         now = self._clock()
 
         def pruned(obj: Object) -> Object:
             runs = _runs(obj)
-            current = self._current(runs, now, unfinished)
+            current = self._current(runs, now, known)
             return obj if len(current) == len(runs) else _with(obj, current)
 
         try:
@@ -194,15 +204,15 @@ class PodLedgers:
         except (NotFound, MalformedObject):  # gone, or turned malformed: the cache skips it
             return None
 
-    def past_grace(self, run: Run) -> bool:
-        """Whether the run was added longer than the grace ago (stale if its record is not
-        known unfinished)."""
-        return run.age(self._clock()) > self._grace
-
-    def _current(self, runs: list[Run], now: float, unfinished: Callable[[str], bool]
-                 ) -> list[Run]:
-        """The runs that are not stale: within the grace, or of a record known unfinished."""
-        return [run for run in runs if run.age(now) <= self._grace or unfinished(run.record)]
+    def _current(self, runs: list[Run], now: float, known: Known) -> list[Run]:
+        """The runs neither over nor stale: of a record known unfinished, or of a record not
+        known and added within the grace."""
+        kept = []
+        for run in runs:
+            state = known(run.record)
+            if state or (state is None and run.age(now) <= self._grace):
+                kept.append(run)
+        return kept
 
     async def all(self) -> list[Ledger]:
         """Every ledger of every namespace."""

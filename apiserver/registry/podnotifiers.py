@@ -10,7 +10,8 @@ generic interface only:
   record is created, making room for it by deleting the pod's oldest finished records through
   a ``Cohort`` of the pod's records (``spec.podName``, an indexed field), and the pod's records
   are trimmed to K again shortly after (replicas evicting at once may leave more);
-- a record that becomes finished (``guaranteed_update``) or is deleted leaves its ledger;
+- a record deleted unfinished leaves its ledger; one that finishes stays listed until the
+  ledger's next change drops it (no write of its own);
 - ``delete_expired``: finished records whose TTL after ``completionTime`` has passed;
 - ``trim``/``trim_all``: the oldest finished records beyond K of a pod;
 - ``unfinished``: every Pending or Running record, for restart recovery.
@@ -37,7 +38,7 @@ from apiserver.registry.errors import (
     TooManyRequests,
     required,
 )
-from apiserver.registry.ledgers import GRACE_SECONDS, Ledger, PodLedgers, Run
+from apiserver.registry.ledgers import GRACE_SECONDS, Known, Ledger, PodLedgers, Run
 from apiserver.registry.objects import GENERATE_NAME_ATTEMPTS, generate_name, metadata, no_free_name
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import Cohort, ListResult, Object, ObjectStore
@@ -216,34 +217,53 @@ class PodNotifierStore(ObjectStore):
     async def _on_ledger(self, namespace: str, pod: str, admit: Callable[[list[Run]], None],
                          decide: Callable[..., Awaitable[None]]) -> None:
         """Have ``admit`` decide on the pod's ledger through ``decide`` (``PodLedgers.add`` or
-        ``check``, given ``admit`` and ``unfinished``); if refused while runs past the grace
-        are listed, once more without the stale ones (the pod's records are read only
-        then)."""
-        past_grace = False
+        ``check``, given ``admit`` and ``known``), by what this replica's store knows of the
+        pod's records. If refused, the records of the runs that refused are read from the
+        storage itself (this replica's cache may not hold another replica's final write yet,
+        e.g. of the run a client waited for before it asked again through this replica), and
+        if any turns out finished or gone, the ledger decides once more by what those reads
+        found."""
+        listed: list[Run] = []
 
         def admit_noting(runs: list[Run]) -> None:
-            nonlocal past_grace
-            past_grace = any(self.ledgers.past_grace(listed) for listed in runs)
+            listed[:] = runs
             admit(runs)
 
+        cached = await self._known_of(namespace, pod)
         try:
-            await decide(admit=admit_noting, unfinished=lambda record: True)
+            await decide(admit=admit_noting, known=cached)
         except (Conflict, TooManyRequests):
-            if not past_grace:
+            current = {run.record: await self._current_state(namespace, run.record)
+                       for run in listed}
+            if all(current[run.record] is True for run in listed):
                 raise
-            await decide(admit=admit, unfinished=await self._unfinished_of(namespace, pod))
+            await decide(admit=admit, known=lambda record: current[record]
+                         if record in current else cached(record))
 
-    async def _unfinished_of(self, namespace: str, pod: str) -> Callable[[str], bool]:
-        """Whether a record of the pod is known (to this replica) to exist unfinished."""
-        known = {metadata(record).get("name"): record
-                 for record in await self._pod_records(namespace, pod)}
-        return lambda name: name in known and not is_finished(known[name])
+    async def _known_of(self, namespace: str, pod: str) -> Known:
+        """What this replica's store knows of the records the pod's ledger lists
+        (``ledgers.Known``; a run added since is not known, so the grace keeps it)."""
+        found: dict[str, bool | None] = {}
+        for run in await self.ledgers.runs(namespace, pod):
+            try:
+                found[run.record] = not is_finished(await self._backend.get(namespace,
+                                                                            run.record))
+            except NotFound:
+                found[run.record] = None
+        return lambda record: found.get(record)
+
+    async def _current_state(self, namespace: str, name: str) -> bool | None:
+        """Whether the record is unfinished (``ledgers.Known``) as the storage has it now."""
+        try:
+            return not is_finished(await self._backend.get_current(namespace, name))
+        except NotFound:
+            return None
 
     async def prune(self, ledger: Ledger) -> Ledger | None:
-        """Drop the ledger's stale runs (``registry/ledgers.py``); the ledger after, None if
-        it is gone."""
+        """Drop the ledger's runs that are over or stale (``registry/ledgers.py``); the ledger
+        after, None if it is gone."""
         return await self.ledgers.prune(
-            ledger, await self._unfinished_of(ledger.namespace, ledger.pod))
+            ledger, await self._known_of(ledger.namespace, ledger.pod))
 
     async def trim(self, namespace: str, pod: str, max_per_pod: int) -> int:
         """Delete the pod's oldest finished records beyond ``max_per_pod``; how many."""
@@ -376,22 +396,10 @@ class PodNotifierStore(ObjectStore):
     async def guaranteed_update(
         self, namespace: str, name: str, mutate: Callable[[Object], Object]
     ) -> Object:
-        """The backend's; a record this update finishes leaves its pod's ledger."""
-        return await _whole(self._update(namespace, name, mutate))
-
-    async def _update(self, namespace: str, name: str, mutate: Callable[[Object], Object]
-                      ) -> Object:
-        was_unfinished = False
-
-        def tracked(obj: Object) -> Object:
-            nonlocal was_unfinished
-            was_unfinished = not is_finished(obj)  # the last call's object is what was stored
-            return mutate(obj)
-
-        updated = await self._backend.guaranteed_update(namespace, name, tracked)
-        if was_unfinished and is_finished(updated):
-            await self._release(namespace, str(_part(updated, "spec").get("podName", "")), name)
-        return updated
+        """The backend's. A record this update finishes stays on its pod's ledger: the ledger's
+        next change drops it (``registry/ledgers.py``), so finishing costs no write of its
+        own."""
+        return await _whole(self._backend.guaranteed_update(namespace, name, mutate))
 
     async def delete(
         self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""

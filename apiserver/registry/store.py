@@ -103,6 +103,12 @@ class ObjectStore(ABC):
     async def get(self, namespace: str, name: str) -> Object:
         """Raises ``NotFound``."""
 
+    async def get_current(self, namespace: str, name: str) -> Object:
+        """The object as the storage holds it now, never a cache's older copy (a read: e.g. to
+        confirm a decision taken on the cache). This default is for stores without a cache:
+        ``get``. Raises ``NotFound``."""
+        return await self.get(namespace, name)
+
     @abstractmethod
     async def guaranteed_update(
         self, namespace: str, name: str, mutate: Callable[[Object], Object]

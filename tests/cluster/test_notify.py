@@ -267,7 +267,8 @@ def test_dry_run_validates_and_stores_nothing(
         response = client.post(notify_path(namespace, db_pod), params={"dryRun": "All"},
                                json=body("quiesce"))
     assert response.status_code == 201
-    assert response.json()["status"]["phase"] == "Pending"
+    assert response.json()["status"]["phase"] == "Running"  # as a record is created
+    assert response.json()["status"]["startTime"]
     assert records(cluster, namespace) == []
 
 

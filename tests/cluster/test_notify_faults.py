@@ -41,7 +41,9 @@ def test_pod_deleted_mid_run_ends_podDeleted(cluster: Cluster, namespace: str) -
     assert status["containers"][0]["reason"] == "PodDeleted"
 
 
-def test_watch_sees_pending_running_succeeded_in_order(cluster: Cluster, namespace: str) -> None:
+def test_watch_sees_running_then_succeeded_in_two_events(cluster: Cluster, namespace: str) -> None:
+    """A record is created Running and written once more, when it ends: a watch sees ADDED
+    Running, then MODIFIED Succeeded with the container's result, and nothing in between."""
     annotations = declare(app=[exec_notifier("brief", "sleep 1; echo done")])
     pod = cluster.deploy(namespace, "watched", annotations=annotations)[0]["metadata"]["name"]
     phases: list[str] = []
@@ -54,11 +56,12 @@ def test_watch_sees_pending_running_succeeded_in_order(cluster: Cluster, namespa
                 if event["object"]["metadata"]["name"] != name:
                     continue
                 phase = event["object"]["status"]["phase"]
-                if not phases or phases[-1] != phase:
-                    phases.append(phase)
+                phases.append(f"{event['type']} {phase}")
                 if phase in ("Succeeded", "Failed"):
+                    final = event["object"]["status"]
                     break
-    assert phases == ["Pending", "Running", "Succeeded"]
+    assert phases == ["ADDED Running", "MODIFIED Succeeded"]
+    assert final["containers"][0]["stdout"] == "done\n"
 
 
 def test_kubectl_get_watch_streams_rows(cluster: Cluster, namespace: str) -> None:

@@ -52,7 +52,8 @@ def admission_with(capacity: bool) -> tuple[admission.Admission, Store, Runner]:
 
 
 ADMITTED = admission.Admitted(
-    record={"metadata": {"namespace": "ns", "generateName": "p-q-"}, "spec": {}, "status": {}},
+    record={"metadata": {"namespace": "ns", "generateName": "p-q-"},
+            "spec": {"requestedBy": {"username": "alice"}}, "status": {}},
     pod={"metadata": {"namespace": "ns", "name": "p", "uid": "u1"},
          "status": {"phase": "Running"}},
     containers=(), timeouts={}, tail_bytes=4096)
@@ -75,7 +76,7 @@ async def test_room_stores_the_record_and_starts_its_run() -> None:
     assert created["metadata"]["name"] == "r-1"
     (plan,) = runner.started
     assert (plan.namespace, plan.record, plan.pod, plan.pod_uid) == ("ns", "r-1", "p", "u1")
-    assert plan.pod_not_running == ""
+    assert (plan.pod_not_running, plan.requester) == ("", "alice")
 
 
 def stored_admission(database: SqliteDatabase, capacity: bool = True
@@ -98,8 +99,9 @@ def admitted(notifier: str = "quiesce", **labels: str) -> admission.Admitted:
         record={"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
                 "metadata": {"namespace": "ns", "generateName": f"p-{notifier}-",
                              "labels": labels},
-                "spec": {"podName": "p", "podUID": "u1", "notifier": notifier},
-                "status": {"phase": "Pending"}},
+                "spec": {"podName": "p", "podUID": "u1", "notifier": notifier,
+                         "requestedBy": {"username": "alice"}},
+                "status": {"phase": "Running"}},
         pod=ADMITTED.pod, containers=(), timeouts={}, tail_bytes=4096)
 
 

@@ -95,7 +95,8 @@ MISTAKES = {
         _replace("WORKDIR /opt/container-notifier\n",
                  "WORKDIR /opt/container-notifier\nRUN rm -rf /opt\n"),
         "`rm -rf /opt` removes the WORKDIR /opt/container-notifier"),
-    "missing copy source": (_replace("COPY pyproject.toml LICENSE ./", "COPY pyproject.toml LICENSE README.md ./"),
+    "missing copy source": (_replace("COPY pyproject.toml LICENSE ./",
+                                     "COPY pyproject.toml LICENSE README.md ./"),
                             "COPY source 'README.md' does not exist"),
     "package not copied": (_replace("COPY certs ./certs\n", ""),
                            "builds /src, but no COPY put certs at /src/certs"),
@@ -135,7 +136,8 @@ MISTAKES = {
                                            "image.version='0.1.0' does not come from a build"),
     "license unlike pyproject": (_replace('licenses="Apache-2.0"', 'licenses="MIT"'),
                                  "pyproject.toml declares 'Apache-2.0'"),
-    "unknown instruction": (_replace("COPY pyproject.toml LICENSE ./", "ADD pyproject.toml LICENSE ./"),
+    "unknown instruction": (_replace("COPY pyproject.toml LICENSE ./",
+                                     "ADD pyproject.toml LICENSE ./"),
                             "ADD is not an instruction"),
 }
 

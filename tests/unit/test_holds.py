@@ -343,18 +343,19 @@ class Held:
     runner: Runner
 
     async def start(self, *containers: str, max_hold: int = 60, timeout: int = 30) -> str:
-        record = records.new_record(records.RecordRequest(
+        record = records.mark_running(records.new_record(records.RecordRequest(
             namespace=NS, pod="db-0", pod_uid="uid-0", notifier="lock",
             containers=list(containers), requested_containers=None, timeout_seconds=None,
             ttl_seconds_after_finished=3600, name="", generate_name="", labels={},
-            requested_by=UserInfo("u"), max_hold_seconds=max_hold))
+            requested_by=UserInfo("u"), max_hold_seconds=max_hold)), records.now())
         created = await self.store.create(record)
         notifier = Notifier("lock", timeout, ExecAction(("sh", "-c", "echo ready")),
                             Hold(max_hold, "locked"))
         name = created["metadata"]["name"]
         self.runner.start(Plan(NS, name, "db-0", "uid-0", tuple(
             ContainerPlan(c, notifier, f"cid-{c}") for c in containers),
-            {c: timeout for c in containers}, 4096, max_hold_seconds=max_hold))
+            {c: timeout for c in containers}, 4096, max_hold_seconds=max_hold,
+            requester="u"))
         await _until(lambda: all(c in self.holding.commands for c in containers))
         return name
 

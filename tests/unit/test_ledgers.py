@@ -28,7 +28,7 @@ from apiserver.notifier.housekeeping import (
     recover_interrupted,
 )
 from apiserver.notifier.stopping import Stopped
-from apiserver.registry.errors import AlreadyExists, Conflict, TooManyRequests
+from apiserver.registry.errors import AlreadyExists, Conflict, NotFound, TooManyRequests
 from apiserver.registry.kube_store import (
     STORAGE_GROUP,
     STORAGE_VERSION,
@@ -210,7 +210,11 @@ async def test_runs_that_finish_meanwhile_never_exceed_k(replicas: Replicas) -> 
 
     assert created >= K
     assert unfinished_seen and max(unfinished_seen) <= K
-    assert await run_names(replicas.a) == []
+    # Finishing wrote no ledger: the runs still listed are over, and the next create drops them.
+    for name in await run_names(replicas.a):
+        assert records.is_finished(await replicas.a.get_current(NS, name))
+    after = await replicas.b.create_bounded(record("after"), max_per_pod=K)
+    assert await run_names(replicas.a) == [after["metadata"]["name"]]
 
 
 # Leaving the ledger
@@ -222,7 +226,8 @@ async def test_a_finished_record_frees_its_run(replicas: Replicas) -> None:
 
     await replicas.a.guaranteed_update(NS, first["metadata"]["name"], finish)
 
-    assert await run_names(replicas.a) == []
+    # Finishing wrote no ledger; the next create, through either replica, drops the run.
+    assert await run_names(replicas.a) == [first["metadata"]["name"]]
     second = await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
     assert await run_names(replicas.b) == [second["metadata"]["name"]]
 
@@ -253,7 +258,7 @@ async def test_a_crash_between_ledger_and_record_is_cleared_after_the_grace(
     """Replica a added its run and stopped before it created the record."""
     a = replicas.a
     await a.ledgers.add(NS, "web-0", "uid-web-0", a.ledgers.new_run("ghost", "quiesce", a.replica),
-                        admit=lambda runs: None, unfinished=lambda name: True)
+                        admit=lambda runs: None, known=lambda name: None)
 
     with pytest.raises(Conflict):  # within the grace, the record may be being created
         await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
@@ -263,11 +268,9 @@ async def test_a_crash_between_ledger_and_record_is_cleared_after_the_grace(
     assert await run_names(replicas.b) == [created["metadata"]["name"]]
 
 
-async def test_a_finished_run_left_on_the_ledger_is_cleared_after_the_grace(
-    replicas: Replicas,
-) -> None:
-    """The record finished but its run stayed (its removal failed); after the grace it counts no
-    more, while a run of an unfinished record of any age does."""
+async def test_a_finished_run_left_on_the_ledger_counts_no_more(replicas: Replicas) -> None:
+    """A finished record's run stays listed (finishing writes no ledger) and counts no more,
+    while a run of an unfinished record of any age does."""
     done = await replicas.a.create_bounded(record("quiesce"), max_per_pod=2)
     busy = await replicas.a.create_bounded(record("flush"), max_per_pod=2)
     await replicas.a.guaranteed_update(NS, busy["metadata"]["name"], lambda r: {
@@ -447,7 +450,7 @@ async def test_the_collector_deletes_ledgers_of_gone_pods_once_empty(replicas: R
     await replicas.a.guaranteed_update(NS, gone["metadata"]["name"], finish)
     await replicas.a.ledgers.add(NS, "gone-1", "uid-gone-1",
                                  replicas.a.ledgers.new_run("ghost", "quiesce", "replica-a"),
-                                 admit=lambda runs: None, unfinished=lambda name: True)
+                                 admit=lambda runs: None, known=lambda name: None)
     pods: Any = FakePods({(NS, "web-0"): "uid-web-0"})
 
     assert (await collect_once(replicas.b, pods, 3600, K)).ledgers == 1  # gone-1's run is new
@@ -503,6 +506,31 @@ async def test_a_lagging_replica_decides_on_the_live_ledger(
     created = await b.create_bounded(record("quiesce"), max_per_pod=2)  # its cache says 409
 
     assert len(await run_names(a)) == 2 and created["metadata"]["name"] in await run_names(a)
+
+
+async def test_a_replica_whose_cache_lags_a_final_write_reads_the_record_before_refusing(
+    lagging: tuple[PodNotifierStore, PodNotifierStore, asyncio.Event],
+) -> None:
+    """A client waits for its run through replica a, then asks again through replica b, whose
+    cache has not seen the final write: b reads the record from the storage and admits."""
+    a, b, delivery = lagging
+    first = await a.create_bounded(record("quiesce"), max_per_pod=1)
+    await until(lambda: _has_record(b, first["metadata"]["name"]))
+    delivery.clear()
+    await a.guaranteed_update(NS, first["metadata"]["name"], finish)
+    assert not records.is_finished(await b.get(NS, first["metadata"]["name"]))  # b lags
+
+    second = await b.create_bounded(record("quiesce"), max_per_pod=1)
+
+    assert await run_names(a) == [second["metadata"]["name"]]
+
+
+async def _has_record(store: PodNotifierStore, name: str) -> bool:
+    try:
+        await store.get(NS, name)
+    except NotFound:
+        return False
+    return True
 
 
 async def test_a_lagging_replica_has_no_ledger_in_its_cache(

@@ -147,17 +147,17 @@ class Setup:
 
     async def plan(self, *containers: str, not_running: dict[str, str] | None = None,
                    pod_not_running: str = "", signal: bool = False) -> Plan:
-        record = records.new_record(records.RecordRequest(
+        record = records.mark_running(records.new_record(records.RecordRequest(
             namespace=NS, pod="db-0", pod_uid="uid-0", notifier="quiesce",
             containers=list(containers), requested_containers=None, timeout_seconds=None,
             ttl_seconds_after_finished=3600, name="", generate_name="", labels={},
-            requested_by=records.UserInfo("u", "", [])))
+            requested_by=records.UserInfo("u", "", []))), records.now())
         created = await self.store.create(record)
         action = SignalAction("SIGHUP") if signal else ExecAction(("/bin/sh", "-c", "true"))
         return Plan(NS, created["metadata"]["name"], "db-0", "uid-0", tuple(
             ContainerPlan(c, Notifier("quiesce", 30, action), f"cid-{c}",
                           (not_running or {}).get(c, "")) for c in containers),
-            {c: 30 for c in containers}, 4096, pod_not_running)
+            {c: 30 for c in containers}, 4096, pod_not_running, requester="u")
 
     async def run(self, plan: Plan) -> dict[str, Any]:
         self.runner.start(plan)
@@ -278,12 +278,20 @@ async def test_the_final_state_is_retried_until_stored(
     assert setup.runner.has_capacity()
 
 
-async def test_progress_writes_that_fail_do_not_fail_the_run(setup: Setup) -> None:
-    setup.flaky.failing = lambda updated: not records.is_finished(updated)
+async def test_a_run_writes_its_record_once_when_it_ends(setup: Setup) -> None:
+    """Admission creates the record Running: the run's only write is its final state, with
+    every container's result (no write per container in between)."""
+    written: list[dict[str, Any]] = []
+
+    def note(updated: dict[str, Any]) -> bool:
+        written.append(updated)
+        return False
+
+    setup.flaky.failing = note
     done = await setup.run(await setup.plan("app", "sidecar"))
     assert done["status"]["phase"] == "Succeeded"
-    assert [c["stdout"] for c in done["status"]["containers"]] == ["ok\n", "ok\n"]
-    assert setup.flaky.failures >= 3  # Running, and each container's result
+    assert len(written) == 1 and records.is_finished(written[0])
+    assert [c["stdout"] for c in written[0]["status"]["containers"]] == ["ok\n", "ok\n"]
 
 
 async def test_a_record_deleted_mid_run_ends_the_run(setup: Setup) -> None:
