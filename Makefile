@@ -101,7 +101,7 @@ demo: venv $(HAPROXY)
 	bash hack/demo.sh
 
 bench: venv $(HAPROXY)
-	PYTHONPATH=$(CURDIR)/hack:$(CURDIR) $(PY) hack/bench.py
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR) $(PY) hack/bench.py $(BENCH_ARGS)
 
 cluster-up: venv $(HAPROXY)
 	$(PY) -m localcluster up

@@ -1,5 +1,6 @@
 """make bench: container-notifier against raw pods/exec, measured in one run on the local
-control plane. Prints a table and writes bench-results/notify.json.
+control plane. Prints a table and writes bench-results/bench.json (with --quick: latency,
+requests and CPU per notify only, small N, bench-results/bench-quick.json), with the git commit.
 
 Figures:
 - latency p50/p95 of one notify (waitSeconds, trivial command) through the aggregator, against
@@ -7,6 +8,11 @@ Figures:
   the ratio notify/exec is the figure that matters;
 - throughput at 1, 8 and 32 concurrent callers, for both (each caller has its own pod, since a
   notifier may not run twice at once on one pod);
+- kube-apiserver requests per notify and per raw exec (its apiserver_request_total), by verb
+  and resource, writes apart from reads: N sequential operations plus a trailing window for
+  asynchronous writes, minus the background rate of a quiet interval of the same length;
+- CPU milliseconds per notify and per raw exec of every process of the plane and of this client
+  (/proc/<pid>/stat of the recorded pids and their descendants), and each one's idle rate;
 - the server's peak RSS (VmHWM, the largest replica's) after 10,000 notifications, and records
   kept per pod;
 - a Notification over 1000 pods at parallelism 1, 10 and 50, against a sequential loop of raw
@@ -20,9 +26,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import ssl
 import statistics
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -33,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
 from localcluster import __main__ as localcluster
-from localcluster import haproxy, pki, plane
+from localcluster import haproxy, pki, plane, processes
 from localcluster.layout import REPO_ROOT, Layout, Ports
 from tests.support.kube import Cluster, User, wait_until
 
@@ -112,42 +120,106 @@ def server_memory(layout: Layout) -> dict[str, int]:
     return fields
 
 
-WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
+READ_VERBS = frozenset({"GET", "LIST", "WATCH", "WATCHLIST"})
+TRAILING_SECONDS = 3.0
+"""How long after the last operation writes are still counted (asynchronous Events, trims)."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def kube_writes(cluster: Cluster) -> Counter[str]:
-    """kube-apiserver's write requests so far (its apiserver_request_total), by resource
-    (``group/resource[/subresource]``)."""
+def kube_requests(cluster: Cluster) -> Counter[tuple[str, str]]:
+    """kube-apiserver's resource requests so far (its apiserver_request_total), by verb and
+    ``group/resource[/subresource]``; non-resource requests (its /metrics) are left out."""
     with cluster.admin() as kube:
         text = kube.get("/metrics").text
-    writes: Counter[str] = Counter()
+    counts: Counter[tuple[str, str]] = Counter()
     for family in text_string_to_metric_families(text):
-        if family.name != "apiserver_request":
-            continue
         for sample in family.samples:
             labels = sample.labels
-            if sample.name == "apiserver_request_total" and labels.get("verb") in WRITE_VERBS:
-                resource = "/".join(part for part in (
-                    labels.get("group") or "core", labels.get("resource", ""),
-                    labels.get("subresource", "")) if part)
-                writes[resource] += int(sample.value)
-    return writes
+            if sample.name != "apiserver_request_total" or not labels.get("resource"):
+                continue
+            resource = "/".join(part for part in (
+                labels.get("group") or "core", labels["resource"],
+                labels.get("subresource", "")) if part)
+            counts[(labels["verb"], resource)] += int(sample.value)
+    return counts
 
 
-async def writes_per_notify(cluster: Cluster, bench: Bench, count: int) -> dict:
-    """Write requests kube-apiserver served during `count` sequential notifies, by resource
-    and per notify; Leases are the replicas' heartbeats and the leader's renewals, which run
-    whether or not anything is notified, so they are reported as a rate of their own."""
-    before, start = kube_writes(cluster), time.perf_counter()
+def plane_cpu_ticks(layout: Layout) -> dict[str, int]:
+    """utime+stime, plus that of reaped children (cutime+cstime), of every recorded process of
+    the plane and its live descendants (kwok runs under unshare and a PID 1; the commands it
+    execs are its children), and of this bench client, in clock ticks."""
+    parents: dict[int, int] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            stats[int(entry.name)], parents[int(entry.name)] = fields, int(fields[1])
+
+    def tree_ticks(pid: int) -> int:
+        fields = stats.get(pid)
+        own = sum(int(f) for f in fields[11:15]) if fields else 0
+        return own + sum(tree_ticks(c) for c, parent in parents.items() if parent == pid)
+
+    ticks = {proc.name: tree_ticks(proc.pid) for proc in processes.load(layout.state_file)
+             if processes.is_alive(proc)}
+    return ticks | {"bench client": tree_ticks(os.getpid())}
+
+
+def per_op(delta: Counter[tuple[str, str]], background: dict[tuple[str, str], float],
+           seconds: float, count: int) -> dict[str, dict[str, float]]:
+    """Requests per operation by verb class, then ``VERB resource``, background subtracted."""
+    out: dict[str, dict[str, float]] = {"writes": {}, "reads": {}, "other": {}}
+    for key in sorted(set(delta) | set(background)):
+        value = (delta[key] - background.get(key, 0.0) * seconds) / count
+        if abs(value) >= 0.005:
+            verb = key[0]
+            kind = "writes" if verb in WRITE_VERBS else "reads" if verb in READ_VERBS else "other"
+            out[kind][f"{verb} {key[1]}"] = value
+    return out
+
+
+async def cost(cluster: Cluster, call: Callable[[str], Awaitable[None]], pods: list[str],
+               count: int) -> dict:
+    """kube-apiserver requests and the plane's CPU per operation over `count` sequential
+    operations: the load window plus TRAILING_SECONDS after it, minus the background rate
+    measured in a quiet interval of the same length right after (no load)."""
+    requests, cpu = kube_requests(cluster), plane_cpu_ticks(cluster.layout)
+    start = time.perf_counter()
     for i in range(count):
-        await bench.notify(bench.pods[i % len(bench.pods)])
+        await call(pods[i % len(pods)])
+    load_seconds = time.perf_counter() - start
+    cpu_after = plane_cpu_ticks(cluster.layout)
+    await asyncio.sleep(TRAILING_SECONDS)
+    window = kube_requests(cluster) - requests
     seconds = time.perf_counter() - start
-    delta = kube_writes(cluster) - before
-    leases = sum(n for resource, n in delta.items() if "/leases" in resource)
-    per_notify = {resource: n / count for resource, n in sorted(delta.items())
-                  if "/leases" not in resource}
-    return {"notifies": count, "seconds": seconds, "by_resource": per_notify,
-            "total": sum(per_notify.values()), "lease_writes_per_second": leases / seconds}
+    quiet_requests, quiet_cpu = kube_requests(cluster), plane_cpu_ticks(cluster.layout)
+    await asyncio.sleep(seconds)
+    idle_cpu = plane_cpu_ticks(cluster.layout)  # before the scrape: its parsing is not idle
+    background = {k: n / seconds for k, n in (kube_requests(cluster) - quiet_requests).items()}
+    by_class = per_op(window, background, seconds, count)
+    return {
+        "operations": count, "load_seconds": load_seconds, "window_seconds": seconds,
+        "requests_per_op": by_class,
+        "writes_per_op": sum(by_class["writes"].values()),
+        "background_per_second": {f"{v} {r}": n for (v, r), n in sorted(background.items())},
+        "cpu_ms_per_op": {name: (cpu_after[name] - cpu[name]) * 1000 / CLOCK_TICKS / count
+                          for name in cpu if name in cpu_after},
+        "idle_cpu_ms_per_second": {
+            name: (idle_cpu[name] - quiet_cpu[name]) * 1000 / CLOCK_TICKS / seconds
+            for name in quiet_cpu if name in idle_cpu},
+    }
+
+
+def git_state() -> dict:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, check=True, text=True,
+                              stdout=subprocess.PIPE).stdout.strip()
+    return {"commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 async def replica_scaling(cluster: Cluster, bench: Bench, callers: int, total: int) -> dict:
@@ -191,15 +263,28 @@ async def run(args: argparse.Namespace) -> dict:
         localcluster.up(layout, ports, localcluster.NODE_COUNT)
     cluster = Cluster(layout, ports, localcluster.build_binaries())
     pki.ensure(layout, ports)
-    user, pods = setup(cluster, max(args.concurrency))
+    user, pods = setup(cluster, 1 if args.quick else max(args.concurrency))
     bench = Bench(cluster, user, pods)
-    results: dict = {"latency_seconds": {}, "throughput_per_second": {}}
+    results: dict = {"git": git_state(), "quick": args.quick, "latency_seconds": {}}
     for name, call in (("notify", bench.notify), ("exec", bench.exec)):
         await bench.latencies(call, 10)  # warm up connections and caches
         samples = await bench.latencies(call, args.latency_samples)
         results["latency_seconds"][name] = {"p50": percentile(samples, 0.5),
                                             "p95": percentile(samples, 0.95),
                                             "mean": statistics.fmean(samples)}
+    results["cost"] = {name: await cost(cluster, call, pods, args.cost_samples)
+                       for name, call in (("notify", bench.notify), ("exec", bench.exec))}
+    if not args.quick:
+        await full_run(cluster, bench, args, results)
+    await bench.http.aclose()
+    return results
+
+
+async def full_run(cluster: Cluster, bench: Bench, args: argparse.Namespace,
+                   results: dict) -> None:
+    """The figures beyond --quick: throughput, replica scaling, memory, records, fan-out."""
+    pods = bench.pods
+    results["throughput_per_second"] = {}
     for callers in args.concurrency:
         results["throughput_per_second"][str(callers)] = {
             name: await bench.throughput(call, callers, args.throughput_requests)
@@ -208,7 +293,6 @@ async def run(args: argparse.Namespace) -> dict:
     results["replicas_throughput_per_second"] = {
         "callers": callers,
         **await replica_scaling(cluster, bench, callers, args.throughput_requests)}
-    results["kube_writes"] = await writes_per_notify(cluster, bench, args.write_samples)
     start = time.perf_counter()
     done = 0
     while done < args.notifications:
@@ -216,7 +300,7 @@ async def run(args: argparse.Namespace) -> dict:
         await asyncio.gather(*(bench.notify(pod) for pod in pods[:batch]))
         done += batch
     results["bulk"] = {"notifications": done, "seconds": time.perf_counter() - start,
-                       **server_memory(layout)}
+                       **server_memory(cluster.layout)}
     per_pod = []
     for pod in pods:
         listed = (await bench.http.get(f"{API}/namespaces/{NAMESPACE}/podnotifiers",
@@ -225,8 +309,6 @@ async def run(args: argparse.Namespace) -> dict:
     results["records_per_pod"] = {"max": max(per_pod), "min": min(per_pod)}
     if args.fanout_pods:
         results["fanout"] = await fanout(cluster, bench, args)
-    await bench.http.aclose()
-    return results
 
 
 async def fanout(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> dict:
@@ -271,6 +353,8 @@ def report(results: dict) -> str:
     for key in ("p50", "p95"):
         n, e = lat["notify"][key], lat["exec"][key]
         lines.append(f"| latency {key} | {n * 1000:.1f} ms | {e * 1000:.1f} ms | {n / e:.2f} |")
+    if results["quick"]:
+        return "\n".join(lines + cost_report(results["cost"]))
     for callers, row in results["throughput_per_second"].items():
         lines.append(f"| throughput, {callers} callers | {row['notify']:.1f}/s | "
                      f"{row['exec']:.1f}/s | {row['notify'] / row['exec']:.2f} |")
@@ -278,12 +362,6 @@ def report(results: dict) -> str:
     for replicas in sorted(key for key in scaling if key != "callers"):
         lines.append(f"| notify throughput, {scaling['callers']} callers, {replicas} "
                      f"replica{'s' if replicas != '1' else ''} | {scaling[replicas]:.1f}/s | | |")
-    writes = results["kube_writes"]
-    lines.append(f"| kube-apiserver writes per notify | {writes['total']:.2f} | | |")
-    for resource, per in writes["by_resource"].items():
-        lines.append(f"| - {resource} | {per:.2f} | | |")
-    lines.append(f"| Lease writes (heartbeats, leader), per second | "
-                 f"{writes['lease_writes_per_second']:.2f} | | |")
     bulk = results["bulk"]
     lines.append(f"| server peak RSS after {bulk['notifications']} notifications | "
                  f"{bulk['VmHWM'] / 2**20:.1f} MiB (now {bulk['VmRSS'] / 2**20:.1f} MiB) | | |")
@@ -302,7 +380,36 @@ def report(results: dict) -> str:
         memory = fan["server_memory"]
         lines.append(f"\nserver peak RSS during the fan-out runs: {memory['VmHWM'] / 2**20:.1f} "
                      f"MiB; Notification object {fan['object_bytes']} bytes")
-    return "\n".join(lines)
+    return "\n".join(lines + cost_report(results["cost"]))
+
+
+def cost_report(costs: dict) -> list[str]:
+    """kube-apiserver requests and CPU per operation, notify against raw exec."""
+    notify, exec_ = costs["notify"], costs["exec"]
+    lines = ["", f"kube-apiserver writes per notify: {notify['writes_per_op']:.2f} (target <= 3)",
+             "", f"kube-apiserver requests per operation ({notify['operations']} sequential "
+             f"each, + {TRAILING_SECONDS:.0f} s trailing, background subtracted):", "",
+             "| class | verb resource | per notify | per raw exec |", "|---|---|---|---|"]
+    for kind in ("writes", "reads", "other"):
+        keys = sorted(set(notify["requests_per_op"][kind]) | set(exec_["requests_per_op"][kind]))
+        for key in keys:
+            n = notify["requests_per_op"][kind].get(key, 0.0)
+            e = exec_["requests_per_op"][kind].get(key, 0.0)
+            lines.append(f"| {kind} | {key} | {n:.2f} | {e:.2f} |")
+        total_n = sum(notify["requests_per_op"][kind].values())
+        total_e = sum(exec_["requests_per_op"][kind].values())
+        lines.append(f"| {kind} | **total** | {total_n:.2f} | {total_e:.2f} |")
+    lines += ["", "background (quiet interval, no load), requests per second: " + ", ".join(
+        f"{key} {rate:.2f}" for key, rate in notify["background_per_second"].items()
+        if rate >= 0.01), "", "| process | CPU ms per notify | CPU ms per raw exec | "
+        "idle CPU ms/s |", "|---|---|---|---|"]
+    for name, ms in notify["cpu_ms_per_op"].items():
+        lines.append(f"| {name} | {ms:.2f} | {exec_['cpu_ms_per_op'].get(name, 0.0):.2f} | "
+                     f"{notify['idle_cpu_ms_per_second'].get(name, 0.0):.1f} |")
+    lines.append(f"| **all** | {sum(notify['cpu_ms_per_op'].values()):.2f} | "
+                 f"{sum(exec_['cpu_ms_per_op'].values()):.2f} | "
+                 f"{sum(notify['idle_cpu_ms_per_second'].values()):.1f} |")
+    return lines
 
 
 def main() -> None:
@@ -312,15 +419,25 @@ def main() -> None:
     parser.add_argument("--throughput-requests", type=int, default=320,
                         help="requests per throughput measurement, split across callers")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--write-samples", type=int, default=200,
-                        help="sequential notifies around which kube-apiserver's writes are read")
+    parser.add_argument("--quick", action="store_true",
+                        help="notify figures only (latency, kube-apiserver requests, CPU), "
+                        "small N: under two minutes on a warm plane")
+    parser.add_argument("--cost-samples", type=int, default=None,
+                        help="sequential operations around which kube-apiserver's requests and "
+                        "CPU are read (default 200, 50 with --quick)")
     parser.add_argument("--notifications", type=int, default=10_000,
                         help="notifications before reading the server's peak RSS")
     parser.add_argument("--fanout-pods", type=int, default=1000,
                         help="pods of the fan-out benchmark (0 skips it)")
     parser.add_argument("--fanout-parallelism", type=int, nargs="+", default=[1, 10, 50])
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench-results" / "bench.json")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="default bench-results/bench.json (bench-quick.json with --quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.latency_samples = min(args.latency_samples, 50)
+    args.cost_samples = args.cost_samples or (50 if args.quick else 200)
+    args.output = args.output or REPO_ROOT / "bench-results" / (
+        "bench-quick.json" if args.quick else "bench.json")
     results = asyncio.run(run(args))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2))
