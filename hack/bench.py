@@ -159,13 +159,18 @@ def plane_cpu_ticks(layout: Layout) -> dict[str, int]:
                 continue
             stats[int(entry.name)], parents[int(entry.name)] = fields, int(fields[1])
 
+    plane = [proc for proc in processes.load(layout.state_file) if processes.is_alive(proc)]
+    recorded = {proc.pid for proc in plane}
+
     def tree_ticks(pid: int) -> int:
+        """The process and its descendants, except the plane's recorded processes (a bench
+        that started the plane is their parent: they are counted once, under their names)."""
         fields = stats.get(pid)
         own = sum(int(f) for f in fields[11:15]) if fields else 0
-        return own + sum(tree_ticks(c) for c, parent in parents.items() if parent == pid)
+        return own + sum(tree_ticks(c) for c, parent in parents.items()
+                         if parent == pid and c not in recorded)
 
-    ticks = {proc.name: tree_ticks(proc.pid) for proc in processes.load(layout.state_file)
-             if processes.is_alive(proc)}
+    ticks = {proc.name: tree_ticks(proc.pid) for proc in plane}
     return ticks | {"bench client": tree_ticks(os.getpid())}
 
 
