@@ -189,12 +189,10 @@ async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_
     trimmed = await store.trim_all(max_records_per_pod)
     orphaned = ledgers = 0
     if scan_orphans and pods.synced.is_set():
-        # Ledgers first: a run whose record is still there, finished, is over and dropped;
-        # once the record is deleted below, only the ledgers' grace would tell.
         for ledger in await store.ledgers.all():
             if not pods.gone(ledger.namespace, ledger.pod, ledger.pod_uid):
                 continue
-            current = await store.prune(ledger) if ledger.runs else ledger
+            current = await store.prune_gone(ledger) if ledger.runs else ledger
             if current is not None and not current.runs:
                 ledgers += await store.ledgers.delete_empty(current)
         token = ""

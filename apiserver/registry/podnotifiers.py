@@ -259,11 +259,13 @@ class PodNotifierStore(ObjectStore):
         except NotFound:
             return None
 
-    async def prune(self, ledger: Ledger) -> Ledger | None:
-        """Drop the ledger's runs that are over or stale (``registry/ledgers.py``); the ledger
-        after, None if it is gone."""
-        return await self.ledgers.prune(
-            ledger, await self._known_of(ledger.namespace, ledger.pod))
+    async def prune_gone(self, ledger: Ledger) -> Ledger | None:
+        """Drop the runs of the ledger of a pod that is gone, but those of records known
+        unfinished: no run can be admitted for a gone pod, so a run whose record is absent is
+        over, within the grace too (its record finished and was deleted with the namespace,
+        say). The ledger after, None if it is gone."""
+        known = await self._known_of(ledger.namespace, ledger.pod)
+        return await self.ledgers.prune(ledger, lambda record: bool(known(record)))
 
     async def trim(self, namespace: str, pod: str, max_per_pod: int) -> int:
         """Delete the pod's oldest finished records beyond ``max_per_pod``; how many."""
