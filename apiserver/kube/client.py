@@ -132,9 +132,11 @@ class KubeClient:
     async def put(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self._request("PUT", path, json=body)
 
-    async def delete(self, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """DELETE `path`; `body` is DeleteOptions (preconditions, propagationPolicy)."""
-        return await self._request("DELETE", path, json=body)
+    async def delete(self, path: str, body: Mapping[str, Any] | None = None,
+                     params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """DELETE `path` (an object, or a collection selected by `params`); `body` is
+        DeleteOptions (preconditions, propagationPolicy)."""
+        return await self._request("DELETE", path, params=params, json=body)
 
     async def patch(self, path: str, body: Mapping[str, Any],
                     content_type: str = "application/merge-patch+json") -> dict[str, Any]:

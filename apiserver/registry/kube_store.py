@@ -113,6 +113,10 @@ storage namespace, and its collector would delete them as records of pods that d
 DEFAULT_INSTANCE = "container-notifier"
 NAMESPACE_LABEL = f"{STORAGE_GROUP}/namespace"
 """The public object's namespace, on every storage object (to select a namespace's objects)."""
+SEQUENCE_LABEL = f"{STORAGE_GROUP}/sequence"
+"""The storage object's ``sequence`` (creation order), so that one DELETE of the collection can
+select "no later than" a member of a cohort."""
+_FIELD_LABEL_DIGITS = 32
 MAX_NAME_LENGTH = 253
 """A custom resource's name is a DNS-1123 subdomain."""
 _NAME_DIGEST_LENGTH = 16
@@ -135,6 +139,9 @@ class StorageKind:
 
     plural: str
     kind: str
+    indexed_fields: tuple[str, ...] = ()
+    """The public resource's ``indexed_fields``, each mirrored on the storage object as a
+    label (``field_label``), so that kube-apiserver selects a cohort's members itself."""
 
     @property
     def crd_name(self) -> str:
@@ -148,7 +155,29 @@ class StorageKind:
 def storage_kind(resource: ResourceType) -> StorageKind:
     """``podnotifiers`` (``PodNotifier``) is stored as ``storedpodnotifiers``
     (``StoredPodNotifier``)."""
-    return StorageKind(f"stored{resource.plural}", f"Stored{resource.kind}")
+    return StorageKind(f"stored{resource.plural}", f"Stored{resource.kind}",
+                       resource.indexed_fields)
+
+
+def field_label(field: str) -> str:
+    """The storage label that mirrors the public indexed field ``field`` (``spec.podName``:
+    ``storage.notifier.x-k8s.io/spec.podName``)."""
+    return f"{STORAGE_GROUP}/{field}"
+
+
+def field_label_value(value: str) -> str:
+    """A field's value as a label value: the start of its SHA-256 (any text, any length, fits
+    the 63 characters of a label value)."""
+    return hashlib.sha256(value.encode()).hexdigest()[:_FIELD_LABEL_DIGITS]
+
+
+def storage_labels(kind: StorageKind, instance: str, obj: Object, sequence: int
+                   ) -> dict[str, str]:
+    """The labels of the storage object that holds the public object ``obj``."""
+    return {INSTANCE_LABEL: instance, NAMESPACE_LABEL: metadata(obj)["namespace"],
+            SEQUENCE_LABEL: str(sequence),
+            **{field_label(field): field_label_value(field_value(obj, field))
+               for field in kind.indexed_fields}}
 
 
 def storage_name(namespace: str, name: str) -> str:
@@ -177,7 +206,7 @@ def storage_object(kind: StorageKind, storage_namespace: str, instance: str, obj
     inner["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
     stored_meta: dict[str, Any] = {
         "name": storage_name(meta["namespace"], meta["name"]), "namespace": storage_namespace,
-        "labels": {INSTANCE_LABEL: instance, NAMESPACE_LABEL: meta["namespace"]}}
+        "labels": storage_labels(kind, instance, obj, sequence)}
     if meta.get("resourceVersion"):
         stored_meta["resourceVersion"] = meta["resourceVersion"]
     return {"apiVersion": f"{STORAGE_GROUP}/{STORAGE_VERSION}", "kind": kind.kind,
@@ -235,6 +264,9 @@ class _Entry:
     """Creation order (the writing replica's clock in ns, then the name)."""
     storage_uid: str = ""
     """The storage object's own uid (a DELETE's precondition), not the public object's."""
+    labelled: bool = False
+    """Whether the storage object carries the labels of its public object (``storage_labels``;
+    objects written before the field labels existed lack them until their next write)."""
 
 
 @dataclass(frozen=True)
@@ -339,16 +371,47 @@ class KubeObjectStore(ObjectStore):
             return await self._create(prepared)
         namespace = metadata(prepared)["namespace"]
         selector = parse_field_selector(cohort.field_selector, self.resource.selectable_fields)
+        evictable = parse_field_selector(cohort.evictable, self.resource.selectable_fields)
         async with _KeyLock(self._cohort_locks, (namespace, cohort.field_selector)):
             members = sorted((e for e in self._candidates(namespace, selector)
                               if selector.matches(e.object)),
                              key=lambda e: (e.sequence, _key(e.object)))
-            evicted = cohort.decide(copy.deepcopy([e.object for e in members]))
-            for member in evicted:
-                meta = metadata(member)
-                with contextlib.suppress(NotFound):
-                    await self._delete(namespace, meta["name"], "", meta.get("uid", ""))
+            await self._evict(namespace, selector, evictable, cohort.evicted(
+                members, lambda e: evictable.matches(e.object)))
             return await self._create(prepared)
+
+    async def _evict(self, namespace: str, cohort: FieldSelector, evictable: FieldSelector,
+                     evicted: builtins.list[_Entry]) -> None:
+        """Delete a cohort's ``evicted`` members (its oldest evictable ones): the labelled in
+        one DELETE of the collection, selecting by the storage labels the cohort's evictable
+        members no later than the last of them (so one that finished since this replica's
+        cache saw it goes too: it is older than the evicted), the others one by one."""
+        labelled = [entry for entry in evicted if entry.labelled]
+        for entry in evicted:
+            if not entry.labelled:
+                meta = metadata(entry.object)
+                with contextlib.suppress(NotFound, Conflict):
+                    await self._delete(namespace, meta["name"], "", meta.get("uid", ""))
+        if not labelled:
+            return
+        last = max(entry.sequence for entry in labelled)
+        requirements = [storage_selector(self._instance), f"{NAMESPACE_LABEL}={namespace}",
+                        *self._label_requirements(cohort), *self._label_requirements(evictable),
+                        f"{SEQUENCE_LABEL}<{last + 1}"]
+        await self._call("", self._kube.delete(self._path(), params={
+            "labelSelector": ",".join(requirements)}))
+
+    def _label_requirements(self, selector: FieldSelector) -> builtins.list[str]:
+        """A field selector on indexed fields as requirements on their storage labels."""
+        requirements = []
+        for requirement in selector.requirements:
+            if requirement.field not in self.resource.indexed_fields:
+                raise ValueError(f"{self.resource.plural}: a cohort selects on "
+                                 f"{requirement.field!r}, which is not an indexed field")
+            operator = "!=" if requirement.negated else "="
+            requirements.append(f"{field_label(requirement.field)}{operator}"
+                                f"{field_label_value(requirement.value)}")
+        return requirements
 
     async def guaranteed_update(
         self, namespace: str, name: str, mutate: Callable[[Object], Object]
@@ -780,8 +843,11 @@ class KubeObjectStore(ObjectStore):
                 raise Malformed(
                     f"object.metadata names {namespace}/{name}, whose storage object is "
                     f"{expected!r}, not {_storage_name_of(obj)!r}")
-            return _Entry(public_object(self._public(obj)), sequence,
-                          str(metadata(obj).get("uid", "")))
+            public = public_object(self._public(obj))
+            labels = metadata(obj).get("labels") or {}
+            wanted = storage_labels(self._kind, self._instance, public, sequence)
+            return _Entry(public, sequence, str(metadata(obj).get("uid", "")),
+                          all(labels.get(key) == value for key, value in wanted.items()))
 
         entry = decoded(self.resource, stored, envelope)
         if self._decode is not None:

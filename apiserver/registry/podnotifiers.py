@@ -7,9 +7,10 @@ generic interface only:
 - ``create_bounded``: at most one unfinished run per (pod, notifier) (409) and at most K
   unfinished runs per pod (429 with Retry-After), decided on the pod's ledger
   (``registry/ledgers.py``, a guaranteed update, so the rules hold across replicas); then the
-  record is created, making room for it by deleting the pod's oldest finished records through
-  a ``Cohort`` of the pod's records (``spec.podName``, an indexed field), and the pod's records
-  are trimmed to K again shortly after (replicas evicting at once may leave more);
+  record is created, making room for it through a ``Cohort`` of the pod's records
+  (``spec.podName``, an indexed field): at K, the pod's oldest finished records are deleted in
+  one batch, down to half of K with the new one (``eviction_low_water``); the pod's records are
+  trimmed to K again shortly after (replicas evicting at once may leave more);
 - a record deleted unfinished leaves its ledger; one that finishes stays listed until the
   ledger's next change drops it (no write of its own);
 - ``delete_expired``: finished records whose TTL after ``completionTime`` has passed;
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from apiserver.api.types import FINISHED_PHASES
+from apiserver.api.types import FINISHED_PHASES, PHASES
 from apiserver.registry.errors import (
     AlreadyExists,
     Conflict,
@@ -52,7 +53,8 @@ TRIM_DELAY_SECONDS = 1.0
 """After a bounded create, when the pod's records are trimmed to K again."""
 _PAGE = 500
 _UNFINISHED = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
-_NEITHER_PENDING_NOR_RUNNING = "status.phase!=Pending,status.phase!=Running,status.phase!=Held"
+_NEITHER_PENDING_NOR_RUNNING = ",".join(f"status.phase!={phase}" for phase in PHASES
+                                        if phase not in FINISHED_PHASES)
 
 T = TypeVar("T")
 
@@ -186,11 +188,9 @@ class PodNotifierStore(ObjectStore):
         fixed, prefix = meta.get("name"), str(meta.get("generateName", ""))
         pod_uid = str(_part(obj, "spec").get("podUID", ""))
 
-        def evict(records: list[Object]) -> list[Object]:
-            """The oldest finished beyond K, as many as there are: the ledger decided."""
-            excess = len(records) + 1 - max_per_pod
-            return [record for record in records if is_finished(record)][:max(excess, 0)]
-
+        # The ledger decided: the cohort only makes room, among the finished records.
+        cohort = Cohort(f"spec.podName={pod}", _NEITHER_PENDING_NOR_RUNNING, max_per_pod,
+                        eviction_low_water(max_per_pod))
         for _ in range(1 if fixed else GENERATE_NAME_ATTEMPTS):
             name = fixed or generate_name(prefix)
             await self._add_run(namespace, pod, pod_uid,
@@ -198,7 +198,7 @@ class PodNotifierStore(ObjectStore):
             try:
                 return await self._backend.create(
                     {**obj, "metadata": {**meta, "name": name}},
-                    cohort=Cohort(f"spec.podName={pod}", evict))
+                    cohort=cohort)
             except AlreadyExists:
                 await self._release(namespace, pod, name)
                 if fixed:
@@ -451,6 +451,12 @@ class PodNotifierStore(ObjectStore):
             task.cancel()
         self._backend.close()
         self.ledgers.close()
+
+
+def eviction_low_water(max_per_pod: int) -> int:
+    """How many records a pod keeps, the new one included, when a create evicts: half of K
+    (rounded up), so that K // 2 more creates evict nothing and evictions come in batches."""
+    return max(1, max_per_pod - max_per_pod // 2)
 
 
 def _creation_order(record: Object) -> tuple[float, float, str]:

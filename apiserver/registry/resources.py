@@ -37,7 +37,7 @@ class ResourceType:
 
 PODNOTIFIERS = ResourceType(
     "podnotifiers", "PodNotifier", ("spec.podName", "spec.notifier", "status.phase"),
-    indexed_fields=("spec.podName",),
+    indexed_fields=("spec.podName", "status.phase"),
 )
 NOTIFICATIONS = ResourceType("notifications", "Notification", ("spec.notifier", "status.phase"))
 PODLEDGERS = ResourceType("podledgers", "PodLedger")

@@ -103,11 +103,12 @@ class SqliteObjectStore(ObjectStore):
             return await self._write(lambda tx: tx.add(prepared))
         namespace = metadata(prepared)["namespace"]
         selector = parse_field_selector(cohort.field_selector, self.resource.selectable_fields)
+        evictable = parse_field_selector(cohort.evictable, self.resource.selectable_fields)
 
         def create_in_cohort(tx: _Transaction) -> Object:
             members = [stored.object for stored in _cohort(tx.connection, self.resource,
                                                            namespace, selector)]
-            for member in cohort.decide(copy.deepcopy(members)):
+            for member in cohort.evicted(members, evictable.matches):
                 tx.remove(tx.require(namespace, metadata(member)["name"]))
             return tx.add(prepared)
 

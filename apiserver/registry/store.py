@@ -19,7 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from apiserver.registry.errors import NotFound
 from apiserver.registry.objects import already_exists, check_size, checked_new, generate_name
@@ -27,6 +27,7 @@ from apiserver.registry.resources import ResourceType
 from apiserver.registry.watch import Watch
 
 Object = dict[str, Any]
+T = TypeVar("T")
 
 DEFAULT_MAX_OBJECT_BYTES = 256 * 1024
 """The size cap of a stored object (its JSON encoding) unless a store is given another; the API
@@ -44,18 +45,33 @@ class ListResult:
 
 @dataclass(frozen=True)
 class Cohort:
-    """The objects a create is decided against, atomically with the create.
+    """The objects a create makes room among, decided on atomically with the create.
 
     The cohort is the current objects in the new object's namespace that match
-    ``field_selector`` (on the resource's selectable fields; a backend should index the
-    resource's ``indexed_fields`` so this is not a scan).
+    ``field_selector`` (on the resource's ``indexed_fields``, which a backend indexes, so this is
+    not a scan). When it already holds ``limit`` objects or more, its oldest (creation order)
+    that match ``evictable`` (also on indexed fields) are deleted before the create until the
+    cohort, the new object included, holds ``low_water`` (fewer if fewer are evictable): room
+    for ``limit - low_water`` more creates without another eviction, so that evictions come in
+    batches (one request on the Kubernetes backend).
     """
 
     field_selector: str
-    decide: Callable[[list[Object]], Sequence[Object]]
-    """Gets the cohort, oldest first (creation order); returns the members to delete to make
-    room for the new object, or raises a ``StoreError`` to refuse the create. It may run on a
-    worker thread inside the storage transaction: quick, no I/O, no changes to its argument."""
+    evictable: str
+    limit: int
+    low_water: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.low_water <= self.limit:
+            raise ValueError(f"a cohort needs 1 <= low_water <= limit, not low_water "
+                             f"{self.low_water} and limit {self.limit}")
+
+    def evicted(self, members: Sequence[T], evictable: Callable[[T], bool]) -> list[T]:
+        """Of ``members`` (the cohort, oldest first), those to delete before the create."""
+        if len(members) < self.limit:
+            return []
+        excess = len(members) + 1 - self.low_water
+        return [member for member in members if evictable(member)][:excess]
 
 
 class ObjectStore(ABC):
@@ -88,8 +104,8 @@ class ObjectStore(ABC):
     async def create(self, obj: Mapping[str, Any], *, cohort: Cohort | None = None) -> Object:
         """Store a new object (``metadata.namespace`` and a name or generateName required).
 
-        With ``cohort``, atomically: decide against the cohort, delete what ``decide`` returns
-        (each deletion takes its own resourceVersion, before the create's), then create.
+        With ``cohort``, atomically on this server: delete the members ``Cohort.evicted``
+        names (each deletion takes its own resourceVersion, before the create's), then create.
         Raises ``AlreadyExists`` if the name is taken, ``TooLarge`` over the size cap,
         ``Invalid`` without namespace or name, ``BadRequest`` if a resourceVersion is set.
         """

@@ -35,14 +35,14 @@ _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?"
 
 def label_selector(text: str) -> Selector:
     """The matcher of a label selector of comma-separated requirements ``key=value`` (or
-    ``key==value``), ``key!=value``, ``key`` (exists) and ``!key`` (does not exist), as
-    kube-apiserver reads them; ``ValueError`` for anything else (set-based requirements are
-    not needed here)."""
+    ``key==value``), ``key!=value``, ``key<integer``, ``key>integer``, ``key`` (exists) and
+    ``!key`` (does not exist), as kube-apiserver reads them; ``ValueError`` for anything else
+    (set-based requirements are not needed here)."""
     tests: list[Callable[[Mapping[str, str]], bool]] = []
     for raw in text.split(",") if text.strip() else []:
         requirement = raw.strip()
         key, value, test = requirement, "", ""
-        for operator in ("!=", "==", "="):
+        for operator in ("!=", "==", "=", "<", ">"):
             if operator in requirement:
                 key, _, value = (part.strip() for part in requirement.partition(operator))
                 test = operator
@@ -50,12 +50,17 @@ def label_selector(text: str) -> Selector:
         else:
             if requirement.startswith("!"):
                 key, test = requirement[1:].strip(), "!"
-        if not _LABEL_KEY.fullmatch(key) or any(c in value for c in "=!() "):
+        if not _LABEL_KEY.fullmatch(key) or any(c in value for c in "=!() ") or (
+                test in ("<", ">") and not value.isdigit()):
             raise ValueError(f"unable to parse requirement: {requirement!r}")
         if test in ("=", "=="):
             tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
         elif test == "!=":
             tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
+        elif test in ("<", ">"):
+            tests.append(lambda labels, k=key, v=int(value), less=test == "<":
+                         labels.get(k, "").isdigit() and (int(labels[k]) < v) == less
+                         and int(labels[k]) != v)
         elif test == "!":
             tests.append(lambda labels, k=key: k not in labels)
         else:
@@ -141,6 +146,8 @@ class FakeStorageAPI:
                                              "metadata": {"resourceVersion": str(self.rv)}})
         if ns is None:
             return status(404, "NotFound", "the storage resources are namespaced")
+        if request.method == "DELETE" and name is None:
+            return self._delete_collection(plural, ns, request)
         key = (plural, ns, name or "")
         if request.method == "POST":
             assert body is not None
@@ -182,6 +189,24 @@ class FakeStorageAPI:
             return httpx.Response(200, json={"kind": "Status", "status": "Success",
                                              "details": {"name": key[2], "uid": meta["uid"]}})
         return status(405, "MethodNotAllowed", request.method)
+
+    def _delete_collection(self, plural: str, namespace: str, request: httpx.Request
+                           ) -> httpx.Response:
+        try:
+            selected = label_selector(request.url.params.get("labelSelector", ""))
+        except ValueError as error:
+            return status(400, "BadRequest", str(error))
+        gone = []
+        for key, obj in sorted(self.objects.items()):
+            if key[:2] == (plural, namespace) and selected(obj):
+                del self.objects[key]
+                self.rv += 1
+                deleted = copy.deepcopy(obj)
+                deleted["metadata"]["resourceVersion"] = str(self.rv)
+                self._publish(key, "DELETED", deleted)
+                gone.append(obj)
+        return httpx.Response(200, json={"kind": "List", "items": gone,
+                                         "metadata": {"resourceVersion": str(self.rv)}})
 
     def _configmap(self, method: str, namespace: str, name: str | None,
                    body: dict[str, Any] | None) -> httpx.Response:

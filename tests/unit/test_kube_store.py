@@ -24,14 +24,20 @@ from apiserver.registry.errors import (
 from apiserver.registry.kube_store import (
     INSTANCE_LABEL,
     NAMESPACE_LABEL,
+    SEQUENCE_LABEL,
     KubeObjectStore,
+    StorageKind,
     check_installed,
+    field_label,
+    field_label_value,
     storage_kind,
     storage_name,
     storage_object,
 )
 from apiserver.registry.layout_migration import LAYOUT1_INSTANCE_LABEL
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
+from apiserver.registry.store import Cohort
+from apiserver.timestamps import timestamp
 from tests.support.fake_storage_api import FakeStorageAPI, status
 
 STORAGE_NAMESPACE = "cn-storage"
@@ -68,8 +74,10 @@ async def test_records_are_stored_as_custom_resources(store: KubeObjectStore,
     assert (method, path) == ("POST", POD_NOTIFIERS)
     assert body["apiVersion"] == "storage.notifier.x-k8s.io/v1alpha1"
     assert body["kind"] == "StoredPodNotifier"
-    assert body["metadata"] == {"name": "ns.a", "namespace": STORAGE_NAMESPACE,
-                                "labels": {INSTANCE_LABEL: "test", NAMESPACE_LABEL: "ns"}}
+    assert body["metadata"] == {"name": "ns.a", "namespace": STORAGE_NAMESPACE, "labels": {
+        INSTANCE_LABEL: "test", NAMESPACE_LABEL: "ns", SEQUENCE_LABEL: str(body["sequence"]),
+        field_label("spec.podName"): field_label_value(record()["spec"]["podName"]),
+        field_label("status.phase"): field_label_value("Pending")}}
     public = body["object"]["metadata"]
     assert public == {"namespace": "ns", "name": "a", "labels": {"app": "db"},
                       "uid": created["metadata"]["uid"],
@@ -85,6 +93,47 @@ async def test_records_are_stored_as_custom_resources(store: KubeObjectStore,
 def test_storage_kinds() -> None:
     assert storage_kind(PODNOTIFIERS).crd_name == "storedpodnotifiers.storage.notifier.x-k8s.io"
     assert storage_kind(NOTIFICATIONS).kind == "StoredNotification"
+
+
+FINISHED_ONLY = "status.phase!=Pending,status.phase!=Running,status.phase!=Held"
+
+
+async def test_a_cohort_is_evicted_in_one_delete_of_the_collection(
+    store: KubeObjectStore, api: FakeStorageAPI
+) -> None:
+    """Its members are selected by kube-apiserver on the storage labels: the cohort's field,
+    the evictable phases, no later in creation order than the last one evicted."""
+    for name in ("a", "b", "c"):
+        await store.create(record(name, phase="Succeeded"))
+    await store.create(record("d"))
+    before = len(api.writes())
+
+    await store.create(record("e"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 4, 2))
+
+    [(method, path, _), (create, _, _)] = api.writes()[before:]
+    assert (method, path, create) == ("DELETE", POD_NOTIFIERS, "POST")
+    assert sorted(name for (_, _, name) in api.objects) == ["ns.d", "ns.e"]
+    assert [o["metadata"]["name"] for o in (await store.list("ns")).items] == ["d", "e"]
+
+
+async def test_objects_without_the_field_labels_are_evicted_one_by_one(
+    store: KubeObjectStore, api: FakeStorageAPI
+) -> None:
+    """Objects written before the field labels existed: the collection's DELETE would miss
+    them."""
+    kube = api.client()
+    old = {**record("a", phase="Succeeded"), "metadata": {
+        "namespace": "ns", "name": "a", "uid": "u-a", "creationTimestamp": timestamp()}}
+    await kube.post(POD_NOTIFIERS, storage_object(
+        StorageKind("storedpodnotifiers", "StoredPodNotifier"), STORAGE_NAMESPACE, "test", old, 1))
+    await kube.aclose()
+    await store.create(record("b", phase="Succeeded"))
+    before = len(api.writes())
+
+    await store.create(record("c"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 2, 1))
+
+    assert [method for (method, _, _) in api.writes()[before:]] == ["DELETE", "DELETE", "POST"]
+    assert sorted(name for (_, _, name) in api.objects) == ["ns.c"]
 
 
 async def test_unreachable_kube_apiserver_is_storage_unavailable(

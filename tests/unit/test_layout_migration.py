@@ -16,11 +16,11 @@ import pytest
 from apiserver.kube import Connection, KubeClient
 from apiserver.kube.client import KubeRejected
 from apiserver.registry.kube_store import (
-    INSTANCE_LABEL,
     NAMESPACE_LABEL,
     STORAGE_API,
     KubeObjectStore,
     storage_kind,
+    storage_labels,
     storage_name,
     storage_object,
 )
@@ -134,8 +134,9 @@ async def test_every_layout1_object_is_moved_with_its_identity(
         meta = old["metadata"]
         new = moved(api, resource, meta["namespace"], meta["name"])
         assert new is not None, meta["name"]
-        assert new["metadata"]["labels"] == {INSTANCE_LABEL: INSTANCE,
-                                             NAMESPACE_LABEL: meta["namespace"]}
+        assert new["metadata"]["labels"] == storage_labels(
+            storage_kind(resource), INSTANCE, new["object"], new["sequence"])
+        assert new["metadata"]["labels"][NAMESPACE_LABEL] == meta["namespace"]
         assert new["sequence"] == old["sequence"]
         public = new["object"]
         assert public["metadata"] == {

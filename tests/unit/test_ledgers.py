@@ -10,6 +10,7 @@ stored resource has its CRD and the server's RBAC."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from apiserver.registry.kube_store import (
     storage_kind,
 )
 from apiserver.registry.ledgers import GRACE_SECONDS, Ledger
-from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.registry.podnotifiers import PodNotifierStore, eviction_low_water
 from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.store import Object
 from apiserver.server import STORED_RESOURCES
@@ -210,9 +211,11 @@ async def test_runs_that_finish_meanwhile_never_exceed_k(replicas: Replicas) -> 
 
     assert created >= K
     assert unfinished_seen and max(unfinished_seen) <= K
-    # Finishing wrote no ledger: the runs still listed are over, and the next create drops them.
+    # Finishing wrote no ledger: the runs still listed are over (their records finished, or
+    # evicted since), and the next create drops them.
     for name in await run_names(replicas.a):
-        assert records.is_finished(await replicas.a.get_current(NS, name))
+        with contextlib.suppress(NotFound):
+            assert records.is_finished(await replicas.a.get_current(NS, name))
     after = await replicas.b.create_bounded(record("after"), max_per_pod=K)
     assert await run_names(replicas.a) == [after["metadata"]["name"]]
 
@@ -407,23 +410,27 @@ async def test_recovery_ends_own_runs_and_unledgered_records(replicas: Replicas)
 async def test_a_bounded_create_trims_the_pod_to_k_soon_after(
     replicas: Replicas, backend: Backend,
 ) -> None:
-    """Two replicas that evict against the same (stale) records at once leave K + 1: here b's
-    create lands just after c's bounded create; c's trim restores the bound soon after, oldest
-    finished first."""
+    """Two replicas that evict against the same (stale) records at once may leave more than K:
+    here b's creates land just after c's bounded create, evicting nothing, as if late; c's trim
+    restores the bound soon after, oldest finished first."""
     creator = replica(backend, "replica-c", replicas.clock, trim_delay=0.5)
     for i in range(K):
         await replicas.a.create(finished_record(f"old{i}", ago=100 - i))
 
     created = await creator.create_bounded(record("quiesce"), max_per_pod=K)
-    late = await replicas.b.create(record("flush", name="late"))  # evicted nothing, as if late
+    kept = [r["metadata"]["name"] for r in await pod_records(replicas.a)]
+    assert len(kept) == eviction_low_water(K)
+    late = [await replicas.b.create(finished_record(f"late{i}", ago=50 - i))
+            for i in range(K + 1 - len(kept))]
     assert len(await pod_records(replicas.a)) == K + 1
 
     async def bounded() -> bool:
         return len(await pod_records(replicas.a)) <= K
 
     await until(bounded)
+    assert f"old{K - 1}" in kept  # and it is the one trimmed, the oldest finished
     assert sorted(r["metadata"]["name"] for r in await pod_records(replicas.a)) == sorted(
-        [f"old{K - 1}", created["metadata"]["name"], late["metadata"]["name"]])
+        [created["metadata"]["name"], *(r["metadata"]["name"] for r in late)])
     creator.close()
 
 

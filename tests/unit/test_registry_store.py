@@ -18,7 +18,6 @@ from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.sqlite_database import FILE_NAME, SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
-from apiserver.registry.store import Cohort
 from tests.support.stores import names_by_pages
 from tests.unit.test_store_conformance import finished, names, record
 
@@ -234,21 +233,6 @@ async def test_refusals_and_bugs_are_not_storage_failures(database: SqliteDataba
             lambda c: c.execute("INSERT INTO meta (key, value) VALUES ('rv', 0)"))
 
     assert database.writable
-
-
-async def test_storage_failure_inside_a_cohort_decision_is_rolled_back(
-    database: SqliteDatabase, store: SqliteObjectStore
-) -> None:
-    await store.create(record("a"))
-
-    def explode(members: list[dict]) -> list[dict]:
-        raise sqlite3.OperationalError("disk I/O error")
-
-    with pytest.raises(StorageUnavailable, match="disk I/O error"):
-        await store.create(record("b"), cohort=Cohort("spec.podName=web-0", explode))
-
-    assert not database.writable
-    assert names((await store.list("ns")).items) == ["a"]
 
 
 async def test_writable_again_after_space_is_freed_without_other_writes(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from apiserver.registry.errors import (
     TooLarge,
     TooManyRequests,
 )
-from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.registry.podnotifiers import PodNotifierStore, eviction_low_water
 from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS
 from apiserver.registry.store import Cohort, Object, ObjectStore
 from apiserver.registry.watch import Watch, WatchEvent
@@ -802,35 +802,49 @@ async def test_watch_started_between_queued_writes_misses_nothing(backend: Backe
 # Cohort creates (the generic primitive under the per-pod bound)
 
 
-async def test_cohort_create_deletes_what_decide_returns(store: ObjectStore) -> None:
-    for name, pod in [("a", "web-0"), ("b", "web-1"), ("c", "web-0")]:
-        await store.create(record(name, pod=pod))
-    seen: list[list[str]] = []
+FINISHED_ONLY = "status.phase!=Pending,status.phase!=Running,status.phase!=Held"
 
-    def decide(members: list[Object]) -> list[Object]:
-        seen.append(names(members))
-        return members[:1]
 
-    created = await store.create(record("d"), cohort=Cohort("spec.podName=web-0", decide))
+async def test_cohort_create_under_its_limit_evicts_nothing(store: ObjectStore) -> None:
+    for name in "ab":
+        await store.create(finished(record(name)))
 
-    assert seen == [["a", "c"]]  # the pod's records, oldest first
-    assert names((await store.list("ns")).items) == ["b", "c", "d"]
+    await store.create(record("c"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 3, 1))
+
+    assert names((await store.list("ns")).items) == ["a", "b", "c"]
+
+
+async def test_cohort_create_at_its_limit_evicts_the_oldest_evictable_down_to_the_low_water(
+    store: ObjectStore
+) -> None:
+    """Limit 4, low water 2: at 4 members the create leaves 2 (itself included), deleting the
+    oldest finished members of the cohort only: not the unfinished one, not another pod's."""
+    for name, pod, done in [("a", "web-0", True), ("b", "web-1", True), ("c", "web-0", False),
+                            ("d", "web-0", True), ("e", "web-0", True)]:
+        await store.create(finished(record(name, pod=pod)) if done else record(name, pod=pod))
+    cohort = Cohort("spec.podName=web-0", FINISHED_ONLY, 4, 2)
+
+    created = await store.create(record("f"), cohort=cohort)
+
+    assert names((await store.list("ns")).items) == ["b", "c", "f"]
     assert version(created) > version(await store.get("ns", "c"))
+    await store.create(record("g"), cohort=cohort)  # room made for limit - low water
+    assert names((await store.list("ns")).items) == ["b", "c", "f", "g"]
 
 
-async def test_cohort_create_refused_writes_nothing(store: ObjectStore) -> None:
-    before = await store.create(record("a"))
+async def test_cohort_create_keeps_what_it_cannot_evict(store: ObjectStore) -> None:
+    for name in "abc":
+        await store.create(record(name))
 
-    def refuse(members: list[Object]) -> list[Object]:
-        raise TooManyRequests("full")
+    await store.create(record("d"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 2, 1))
 
-    watch = await store.watch("ns", resource_version=before["metadata"]["resourceVersion"])
-    with pytest.raises(TooManyRequests):
-        await store.create(record("b"), cohort=Cohort("spec.podName=web-0", refuse))
+    assert names((await store.list("ns")).items) == ["a", "b", "c", "d"]
 
-    assert names((await store.list("ns")).items) == ["a"]
-    assert await nothing_more(watch)
-    watch.close()
+
+def test_a_cohort_needs_its_low_water_between_one_and_its_limit() -> None:
+    for limit, low_water in [(3, 0), (3, 4)]:
+        with pytest.raises(ValueError, match="low_water"):
+            Cohort("spec.podName=web-0", FINISHED_ONLY, limit, low_water)
 
 
 # The PodNotifier strategy on the backend
@@ -840,19 +854,27 @@ async def pod_records(store: ObjectStore, pod: str) -> list[str]:
     return names((await store.list("ns", field_selector=f"spec.podName={pod}")).items)
 
 
-async def test_bounded_create_evicts_oldest_finished(
+async def test_bounded_create_evicts_oldest_finished_in_a_batch(
     store: ObjectStore, records: PodNotifierStore
 ) -> None:
-    for i in range(3):
+    """K 4: a create that finds 4 records evicts down to half of K, the new one included, so
+    the next K // 2 creates evict nothing."""
+    for i in range(4):
         await store.create(finished(record(f"old{i}", notifier=f"n{i}")))
     await store.create(record("other-pod", pod="web-1", notifier="n9"))
 
-    created = await records.create_bounded(record(notifier="n9"), max_per_pod=3)
+    created = await records.create_bounded(record(notifier="n9"), max_per_pod=4)
 
     assert created["metadata"]["name"].startswith("web-0-n9-")
     kept = await pod_records(store, "web-0")
-    assert kept[:2] == ["old1", "old2"] and len(kept) == 3
+    assert kept[:1] == ["old3"] and len(kept) == 2
     assert len(await pod_records(store, "web-1")) == 1
+    await records.create_bounded(record(notifier="n8"), max_per_pod=4)
+    assert len(await pod_records(store, "web-0")) == 3
+
+
+def test_eviction_keeps_half_of_k_rounded_up() -> None:
+    assert [eviction_low_water(k) for k in (1, 2, 3, 4, 10, 11)] == [1, 1, 2, 2, 5, 6]
 
 
 async def test_bounded_create_refuses_when_all_are_unfinished(
