@@ -178,6 +178,13 @@ class Collected(NamedTuple):
     """Finished records beyond K of their pod."""
     ledgers: int
     """Empty ledgers of pods that no longer exist."""
+    waiting: int = 0
+    """Ledgers of pods that no longer exist still listing runs (of records not yet finished):
+    the next collection scans again for them, though no pod was deleted since."""
+
+    @property
+    def deleted(self) -> bool:
+        return any((self.expired, self.orphaned, self.trimmed, self.ledgers))
 
 
 async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_seconds: int,
@@ -187,7 +194,7 @@ async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_
     on them is current) of pods that no longer exist."""
     expired = await store.delete_expired(datetime.now(UTC), default_ttl_seconds)
     trimmed = await store.trim_all(max_records_per_pod)
-    orphaned = ledgers = 0
+    orphaned = ledgers = waiting = 0
     if scan_orphans and pods.synced.is_set():
         for ledger in await store.ledgers.all():
             if not pods.gone(ledger.namespace, ledger.pod, ledger.pod_uid):
@@ -195,6 +202,8 @@ async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_
             current = await store.prune_gone(ledger) if ledger.runs else ledger
             if current is not None and not current.runs:
                 ledgers += await store.ledgers.delete_empty(current)
+            elif current is not None:
+                waiting += 1
         token = ""
         while True:
             page = await store.list(None, field_selector="status.phase!=Pending,"
@@ -211,24 +220,26 @@ async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_
             token = page.continue_token
             if not token:
                 break
-    return Collected(len(expired), orphaned, trimmed, ledgers)
+    return Collected(len(expired), orphaned, trimmed, ledgers, waiting)
 
 
 async def collect_forever(store: PodNotifierStore, pods: PodDirectory, default_ttl_seconds: int,
                           max_records_per_pod: int, interval: float = COLLECT_INTERVAL_SECONDS
                           ) -> None:
     """Collect every `interval` seconds; scan for orphans only after the pod index has seen a
-    deletion since the last scan (and once at start), not through every record each time."""
+    deletion since the last scan (and once at start), or while the last scan left ledgers of
+    gone pods waiting for their runs to finish, not through every record each time."""
     scanned_at: int | None = None
+    waiting = False
     while True:
         try:
             deletions = pods.deletions
-            scan = pods.synced.is_set() and deletions != scanned_at
+            scan = pods.synced.is_set() and (deletions != scanned_at or waiting)
             collected = await collect_once(store, pods, default_ttl_seconds,
                                            max_records_per_pod, scan)
             if scan:
-                scanned_at = deletions
-            if any(collected):
+                scanned_at, waiting = deletions, bool(collected.waiting)
+            if collected.deleted:
                 log.info("collected records", extra=collected._asdict())
         except Exception:
             log.exception("garbage collection failed; retrying")

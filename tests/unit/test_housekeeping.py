@@ -146,7 +146,7 @@ async def test_collect_deletes_expired_records(store: PodNotifierStore) -> None:
     await store.create(finished("long-ttl", ago=timedelta(seconds=DEFAULT_TTL + 5), ttl=7200))
     pods = FakePods({("prod", "db-0"): "uid-0"})
 
-    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (3, 0, 0, 0)
+    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (3, 0, 0, 0, 0)
 
     assert await names(store) == {"fresh", "long-ttl"}
 
@@ -163,7 +163,7 @@ async def test_collect_deletes_finished_records_of_gone_pods(store: PodNotifierS
     await store.create(record("pending-gone", "Pending", pod="db-1", pod_uid="uid-1"))
     pods = FakePods({("prod", "db-0"): "uid-0", ("prod", "db-2"): "new-uid"})
 
-    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (0, 4, 0, 0)
+    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (0, 4, 0, 0, 0)
 
     assert await names(store) == {"alive", "running-gone", "pending-gone"}
     assert {name for _, name, _ in pods.asked} == {"db-0", "db-1", "db-2"}
@@ -174,7 +174,7 @@ async def test_collect_waits_for_the_pod_index(store: PodNotifierStore) -> None:
     await store.create(finished("expired", ago=timedelta(seconds=DEFAULT_TTL + 1)))
     pods = FakePods({}, synced=False)
 
-    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (1, 0, 0, 0)
+    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (1, 0, 0, 0, 0)
 
     assert await names(store) == {"gone"}
     assert pods.asked == []
@@ -186,6 +186,6 @@ async def test_collect_pages_through_many_records(store: PodNotifierStore) -> No
         await store.create(finished(f"r-{index:03}", pod=f"p-{index}", pod_uid=f"u-{index}"))
     alive = {("prod", "p-7"): "u-7", ("prod", "p-502"): "u-502"}
 
-    assert await collect_once(store, FakePods(alive), DEFAULT_TTL, 10) == (0, 501, 0, 0)
+    assert await collect_once(store, FakePods(alive), DEFAULT_TTL, 10) == (0, 501, 0, 0, 0)
 
     assert await names(store) == {"r-007", "r-502"}

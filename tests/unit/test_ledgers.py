@@ -25,6 +25,7 @@ from apiserver.notifier import records
 from apiserver.notifier.exec_protocol import Stop
 from apiserver.notifier.housekeeping import (
     Takeover,
+    collect_forever,
     collect_once,
     recover_interrupted,
 )
@@ -463,6 +464,50 @@ async def test_the_collector_deletes_ledgers_of_gone_pods_once_empty(replicas: R
     # A gone pod gets no new run: gone-1's run without a record is over, within the grace too.
     assert (await collect_once(replicas.b, pods, 3600, K)).ledgers == 2
     assert {found.pod for found in await replicas.b.ledgers.all()} == {"web-0"}
+
+
+async def test_a_gone_pods_ledger_with_an_unfinished_run_waits_for_the_next_collection(
+    replicas: Replicas,
+) -> None:
+    """Its run ends later (the runner sees the pod gone): no pod deletion follows to trigger a
+    scan, so the collection says it is waiting, and the collector scans again."""
+    running = await replicas.a.create_bounded(record("quiesce", pod="gone-0"), max_per_pod=K)
+    pods: Any = FakePods({})
+
+    first = await collect_once(replicas.b, pods, 3600, K)
+    assert (first.ledgers, first.waiting) == (0, 1)
+
+    await replicas.a.guaranteed_update(NS, running["metadata"]["name"], finish)
+    after = await collect_once(replicas.b, pods, 3600, K)
+    assert (after.ledgers, after.orphaned, after.waiting) == (1, 1, 0)
+    assert await replicas.b.ledgers.all() == []
+
+
+async def test_the_collector_scans_again_while_gone_pods_ledgers_wait(
+    replicas: Replicas,
+) -> None:
+    running = await replicas.a.create_bounded(record("quiesce", pod="gone-0"), max_per_pod=K)
+    pods: Any = FakePods({})
+    pods.deletions = 1  # one pod deletion seen, before the collector starts: one scan
+    collector = asyncio.create_task(collect_forever(replicas.b, pods, 3600, K, interval=0.01))
+    try:
+        async def scanned() -> bool:
+            return bool(pods.asked)
+
+        await until(scanned)
+        assert await first_ledger_pods(replicas.b, {"gone-0"})
+        await replicas.a.guaranteed_update(NS, running["metadata"]["name"], finish)
+
+        async def collected() -> bool:
+            return await replicas.b.ledgers.all() == []
+
+        await until(collected)
+    finally:
+        collector.cancel()
+
+
+async def first_ledger_pods(store: PodNotifierStore, expected: set[str]) -> bool:
+    return {found.pod for found in await store.ledgers.all()} == expected
 
 
 # A replica whose caches lag (the fake Kubernetes API)
