@@ -6,8 +6,14 @@ Figures:
 - latency p50/p95 of one notify (waitSeconds, trivial command) through the aggregator, against
   the same client running the same command by raw pods/exec through kube-apiserver (WebSocket);
   the ratio notify/exec is the figure that matters;
+- the floor of a notify, measured in the same run: the p50 of one kube-apiserver write (a merge
+  patch of a ConfigMap) and of one aggregated request the server answers at once (its
+  group-version discovery); exec + one hop + the writes a notify waits for is the least a notify
+  through the aggregator with records in kube-apiserver can take;
+- `kubectl exec` in a loop (full run), the tool a user would otherwise script;
 - throughput at 1, 8 and 32 concurrent callers, for both (each caller has its own pod, since a
-  notifier may not run twice at once on one pod);
+  notifier may not run twice at once on one pod), and latency and throughput of one replica on
+  --storage=sqlite for comparison (full run);
 - kube-apiserver requests per notify and per raw exec (its apiserver_request_total), by verb
   and resource, writes apart from reads: N sequential operations plus a trailing window for
   asynchronous writes, minus the background rate of a quiet interval of the same length;
@@ -27,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import ssl
 import statistics
@@ -51,6 +58,11 @@ NOTIFIERS = json.dumps({"app": [{"name": "ping", "action": {"exec": {"command": 
 API = "/apis/notifier.x-k8s.io/v1alpha1"
 BODY = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
         "spec": {"notifier": "ping"}}
+FLOOR_CONFIGMAP = "bench-floor"
+"""The ConfigMap whose merge patch measures one kube-apiserver write."""
+NOTIFY_WAITS_FOR_WRITES = 2
+"""The storage writes a notify with waitSeconds waits for, at the least: the record created
+Running and its final state."""
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -60,7 +72,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 class Bench:
     def __init__(self, cluster: Cluster, user: User, pods: list[str]) -> None:
-        self.cluster, self.pods = cluster, pods
+        self.cluster, self.user, self.pods = cluster, user, pods
         self.tls: ssl.SSLContext = user.ssl_context()
         self.http = httpx.AsyncClient(base_url=cluster.server, verify=self.tls, timeout=70,
                                       limits=httpx.Limits(max_connections=64))
@@ -77,6 +89,35 @@ class Bench:
                                          timeout_seconds=30)
         if result.exit_code != 0:
             raise RuntimeError(f"exec {pod}: {result.reason} {result.message}")
+
+    async def kube_write(self, pod: str) -> None:
+        """One kube-apiserver write (a merge patch of FLOOR_CONFIGMAP)."""
+        response = await self.http.patch(
+            f"/api/v1/namespaces/{NAMESPACE}/configmaps/{FLOOR_CONFIGMAP}",
+            json={"data": {"pod": pod, "at": str(time.time_ns())}},
+            headers={"Content-Type": "application/merge-patch+json"})
+        if response.status_code != 200:
+            raise RuntimeError(f"patch: {response.status_code} {response.text[:300]}")
+
+    async def proxy_hop(self, pod: str) -> None:
+        """One request through the aggregator that the server answers at once (discovery)."""
+        response = await self.http.get(API)
+        if response.status_code != 200:
+            raise RuntimeError(f"discovery: {response.status_code} {response.text[:300]}")
+
+    async def kubectl_exec(self, pod: str) -> None:
+        """`kubectl exec` of the same command, as the same user (a new process each time)."""
+        await asyncio.to_thread(self.cluster.kubectl, "exec", "-n", NAMESPACE, pod, "-c", "app",
+                                "--", *COMMAND, user=self.user)
+
+    async def latency(self, call: Callable[[str], Awaitable[None]], count: int,
+                      warm_up: int = 10) -> dict[str, float]:
+        """p50, p95 and mean of `count` sequential calls, after `warm_up` (connections,
+        caches)."""
+        await self.latencies(call, warm_up)
+        samples = await self.latencies(call, count)
+        return {"p50": percentile(samples, 0.5), "p95": percentile(samples, 0.95),
+                "mean": statistics.fmean(samples)}
 
     async def latencies(self, call: Callable[[str], Awaitable[None]], count: int) -> list[float]:
         samples = []
@@ -247,6 +288,31 @@ async def replica_scaling(cluster: Cluster, bench: Bench, callers: int, total: i
     return out
 
 
+async def sqlite_comparison(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> dict:
+    """Notify latency and throughput of replica 0 alone on --storage=sqlite (a fresh data
+    directory; the other replicas stopped), then the plane as it was."""
+    layout, replicas = cluster.layout, cluster.replicas
+    argv = plane.replica(layout, 0).argv
+    data_dir = layout.root / "bench-sqlite"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    for replica in range(1, replicas):
+        plane.stop_replica(layout, replica)
+    wait_until(lambda: not any(haproxy.routes_to(layout, r) for r in range(1, replicas)),
+               "HAProxy to route to replica 0 alone", 30)
+    try:
+        cluster.replace_replica(0, [*argv, "--storage=sqlite", f"--data-dir={data_dir}"])
+        out: dict = {"replicas": 1, "latency_seconds": await bench.latency(
+            bench.notify, args.latency_samples), "throughput_per_second": {}}
+        for callers in args.concurrency:
+            out["throughput_per_second"][str(callers)] = await bench.throughput(
+                bench.notify, callers, args.throughput_requests)
+    finally:
+        cluster.replace_replica(0, argv)
+        for replica in range(1, replicas):
+            cluster.restart_replica(replica)
+    return out
+
+
 def setup(cluster: Cluster, replicas: int) -> tuple[User, list[str]]:
     cluster.kubectl("create", "namespace", NAMESPACE, check=False)
     user = cluster.user("bench-client")
@@ -256,7 +322,10 @@ def setup(cluster: Cluster, replicas: int) -> tuple[User, list[str]]:
         {"apiGroups": ["notifier.x-k8s.io"], "resources": ["notifications"],
          "verbs": ["create", "get"]},
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [FLOOR_CONFIGMAP],
+         "verbs": ["get", "patch"]},
     ], name="bench-client")
+    cluster.kubectl("create", "configmap", FLOOR_CONFIGMAP, "-n", NAMESPACE, check=False)
     pods = cluster.deploy(NAMESPACE, "target", replicas=replicas,
                           annotations={"notifier.x-k8s.io/notifiers": NOTIFIERS})
     return user, sorted(p["metadata"]["name"] for p in pods)
@@ -270,13 +339,10 @@ async def run(args: argparse.Namespace) -> dict:
     pki.ensure(layout, ports)
     user, pods = setup(cluster, 1 if args.quick else max(args.concurrency))
     bench = Bench(cluster, user, pods)
-    results: dict = {"git": git_state(), "quick": args.quick, "latency_seconds": {}}
-    for name, call in (("notify", bench.notify), ("exec", bench.exec)):
-        await bench.latencies(call, 10)  # warm up connections and caches
-        samples = await bench.latencies(call, args.latency_samples)
-        results["latency_seconds"][name] = {"p50": percentile(samples, 0.5),
-                                            "p95": percentile(samples, 0.95),
-                                            "mean": statistics.fmean(samples)}
+    results: dict = {"git": git_state(), "quick": args.quick, "latency_seconds": {
+        name: await bench.latency(call, args.latency_samples)
+        for name, call in (("notify", bench.notify), ("exec", bench.exec),
+                           ("kube_write", bench.kube_write), ("proxy_hop", bench.proxy_hop))}}
     results["cost"] = {name: await cost(cluster, call, pods, args.cost_samples)
                        for name, call in (("notify", bench.notify), ("exec", bench.exec))}
     if not args.quick:
@@ -287,8 +353,11 @@ async def run(args: argparse.Namespace) -> dict:
 
 async def full_run(cluster: Cluster, bench: Bench, args: argparse.Namespace,
                    results: dict) -> None:
-    """The figures beyond --quick: throughput, replica scaling, memory, records, fan-out."""
+    """The figures beyond --quick: kubectl exec, throughput, replica scaling, SQLite, memory,
+    records, fan-out."""
     pods = bench.pods
+    results["latency_seconds"]["kubectl_exec"] = await bench.latency(
+        bench.kubectl_exec, min(args.latency_samples, 50), warm_up=2)
     results["throughput_per_second"] = {}
     for callers in args.concurrency:
         results["throughput_per_second"][str(callers)] = {
@@ -298,6 +367,7 @@ async def full_run(cluster: Cluster, bench: Bench, args: argparse.Namespace,
     results["replicas_throughput_per_second"] = {
         "callers": callers,
         **await replica_scaling(cluster, bench, callers, args.throughput_requests)}
+    results["sqlite"] = await sqlite_comparison(cluster, bench, args)
     start = time.perf_counter()
     done = 0
     while done < args.notifications:
@@ -358,8 +428,20 @@ def report(results: dict) -> str:
     for key in ("p50", "p95"):
         n, e = lat["notify"][key], lat["exec"][key]
         lines.append(f"| latency {key} | {n * 1000:.1f} ms | {e * 1000:.1f} ms | {n / e:.2f} |")
+    floor = (lat["exec"]["p50"] + lat["proxy_hop"]["p50"]
+             + NOTIFY_WAITS_FOR_WRITES * lat["kube_write"]["p50"])
+    lines += [f"| floor p50: exec + one aggregated hop ({lat['proxy_hop']['p50'] * 1000:.1f} ms) "
+              f"+ {NOTIFY_WAITS_FOR_WRITES} kube-apiserver writes ("
+              f"{lat['kube_write']['p50'] * 1000:.1f} ms each) | {floor * 1000:.1f} ms | "
+              f"{lat['exec']['p50'] * 1000:.1f} ms | {floor / lat['exec']['p50']:.2f} |",
+              f"| notify p50 over the floor | {lat['notify']['p50'] / floor:.2f} | | |"]
     if results["quick"]:
         return "\n".join(lines + cost_report(results["cost"]))
+    kubectl = lat["kubectl_exec"]
+    for key in ("p50", "p95"):
+        lines.append(f"| latency {key}, notify against kubectl exec | "
+                     f"{lat['notify'][key] * 1000:.1f} ms | {kubectl[key] * 1000:.1f} ms "
+                     f"(kubectl exec) | {lat['notify'][key] / kubectl[key]:.2f} |")
     for callers, row in results["throughput_per_second"].items():
         lines.append(f"| throughput, {callers} callers | {row['notify']:.1f}/s | "
                      f"{row['exec']:.1f}/s | {row['notify'] / row['exec']:.2f} |")
@@ -367,6 +449,16 @@ def report(results: dict) -> str:
     for replicas in sorted(key for key in scaling if key != "callers"):
         lines.append(f"| notify throughput, {scaling['callers']} callers, {replicas} "
                      f"replica{'s' if replicas != '1' else ''} | {scaling[replicas]:.1f}/s | | |")
+    sqlite = results["sqlite"]
+    for key in ("p50", "p95"):
+        lines.append(f"| latency {key}, 1 replica on --storage=sqlite | "
+                     f"{sqlite['latency_seconds'][key] * 1000:.1f} ms | "
+                     f"{lat['exec'][key] * 1000:.1f} ms | "
+                     f"{sqlite['latency_seconds'][key] / lat['exec'][key]:.2f} |")
+    for callers, rate in sqlite["throughput_per_second"].items():
+        exec_rate = results["throughput_per_second"][callers]["exec"]
+        lines.append(f"| throughput, {callers} callers, 1 replica on --storage=sqlite | "
+                     f"{rate:.1f}/s | {exec_rate:.1f}/s | {rate / exec_rate:.2f} |")
     bulk = results["bulk"]
     lines.append(f"| server peak RSS after {bulk['notifications']} notifications | "
                  f"{bulk['VmHWM'] / 2**20:.1f} MiB (now {bulk['VmRSS'] / 2**20:.1f} MiB) | | |")
