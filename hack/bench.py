@@ -322,6 +322,7 @@ def setup(cluster: Cluster, replicas: int) -> tuple[User, list[str]]:
         {"apiGroups": ["notifier.x-k8s.io"], "resources": ["notifications"],
          "verbs": ["create", "get"]},
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},  # kubectl exec reads it
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [FLOOR_CONFIGMAP],
          "verbs": ["get", "patch"]},
     ], name="bench-client")
