@@ -288,6 +288,39 @@ async def replica_scaling(cluster: Cluster, bench: Bench, callers: int, total: i
     return out
 
 
+async def bulk(bench: Bench, total: int) -> dict:
+    """`total` notifications, one caller per pod at a time: the answers that were not 201
+    Succeeded by status, the slowest one, and the throughput of each minute (a server that
+    slows down under sustained load shows it in the last minute against the first)."""
+    failures: Counter[str] = Counter()
+    slowest = 0.0
+    finished: list[float] = []
+    start = time.perf_counter()
+
+    async def one(pod: str) -> None:
+        nonlocal slowest
+        began = time.perf_counter()
+        try:
+            await bench.notify(pod)
+        except (RuntimeError, httpx.HTTPError) as error:
+            failures[str(error).split(":")[1].split()[0] if isinstance(error, RuntimeError)
+                     else type(error).__name__] += 1
+        slowest = max(slowest, time.perf_counter() - began)
+        finished.append(time.perf_counter() - start)
+
+    done = 0
+    while done < total:
+        batch = min(len(bench.pods), total - done)
+        await asyncio.gather(*(one(pod) for pod in bench.pods[:batch]))
+        done += batch
+    seconds = time.perf_counter() - start
+    per_minute = Counter(int(moment // 60) for moment in finished)
+    minutes = [per_minute[m] / 60 for m in range(int(seconds // 60))]  # whole minutes only
+    return {"notifications": done, "callers": len(bench.pods), "seconds": seconds,
+            "failures": dict(failures),
+            "slowest_seconds": slowest, "throughput_per_minute": minutes}
+
+
 async def sqlite_comparison(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> dict:
     """Notify latency and throughput of replica 0 alone on --storage=sqlite (a fresh data
     directory; the other replicas stopped), then the plane as it was."""
@@ -369,13 +402,7 @@ async def full_run(cluster: Cluster, bench: Bench, args: argparse.Namespace,
         "callers": callers,
         **await replica_scaling(cluster, bench, callers, args.throughput_requests)}
     results["sqlite"] = await sqlite_comparison(cluster, bench, args)
-    start = time.perf_counter()
-    done = 0
-    while done < args.notifications:
-        batch = min(len(pods), args.notifications - done)
-        await asyncio.gather(*(bench.notify(pod) for pod in pods[:batch]))
-        done += batch
-    results["bulk"] = {"notifications": done, "seconds": time.perf_counter() - start,
+    results["bulk"] = {**await bulk(bench, args.notifications),
                        **server_memory(cluster.layout)}
     per_pod = []
     for pod in pods:
@@ -463,6 +490,13 @@ def report(results: dict) -> str:
     bulk = results["bulk"]
     lines.append(f"| server peak RSS after {bulk['notifications']} notifications | "
                  f"{bulk['VmHWM'] / 2**20:.1f} MiB (now {bulk['VmRSS'] / 2**20:.1f} MiB) | | |")
+    minutes = bulk["throughput_per_minute"]
+    trend = (f"{minutes[0]:.1f}/s first minute, {minutes[-1]:.1f}/s last "
+             f"({minutes[-1] / minutes[0]:.2f})" if minutes and minutes[0] else "under a minute")
+    lines.append(f"| {bulk['notifications']} notifications, {bulk['callers']} callers | "
+                 f"{bulk['notifications'] / bulk['seconds']:.1f}/s; {trend}; slowest "
+                 f"{bulk['slowest_seconds']:.1f} s; failed: "
+                 f"{bulk['failures'] or 'none'} | | |")
     lines.append(f"| records kept per pod (max) | {results['records_per_pod']['max']} | | |")
     if "fanout" in results:
         fan = results["fanout"]
