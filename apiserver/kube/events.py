@@ -8,7 +8,10 @@
   increments that Event's `series.count`, moves its `series.lastObservedTime` and makes its
   note the series' latest, written by one merge patch at most once per
   `series_patch_interval_seconds` per Event (coalesced: a busy series costs one write per
-  interval however many occurrences it counts);
+  interval however many occurrences it counts). events.k8s.io/v1 refuses to change a note
+  ("field is immutable"), so a patch that changes it goes through the core/v1 view of the same
+  object, where the note is `message` and may change; a patch of the count alone goes through
+  events.k8s.io/v1;
 - **rate limits** on new Events and on series patches: a token bucket per regarding object
   (client-go's spam filter defaults: burst 25, one token back per 300 s) and one per kind of
   regarding object (the global cap: burst 100, 10 per second), so that a fan-out over
@@ -171,14 +174,14 @@ class _Series:
     written_note: str
     last_patch: float
 
-    def patch(self) -> dict[str, Any]:
-        """The merge patch writing the count and last time, and the latest note if it changed
-        since the last write."""
-        patch: dict[str, Any] = {"series": {"count": self.count,
-                                            "lastObservedTime": self.last_observed_time}}
-        if self.note != self.written_note:
-            patch["note"] = self.note
-        return patch
+    def patch(self) -> tuple[str, dict[str, Any]]:
+        """Where and what to merge-patch: the count and last time, through events.k8s.io/v1;
+        with the latest note too if it changed since the last write, through core/v1 (see the
+        module docstring)."""
+        series = {"series": {"count": self.count, "lastObservedTime": self.last_observed_time}}
+        if self.note == self.written_note:
+            return events_path(self.namespace, self.name), series
+        return core_events_path(self.namespace, self.name), {**series, "message": self.note}
 
 
 class _LogLimiter:
@@ -220,6 +223,11 @@ EVENTS_API = "/apis/events.k8s.io/v1"
 
 def events_path(namespace: str, name: str = "") -> str:
     return paths.namespaced(EVENTS_API, namespace, "events", name)
+
+
+def core_events_path(namespace: str, name: str) -> str:
+    """The same Event in the core/v1 API (only to patch its note, as `message`)."""
+    return paths.namespaced(paths.CORE, namespace, "events", name)
 
 
 class EventRecorder:
@@ -360,10 +368,9 @@ class EventRecorder:
             bucket.take()
             series.last_patch = now
             count, note = series.count, series.note
-            patch = series.patch()
+            path, patch = series.patch()
             try:
-                await self._kube.patch(events_path(series.namespace, series.name), patch,
-                                       MERGE_PATCH)
+                await self._kube.patch(path, patch, MERGE_PATCH)
             except KubeUnavailable as error:
                 self._write_failed(PATCH, error, None, series.name)  # retried next round
                 continue

@@ -37,7 +37,8 @@ RECORD = ObjectRef("notifier.x-k8s.io/v1alpha1", "PodNotifier", "prod", "db-0-qu
 
 @dataclass
 class FakeKube:
-    """Stores created Events by name and applies series patches; `fail` makes writes raise."""
+    """Stores created Events by name and applies series patches as kube-apiserver does (the
+    note changes only through core/v1, as `message`); `fail` makes writes raise."""
 
     events: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
@@ -58,9 +59,15 @@ class FakeKube:
         assert content_type == "application/merge-patch+json"
         if self.fail is not None:
             raise self.fail
+        if path.startswith("/api/v1/"):
+            update = {"note" if key == "message" else key: value for key, value in body.items()}
+        elif "note" in body:
+            raise KubeRejected(422, {"message": "note: field is immutable"})
+        else:
+            update = dict(body)
         self.patches.append(dict(body))
         event = self.events[path.rsplit("/", 1)[-1]]
-        event.update(body)
+        event.update(update)
         return event
 
 
@@ -185,13 +192,14 @@ async def test_a_busy_series_is_one_create_and_a_patch_per_interval_with_the_lat
     assert [c[0] for c in kube.calls].count("POST") == 1
     assert 1 < len(kube.patches) <= math.ceil((runs - 1) * every / 30)
     for patch in kube.patches:  # each names the occurrence it counts up to
-        assert patch["note"] == f"db-{patch['series']['count'] - 1} failed: NonZeroExitCode"
+        assert patch["message"] == f"db-{patch['series']['count'] - 1} failed: NonZeroExitCode"
     assert event["series"]["count"] == runs
     assert event["note"] == f"db-{runs - 1} failed: NonZeroExitCode"
     assert metrics.written == {"create": 1, "patch": len(kube.patches)}
 
 
-async def test_a_patch_carries_the_note_only_when_it_changed() -> None:
+async def test_a_patch_carries_the_note_only_when_it_changed_and_then_through_core_v1(
+        ) -> None:
     kube = FakeKube()
     events = recorder(kube, FakeMetrics(), Clock(), series_patch_interval_seconds=0)
     events.emit(failure())
@@ -202,8 +210,15 @@ async def test_a_patch_carries_the_note_only_when_it_changed() -> None:
     events.emit(failure(pod="db-1"))
     await events.drain()
     assert [set(patch) for patch in kube.patches] == [
-        {"series"}, {"series", "note"}, {"series"}]
+        {"series"}, {"series", "message"}, {"series"}]
     assert [patch["series"]["count"] for patch in kube.patches] == [2, 3, 4]
+    (event,) = kube.events.values()
+    name = event["metadata"]["name"]
+    assert [call for call in kube.calls if call[0] == "PATCH"] == [
+        ("PATCH", f"/apis/events.k8s.io/v1/namespaces/prod/events/{name}"),
+        ("PATCH", f"/api/v1/namespaces/prod/events/{name}"),
+        ("PATCH", f"/apis/events.k8s.io/v1/namespaces/prod/events/{name}")]
+    assert event["note"] == "db-1 failed: NonZeroExitCode"
 
 
 async def test_a_pending_count_is_patched_when_its_interval_ends_without_another_occurrence(
@@ -220,7 +235,7 @@ async def test_a_pending_count_is_patched_when_its_interval_ends_without_another
             if kube.patches:
                 break
     assert kube.patches == [{"series": {"count": 2, "lastObservedTime": ANY},
-                             "note": "db-1 failed: NonZeroExitCode"}]
+                             "message": "db-1 failed: NonZeroExitCode"}]
 
 
 async def test_repeats_of_a_series_take_no_token_of_the_rate_limits() -> None:
@@ -399,7 +414,7 @@ async def test_a_patch_while_kube_apiserver_is_unavailable_is_retried() -> None:
     assert metrics.written == {"create": 1, "patch": 1}
 
 
-async def test_through_the_kube_client_a_series_is_a_post_then_a_merge_patch() -> None:
+async def test_through_the_kube_client_a_series_is_a_post_then_merge_patches() -> None:
     seen: list[tuple[str, str, str, dict[str, Any]]] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
@@ -415,8 +430,10 @@ async def test_through_the_kube_client_a_series_is_a_post_then_a_merge_patch() -
     events.emit(failure())
     events.emit(failure())
     await events.drain()
+    events.emit(failure(pod="db-1"))
+    await events.drain()
     await kube.aclose()
-    (post, patch) = seen
+    (post, patch, note_patch) = seen
     assert post[:3] == ("POST", "/apis/events.k8s.io/v1/namespaces/prod/events",
                         "application/json")
     name = post[3]["metadata"]["name"]
@@ -424,3 +441,7 @@ async def test_through_the_kube_client_a_series_is_a_post_then_a_merge_patch() -
                          "application/merge-patch+json")
     assert patch[3]["series"]["count"] == 2
     assert set(patch[3]) == {"series"}
+    assert note_patch[:3] == ("PATCH", f"/api/v1/namespaces/prod/events/{name}",
+                              "application/merge-patch+json")
+    assert note_patch[3] == {"series": {"count": 3, "lastObservedTime": ANY},
+                             "message": "db-1 failed: NonZeroExitCode"}
