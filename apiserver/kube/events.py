@@ -283,8 +283,8 @@ class EventRecorder:
         return max(due, 1.0 / self._limits.per_kind_per_second)
 
     async def drain(self) -> None:
-        """Write everything queued and every pending series count now (at shutdown, after
-        `run` was cancelled; bound it with a timeout)."""
+        """Write everything queued and every pending series count and note now, whatever the
+        patch interval (at shutdown, after `run` was cancelled; bound it with a timeout)."""
         while not self._queue.empty():
             await self._record(self._queue.get_nowait())
         await self._patch_due(force=True)
