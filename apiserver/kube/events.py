@@ -5,8 +5,13 @@
 
 - **series**: an occurrence like one recorded in the last `series_window_seconds` (same
   regarding and related objects, type, reason, action and note class) creates no new Event; it
-  increments that Event's `series.count` and moves its `series.lastObservedTime`, written by a
-  merge patch at most once per `series_patch_interval_seconds` per Event (coalesced);
+  increments that Event's `series.count`, moves its `series.lastObservedTime` and makes its
+  note the series' latest, written by one merge patch at most once per
+  `series_patch_interval_seconds` per Event (coalesced: a busy series costs one write per
+  interval however many occurrences it counts). events.k8s.io/v1 refuses to change a note
+  ("field is immutable"), so a patch that changes it goes through the core/v1 view of the same
+  object, where the note is `message` and may change; a patch of the count alone goes through
+  events.k8s.io/v1;
 - **rate limits** on new Events and on series patches: a token bucket per regarding object
   (client-go's spam filter defaults: burst 25, one token back per 300 s) and one per kind of
   regarding object (the global cap: burst 100, 10 per second), so that a fan-out over
@@ -77,7 +82,8 @@ class Occurrence:
     related: ObjectRef | None = None
     note_class: str | None = None
     """What makes occurrences with different notes one series (e.g. the failure reason of
-    many pods); None: the note itself. The series keeps the note of its first occurrence."""
+    many pods); None: the note itself. The series' Event shows the note of its latest
+    occurrence (once patched)."""
 
     @property
     def series_key(self) -> tuple[Any, ...]:
@@ -122,7 +128,14 @@ class Limits:
     per_kind_per_second: float = 10.0
     series_window_seconds: float = 360.0
     """A series with no occurrence for this long ends (client-go: 6 minutes)."""
-    series_patch_interval_seconds: float = 1.0
+    series_patch_interval_seconds: float = 30.0
+    """The least time between two writes of one Event: a series counting occurrences is
+    patched (count, last time, latest note) at most once per interval, so a busy series costs
+    one write per interval whatever its rate, and the newest occurrence shows at most this
+    late. client-go refreshes a series every 30 minutes, which hides the newest run far too
+    long; 30 s keeps it current for a person watching `kubectl events` while bounding a pod
+    notified every second to 2 writes a minute (an occurrence after a quiet interval is
+    patched at once). `drain` writes what is pending at shutdown."""
     cache_size: int = 4096
     """Series and per-object buckets kept (least recently used dropped; client-go: 4096)."""
 
@@ -155,8 +168,20 @@ class _Series:
     last_observed: float
     """Monotonic time of the last occurrence."""
     last_observed_time: str
+    note: str
+    """The latest occurrence's note (cut to what the API accepts)."""
     written_count: int
+    written_note: str
     last_patch: float
+
+    def patch(self) -> tuple[str, dict[str, Any]]:
+        """Where and what to merge-patch: the count and last time, through events.k8s.io/v1;
+        with the latest note too if it changed since the last write, through core/v1 (see the
+        module docstring)."""
+        series = {"series": {"count": self.count, "lastObservedTime": self.last_observed_time}}
+        if self.note == self.written_note:
+            return events_path(self.namespace, self.name), series
+        return core_events_path(self.namespace, self.name), {**series, "message": self.note}
 
 
 class _LogLimiter:
@@ -200,6 +225,11 @@ def events_path(namespace: str, name: str = "") -> str:
     return paths.namespaced(EVENTS_API, namespace, "events", name)
 
 
+def core_events_path(namespace: str, name: str) -> str:
+    """The same Event in the core/v1 API (only to patch its note, as `message`)."""
+    return paths.namespaced(paths.CORE, namespace, "events", name)
+
+
 class EventRecorder:
     """Writes occurrences as Events, reported by `controller` from replica `instance`."""
 
@@ -233,19 +263,28 @@ class EventRecorder:
 
     async def run(self) -> None:
         """Write queued occurrences and due series patches, until cancelled."""
-        interval = self._limits.series_patch_interval_seconds
         while True:
             occurrence = None
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval if self._dirty else None):
+                async with asyncio.timeout(self._until_next_patch()):
                     occurrence = await self._queue.get()
             if occurrence is not None:
                 await self._record(occurrence)
             await self._patch_due(force=False)
 
+    def _until_next_patch(self) -> float | None:
+        """Seconds until the earliest pending series patch is due (None: none pending); at
+        least the time a kind's bucket takes to give a token back, so that a patch waiting
+        for a token is not retried in a busy loop."""
+        pending = [self._series[key].last_patch for key in self._dirty if key in self._series]
+        if not pending:
+            return None
+        due = min(pending) + self._limits.series_patch_interval_seconds - self._clock()
+        return max(due, 1.0 / self._limits.per_kind_per_second)
+
     async def drain(self) -> None:
-        """Write everything queued and every pending series count now (at shutdown, after
-        `run` was cancelled; bound it with a timeout)."""
+        """Write everything queued and every pending series count and note now, whatever the
+        patch interval (at shutdown, after `run` was cancelled; bound it with a timeout)."""
         while not self._queue.empty():
             await self._record(self._queue.get_nowait())
         await self._patch_due(force=True)
@@ -259,6 +298,7 @@ class EventRecorder:
             series.count += 1
             series.last_observed = now
             series.last_observed_time = micro_time(self._wall())
+            series.note = truncate_note(occurrence.note)
             self._series.move_to_end(key)
             self._dirty.add(key)
             return
@@ -280,7 +320,8 @@ class EventRecorder:
         self._series[key] = _Series(
             namespace=occurrence.regarding.namespace, name=body["metadata"]["name"],
             kind=occurrence.regarding.kind, count=1, last_observed=now,
-            last_observed_time=body["eventTime"], written_count=1, last_patch=now)
+            last_observed_time=body["eventTime"], note=body["note"], written_count=1,
+            written_note=body["note"], last_patch=now)
         self._forget_oldest(self._series)
 
     def _allowed(self, regarding: ObjectRef, now: float) -> bool:
@@ -326,11 +367,10 @@ class EventRecorder:
                 continue
             bucket.take()
             series.last_patch = now
-            count = series.count
-            patch = {"series": {"count": count, "lastObservedTime": series.last_observed_time}}
+            count, note = series.count, series.note
+            path, patch = series.patch()
             try:
-                await self._kube.patch(events_path(series.namespace, series.name), patch,
-                                       MERGE_PATCH)
+                await self._kube.patch(path, patch, MERGE_PATCH)
             except KubeUnavailable as error:
                 self._write_failed(PATCH, error, None, series.name)  # retried next round
                 continue
@@ -341,7 +381,7 @@ class EventRecorder:
                     del self._series[key]
                 self._dirty.discard(key)
                 continue
-            series.written_count = count
+            series.written_count, series.written_note = count, note
             if series.count == count:
                 self._dirty.discard(key)
             self._metrics.event_written(PATCH)

@@ -1,22 +1,25 @@
 """The Events this server records (events.k8s.io/v1; written by `apiserver.kube.events`).
 
-A PodNotifier run that ends records two Events with the same reason and note: one regarding the
-Pod (related: the record), which `kubectl events --for pod/X` and `kubectl describe pod X` show,
-and one regarding the PodNotifier record (related: the Pod), which
-`kubectl describe podnotifier X` shows (kubectl lists the Events whose involvedObject, that is
-`regarding`, is the described object; it never looks at `related`).
+A PodNotifier run that ends records one occurrence regarding the Pod, with no related object,
+which `kubectl events --for pod/X` and `kubectl describe pod X` show. Runs of one notifier asked
+by one requester (the record's `spec.requestedBy.username`, for a Notification's runs whatever
+the record says) on one pod that end with the same reason are one series: one Event whose
+`series.count` is how many such runs, patched at most once per series interval with the latest
+run's note. Nothing regards the PodNotifier record: its own status is the run's result.
 
 Reasons: `Notified` (Normal), `NotifierFailed` and `NotifierTimedOut` (Warning). The note names
-the notifier, each container with its exit code (or the reason it has none), the duration and
-the record; never the output tails, which may hold anything the notifier printed.
+the notifier, the requester, the outcome, the duration, the latest record and each container
+with its exit code (or the reason it has none); never the output tails, which may hold anything
+the notifier printed.
 
 A Notification records `Started`, `PodFailed` (one series per failure reason, counting the pods:
-not one Event per pod), `Completed` (Normal) or `Failed` (Warning) when it ends, and
-`RolledBack` (Normal, or Warning when a rollback failed).
+not one Event per pod; the note names the latest), `Completed` (Normal) or `Failed` (Warning)
+when it ends, and `RolledBack` (Normal, or Warning when a rollback failed).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -47,12 +50,6 @@ def pod_ref(record: Mapping[str, Any]) -> ObjectRef:
                      spec.get("podUID", ""))
 
 
-def record_ref(record: Mapping[str, Any]) -> ObjectRef:
-    meta = record["metadata"]
-    return ObjectRef(records.API_VERSION, records.KIND, meta["namespace"], meta["name"],
-                     meta.get("uid", ""))
-
-
 def notification_ref(namespace: str, name: str, uid: str) -> ObjectRef:
     return ObjectRef(GROUP_VERSION, NOTIFICATION_KIND, namespace, name, uid)
 
@@ -66,8 +63,19 @@ def run_reason(status: Mapping[str, Any]) -> str:
     return NOTIFIER_FAILED
 
 
+def requester(record: Mapping[str, Any]) -> str:
+    return str(record["spec"]["requestedBy"]["username"])
+
+
+def run_series_class(record: Mapping[str, Any]) -> str:
+    """The note class of a run's occurrence: its notifier and requester (with the pod, the
+    type, reason and action, the series key)."""
+    return json.dumps([record["spec"]["notifier"], requester(record)])
+
+
 def run_note(record: Mapping[str, Any]) -> str:
-    """What a finished run did, from its record: never its output or messages."""
+    """What a finished run did, from its record: never its output or messages. The containers
+    come last: a note too long for the API loses its end."""
     status = record.get("status", {})
     containers = status.get("containers", [])
     parts = []
@@ -82,8 +90,10 @@ def run_note(record: Mapping[str, Any]) -> str:
     took = f" in {run_length(ended - started)}" if started is not None and ended is not None else ""
     verdict = ("succeeded" if status.get("phase") == records.SUCCEEDED
                else f"failed ({status.get('reason') or 'Failed'})")
-    return (f"notifier {record['spec']['notifier']} {verdict}{took}; containers: "
-            f"{', '.join(parts) or 'none'}; PodNotifier {record['metadata']['name']}")
+    return (f"notifier {record['spec']['notifier']} requested by {requester(record)} "
+            f"{verdict}{took}; latest: PodNotifier {record['metadata']['name']}; the Event's "
+            f"count is how many runs of this notifier by this requester ended so; containers: "
+            f"{', '.join(parts) or 'none'}")
 
 
 class RunEvents:
@@ -93,18 +103,17 @@ class RunEvents:
         self._sink = sink
 
     def run_finished(self, record: Mapping[str, Any]) -> None:
-        """Emit the run's Events; never raises (an Event is never worth failing a run)."""
+        """Emit the run's occurrence; never raises (an Event is never worth failing a run)."""
         try:
             reason = run_reason(record.get("status", {}))
-            note = run_note(record)
-            pod, podnotifier = pod_ref(record), record_ref(record)
+            occurrence = Occurrence(pod_ref(record), NORMAL if reason == NOTIFIED else WARNING,
+                                    reason, NOTIFY, run_note(record),
+                                    note_class=run_series_class(record))
         except Exception:
             log.exception("describing a finished run as an Event failed; no Event recorded",
                           extra={"podnotifier": record.get("metadata", {}).get("name", "")})
             return
-        kind = NORMAL if reason == NOTIFIED else WARNING
-        self._sink.emit(Occurrence(pod, kind, reason, NOTIFY, note, related=podnotifier))
-        self._sink.emit(Occurrence(podnotifier, kind, reason, NOTIFY, note, related=pod))
+        self._sink.emit(occurrence)
 
 
 class NotificationEvents:
@@ -119,8 +128,8 @@ class NotificationEvents:
 
     def pod_failed(self, notification: ObjectRef, pod: str, reason: str) -> None:
         """One series per failure reason: its count is how many pods failed so; the note
-        names the first."""
-        note = (f"pods failed with reason {reason} (the first: {pod}); this Event's count is "
+        names the latest."""
+        note = (f"pods failed with reason {reason} (the latest: {pod}); this Event's count is "
                 f"how many; see status.counts and the PodNotifier records labelled "
                 f"{records.NOTIFICATION_LABEL}={notification.name}")
         self._sink.emit(Occurrence(notification, WARNING, POD_FAILED, NOTIFY, note,

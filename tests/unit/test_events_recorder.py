@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import ssl
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -33,10 +37,12 @@ RECORD = ObjectRef("notifier.x-k8s.io/v1alpha1", "PodNotifier", "prod", "db-0-qu
 
 @dataclass
 class FakeKube:
-    """Stores created Events by name and applies series patches; `fail` makes writes raise."""
+    """Stores created Events by name and applies series patches as kube-apiserver does (the
+    note changes only through core/v1, as `message`); `fail` makes writes raise."""
 
     events: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
+    patches: list[dict[str, Any]] = field(default_factory=list)
     fail: Exception | None = None
 
     async def post(self, path: str, body: Mapping[str, Any],
@@ -53,8 +59,15 @@ class FakeKube:
         assert content_type == "application/merge-patch+json"
         if self.fail is not None:
             raise self.fail
+        if path.startswith("/api/v1/"):
+            update = {"note" if key == "message" else key: value for key, value in body.items()}
+        elif "note" in body:
+            raise KubeRejected(422, {"message": "note: field is immutable"})
+        else:
+            update = dict(body)
+        self.patches.append(dict(body))
         event = self.events[path.rsplit("/", 1)[-1]]
-        event.update(body)
+        event.update(update)
         return event
 
 
@@ -88,10 +101,27 @@ def failure(regarding: ObjectRef = POD, pod: str = "db-0", reason: str = "NonZer
                       note_class=reason)
 
 
-def recorder(kube: FakeKube, metrics: FakeMetrics, clock: Clock, **limits: Any
+def recorder(kube: FakeKube, metrics: FakeMetrics, clock: Callable[[], float], **limits: Any
              ) -> EventRecorder:
     return EventRecorder(kube, "notifier.x-k8s.io/container-notifier", "replica-0", metrics,
                          Limits(**limits), clock=clock)
+
+
+async def settle() -> None:
+    """Let a running recorder take what was emitted (the fakes never wait)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+@contextlib.asynccontextmanager
+async def running(events: EventRecorder) -> AsyncIterator[None]:
+    """`events.run()` in the background for the block; then cancelled, as at shutdown."""
+    writer = asyncio.create_task(events.run())
+    try:
+        yield
+    finally:
+        writer.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
 
 
 async def test_an_event_has_what_events_k8s_io_v1_requires() -> None:
@@ -142,9 +172,85 @@ async def test_repeats_within_the_window_are_one_series() -> None:
     await events.drain()
     (event,) = kube.events.values()
     assert event["series"]["count"] == 20
-    assert event["note"] == "db-0 failed: NonZeroExitCode"  # the first occurrence's
+    assert event["note"] == "db-19 failed: NonZeroExitCode"  # the latest occurrence's
     assert [c[0] for c in kube.calls] == ["POST", "PATCH"]  # the count is coalesced
     assert metrics.written == {"create": 1, "patch": 1}
+
+
+async def test_a_busy_series_is_one_create_and_a_patch_per_interval_with_the_latest_note(
+        ) -> None:
+    kube, metrics, clock = FakeKube(), FakeMetrics(), Clock()
+    events = recorder(kube, metrics, clock, series_patch_interval_seconds=30)
+    runs, every = 100, 1.0
+    async with running(events):
+        for n in range(runs):
+            events.emit(failure(pod=f"db-{n}"))
+            await settle()
+            clock.now += every
+    await events.drain()
+    (event,) = kube.events.values()
+    assert [c[0] for c in kube.calls].count("POST") == 1
+    assert 1 < len(kube.patches) <= math.ceil((runs - 1) * every / 30)
+    for patch in kube.patches:  # each names the occurrence it counts up to
+        assert patch["message"] == f"db-{patch['series']['count'] - 1} failed: NonZeroExitCode"
+    assert event["series"]["count"] == runs
+    assert event["note"] == f"db-{runs - 1} failed: NonZeroExitCode"
+    assert metrics.written == {"create": 1, "patch": len(kube.patches)}
+
+
+async def test_a_patch_carries_the_note_only_when_it_changed_and_then_through_core_v1(
+        ) -> None:
+    kube = FakeKube()
+    events = recorder(kube, FakeMetrics(), Clock(), series_patch_interval_seconds=0)
+    events.emit(failure())
+    events.emit(failure())
+    await events.drain()
+    events.emit(failure(pod="db-1"))
+    await events.drain()
+    events.emit(failure(pod="db-1"))
+    await events.drain()
+    assert [set(patch) for patch in kube.patches] == [
+        {"series"}, {"series", "message"}, {"series"}]
+    assert [patch["series"]["count"] for patch in kube.patches] == [2, 3, 4]
+    (event,) = kube.events.values()
+    name = event["metadata"]["name"]
+    assert [call for call in kube.calls if call[0] == "PATCH"] == [
+        ("PATCH", f"/apis/events.k8s.io/v1/namespaces/prod/events/{name}"),
+        ("PATCH", f"/api/v1/namespaces/prod/events/{name}"),
+        ("PATCH", f"/apis/events.k8s.io/v1/namespaces/prod/events/{name}")]
+    assert event["note"] == "db-1 failed: NonZeroExitCode"
+
+
+async def test_a_pending_count_is_patched_when_its_interval_ends_without_another_occurrence(
+        ) -> None:
+    kube = FakeKube()
+    events = recorder(kube, FakeMetrics(), time.monotonic, series_patch_interval_seconds=0.2)
+    async with running(events):
+        events.emit(failure())
+        events.emit(failure(pod="db-1"))
+        await settle()
+        assert kube.patches == []
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if kube.patches:
+                break
+    assert kube.patches == [{"series": {"count": 2, "lastObservedTime": ANY},
+                             "message": "db-1 failed: NonZeroExitCode"}]
+
+
+async def test_repeats_of_a_series_take_no_token_of_the_rate_limits() -> None:
+    kube, metrics = FakeKube(), FakeMetrics()
+    events = recorder(kube, metrics, Clock(), per_object_burst=1, per_kind_burst=2,
+                      series_patch_interval_seconds=0)
+    for _ in range(50):
+        events.emit(failure())
+    await events.drain()
+    (event,) = kube.events.values()
+    assert event["series"]["count"] == 50
+    assert metrics.dropped == {}
+    events.emit(failure(reason="Timeout"))  # a new Event: the object's one token is gone
+    await events.drain()
+    assert metrics.dropped == {"rate_limited": 1}
 
 
 async def test_different_classes_objects_and_reasons_are_different_events() -> None:
@@ -308,7 +414,7 @@ async def test_a_patch_while_kube_apiserver_is_unavailable_is_retried() -> None:
     assert metrics.written == {"create": 1, "patch": 1}
 
 
-async def test_through_the_kube_client_a_series_is_a_post_then_a_merge_patch() -> None:
+async def test_through_the_kube_client_a_series_is_a_post_then_merge_patches() -> None:
     seen: list[tuple[str, str, str, dict[str, Any]]] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
@@ -324,8 +430,10 @@ async def test_through_the_kube_client_a_series_is_a_post_then_a_merge_patch() -
     events.emit(failure())
     events.emit(failure())
     await events.drain()
+    events.emit(failure(pod="db-1"))
+    await events.drain()
     await kube.aclose()
-    (post, patch) = seen
+    (post, patch, note_patch) = seen
     assert post[:3] == ("POST", "/apis/events.k8s.io/v1/namespaces/prod/events",
                         "application/json")
     name = post[3]["metadata"]["name"]
@@ -333,3 +441,7 @@ async def test_through_the_kube_client_a_series_is_a_post_then_a_merge_patch() -
                          "application/merge-patch+json")
     assert patch[3]["series"]["count"] == 2
     assert set(patch[3]) == {"series"}
+    assert note_patch[:3] == ("PATCH", f"/api/v1/namespaces/prod/events/{name}",
+                              "application/merge-patch+json")
+    assert note_patch[3] == {"series": {"count": 3, "lastObservedTime": ANY},
+                             "message": "db-1 failed: NonZeroExitCode"}
