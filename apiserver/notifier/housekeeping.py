@@ -15,7 +15,7 @@ from apiserver.notifier.exec_protocol import Stop
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import CommandStopper
 from apiserver.registry.errors import NotFound
-from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.registry.podnotifiers import PodNotifierStore, runner
 from apiserver.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
@@ -79,45 +79,45 @@ async def _interrupt(store: PodNotifierStore, namespace: str, name: str, message
 
 
 async def recover_interrupted(store: PodNotifierStore, *, clock: Callable[[], float] = time.time,
-                              stopper: CommandStopper | None = None) -> int:
-    """At start, end as Interrupted every run this replica (``store.replica``, an earlier
-    process of it) left on a ledger, and every unfinished record no ledger lists (written by a
-    server before ledgers) once older than the ledgers' grace; take them off the ledgers. The
-    held commands of this replica's runs are stopped first, by the PIDs the records hold
-    (through ``stopper``).
+                              stopper: CommandStopper | None = None,
+                              grace_seconds: float = DEFAULT_LEASE_DURATION_SECONDS) -> int:
+    """At start, end as Interrupted every unfinished record this replica (``store.replica``, an
+    earlier process of it) runs, and every unfinished record that names no replica (written by
+    an earlier version) once older than ``grace_seconds``. The held commands of this replica's
+    runs are stopped first, by the PIDs the records hold (through ``stopper``).
 
     Runs before the server serves, so no run of this process can be mistaken for one."""
-    ledgers = await store.ledgers.all()
-    listed = {(ledger.namespace, run.record) for ledger in ledgers for run in ledger.runs}
-    count = 0
-    for ledger in ledgers:
-        for run in ledger.runs:
-            if run.replica == store.replica:
-                stopped = await _stop_held(store, stopper, ledger.namespace, run.record)
-                count += await _interrupt(store, ledger.namespace, run.record,
-                                          records.INTERRUPTED_MESSAGE + stopped)
-                await store.release(ledger.namespace, ledger.pod, run.record)
     now = clock()
+    count = 0
     for record in await store.unfinished():
         meta = record["metadata"]
-        created = parse_timestamp(meta.get("creationTimestamp"))
-        if (meta["namespace"], meta["name"]) in listed or (
-                created is not None and now - created <= store.grace_seconds):
+        replica = runner(record)
+        if replica == store.replica:
+            stopped = await _stop_held(store, stopper, meta["namespace"], meta["name"])
+        elif not replica and _age(record, now) > grace_seconds:
+            stopped = ""
+        else:
             continue
         count += await _interrupt(store, meta["namespace"], meta["name"],
-                                  records.INTERRUPTED_MESSAGE)
+                                  records.INTERRUPTED_MESSAGE + stopped)
     if count:
         log.info("ended interrupted records", extra={"count": count})
     return count
 
 
+def _age(record: dict[str, Any], now: float) -> float:
+    """Seconds since the record was created (infinite if unreadable)."""
+    created = parse_timestamp(record["metadata"].get("creationTimestamp"))
+    return float("inf") if created is None else now - created
+
+
 class Takeover:
     """Ends the runs of replicas that stopped, on every replica.
 
-    Every ``interval`` seconds: a ledger's run older than ``lease_duration_seconds`` whose
-    replica is not alive (``liveness``) has its record ended ``Failed``/``Interrupted`` and is
-    taken off the ledger. A replica that stops has its runs ended within lease duration +
-    interval (plus a cache's lag) after its last Lease renewal.
+    Every ``interval`` seconds: an unfinished record older than ``lease_duration_seconds``
+    whose replica (``status.replica``) is not alive (``liveness``) is ended
+    ``Failed``/``Interrupted``. A replica that stops has its runs ended within lease duration
+    + interval (plus a cache's lag) after its last Lease renewal.
 
     A held notifier's commands keep running when their replica dies (closing a stream stops no
     process): the takeover stops them first through ``stopper``, by the PIDs the record holds,
@@ -137,27 +137,27 @@ class Takeover:
         self._clock = clock
 
     async def once(self) -> int:
-        """One look at every ledger; how many records it ended."""
+        """One look at every unfinished record; how many it ended."""
         now = self._clock()
         checked = records.rfc3339(datetime.fromtimestamp(now, UTC))
         count = 0
-        for ledger in await self._store.ledgers.all():
-            for run in ledger.runs:
-                if (run.replica == self._store.replica or run.age(now) <= self._lease_duration
-                        or self._liveness.is_alive(run.replica)):
-                    continue
-                message = (f'the server replica "{run.replica}" that ran this notifier stopped: '
-                           f'its Lease had expired when replica "{self._store.replica}" checked '
-                           f"at {checked}; the notifier may or may not have completed in the "
-                           "container")
-                message += await _stop_held(self._store, self._stopper, ledger.namespace,
-                                            run.record)
-                ended = await _interrupt(self._store, ledger.namespace, run.record, message)
-                await self._store.release(ledger.namespace, ledger.pod, run.record)
-                count += ended
-                log.info("took over a stopped replica's run", extra={
-                    "namespace": ledger.namespace, "record": run.record,
-                    "stopped_replica": run.replica, "ended": ended})
+        for record in await self._store.unfinished():
+            replica = runner(record)
+            if (replica == self._store.replica or _age(record, now) <= self._lease_duration
+                    or (replica and self._liveness.is_alive(replica))):
+                continue
+            meta = record["metadata"]
+            message = (f'the server replica "{replica}" that ran this notifier stopped: '
+                       f'its Lease had expired when replica "{self._store.replica}" checked '
+                       f"at {checked}; the notifier may or may not have completed in the "
+                       "container")
+            message += await _stop_held(self._store, self._stopper, meta["namespace"],
+                                        meta["name"])
+            ended = await _interrupt(self._store, meta["namespace"], meta["name"], message)
+            count += ended
+            log.info("took over a stopped replica's run", extra={
+                "namespace": meta["namespace"], "record": meta["name"],
+                "stopped_replica": replica, "ended": ended})
         return count
 
     async def run(self) -> None:
@@ -176,59 +176,52 @@ class Collected(NamedTuple):
     """Finished records of pods that no longer exist."""
     trimmed: int
     """Finished records beyond K of their pod."""
-    ledgers: int
-    """Empty ledgers of pods that no longer exist."""
     waiting: int = 0
-    """Ledgers of pods that no longer exist still listing runs (of records not yet finished):
-    the next collection scans again for them, though no pod was deleted since."""
+    """Unfinished records of pods that no longer exist (their runs end, seeing the pod gone,
+    or are taken over): the next collection scans again for them, though no pod was deleted
+    since."""
 
     @property
     def deleted(self) -> bool:
-        return any((self.expired, self.orphaned, self.trimmed, self.ledgers))
+        return any((self.expired, self.orphaned, self.trimmed))
 
 
 async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_seconds: int,
                        max_records_per_pod: int, scan_orphans: bool = True) -> Collected:
     """Delete expired finished records, the oldest finished records of every pod with more than
-    ``max_records_per_pod``, and (if `scan_orphans`) finished records and ledgers (once no run
-    on them is current) of pods that no longer exist."""
+    ``max_records_per_pod``, and (if `scan_orphans`) the finished records of pods that no longer
+    exist, counting their unfinished ones."""
     expired = await store.delete_expired(datetime.now(UTC), default_ttl_seconds)
     trimmed = await store.trim_all(max_records_per_pod)
-    orphaned = ledgers = waiting = 0
+    orphaned = waiting = 0
     if scan_orphans and pods.synced.is_set():
-        for ledger in await store.ledgers.all():
-            if not pods.gone(ledger.namespace, ledger.pod, ledger.pod_uid):
-                continue
-            current = await store.prune_gone(ledger) if ledger.runs else ledger
-            if current is not None and not current.runs:
-                ledgers += await store.ledgers.delete_empty(current)
-            elif current is not None:
-                waiting += 1
         token = ""
         while True:
-            page = await store.list(None, field_selector="status.phase!=Pending,"
-                                    "status.phase!=Running,status.phase!=Held", limit=500,
-                                    continue_token=token)
+            page = await store.list(None, limit=500, continue_token=token)
             for record in page.items:
                 spec, meta = record["spec"], record["metadata"]
-                if pods.gone(meta["namespace"], spec["podName"], spec.get("podUID", "")):
-                    try:
-                        await store.delete(meta["namespace"], meta["name"])
-                        orphaned += 1
-                    except NotFound:
-                        continue
+                if not pods.gone(meta["namespace"], spec["podName"], spec.get("podUID", "")):
+                    continue
+                if not records.is_finished(record):
+                    waiting += 1
+                    continue
+                try:
+                    await store.delete(meta["namespace"], meta["name"])
+                    orphaned += 1
+                except NotFound:
+                    continue
             token = page.continue_token
             if not token:
                 break
-    return Collected(len(expired), orphaned, trimmed, ledgers, waiting)
+    return Collected(len(expired), orphaned, trimmed, waiting)
 
 
 async def collect_forever(store: PodNotifierStore, pods: PodDirectory, default_ttl_seconds: int,
                           max_records_per_pod: int, interval: float = COLLECT_INTERVAL_SECONDS
                           ) -> None:
     """Collect every `interval` seconds; scan for orphans only after the pod index has seen a
-    deletion since the last scan (and once at start), or while the last scan left ledgers of
-    gone pods waiting for their runs to finish, not through every record each time."""
+    deletion since the last scan (and once at start), or while the last scan left unfinished
+    records of gone pods, not through every record each time."""
     scanned_at: int | None = None
     waiting = False
     while True:
