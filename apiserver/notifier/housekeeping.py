@@ -147,10 +147,15 @@ class Takeover:
                     or (replica and self._liveness.is_alive(replica))):
                 continue
             meta = record["metadata"]
-            message = (f'the server replica "{replica}" that ran this notifier stopped: '
-                       f'its Lease had expired when replica "{self._store.replica}" checked '
-                       f"at {checked}; the notifier may or may not have completed in the "
-                       "container")
+            if replica:
+                message = (f'the server replica "{replica}" that ran this notifier stopped: '
+                           f'its Lease had expired when replica "{self._store.replica}" '
+                           f"checked at {checked}")
+            else:
+                message = ("the record names no server replica that runs it (an earlier "
+                           "version wrote it) and was older than the lease duration when "
+                           f'replica "{self._store.replica}" checked at {checked}')
+            message += "; the notifier may or may not have completed in the container"
             message += await _stop_held(self._store, self._stopper, meta["namespace"],
                                         meta["name"])
             ended = await _interrupt(self._store, meta["namespace"], meta["name"], message)
