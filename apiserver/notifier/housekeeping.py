@@ -83,8 +83,10 @@ async def recover_interrupted(store: PodNotifierStore, *, clock: Callable[[], fl
                               grace_seconds: float = DEFAULT_LEASE_DURATION_SECONDS) -> int:
     """At start, end as Interrupted every unfinished record this replica (``store.replica``, an
     earlier process of it) runs, and every unfinished record that names no replica (written by
-    an earlier version) once older than ``grace_seconds``. The held commands of this replica's
-    runs are stopped first, by the PIDs the records hold (through ``stopper``).
+    an earlier version) once older than ``grace_seconds``: give it the longest a run may take,
+    so that a run an earlier version's replica still holds during an upgrade is not ended. The
+    held commands of this replica's runs are stopped first, by the PIDs the records hold
+    (through ``stopper``).
 
     Runs before the server serves, so no run of this process can be mistaken for one."""
     now = clock()
@@ -112,12 +114,15 @@ def _age(record: dict[str, Any], now: float) -> float:
 
 
 class Takeover:
-    """Ends the runs of replicas that stopped, on every replica.
+    """Ends the runs nobody runs any more, on every replica.
 
-    Every ``interval`` seconds: an unfinished record older than ``lease_duration_seconds``
-    whose replica (``status.replica``) is not alive (``liveness``) is ended
-    ``Failed``/``Interrupted``. A replica that stops has its runs ended within lease duration
-    + interval (plus a cache's lag) after its last Lease renewal.
+    Every ``interval`` seconds, of the unfinished records older than ``lease_duration_seconds``
+    it ends ``Failed``/``Interrupted``: those whose replica (``status.replica``) is not alive
+    (``liveness``): a replica that stops has its runs ended within lease duration + interval
+    (plus a cache's lag) after its last Lease renewal; those of this replica that this process
+    does not run (``running``: a refused create whose deletion failed, a run that ended without
+    writing its result); and those that name no replica (an earlier version wrote them) once
+    older than ``legacy_after_seconds``, the longest such a run may take.
 
     A held notifier's commands keep running when their replica dies (closing a stream stops no
     process): the takeover stops them first through ``stopper``, by the PIDs the record holds,
@@ -125,16 +130,44 @@ class Takeover:
     """
 
     def __init__(self, store: PodNotifierStore, liveness: Liveness, *,
+                 running: Callable[[str, str], bool],
                  lease_duration_seconds: float = DEFAULT_LEASE_DURATION_SECONDS,
+                 legacy_after_seconds: float = DEFAULT_LEASE_DURATION_SECONDS,
                  interval: float = TAKEOVER_INTERVAL_SECONDS,
                  clock: Callable[[], float] = time.time,
                  stopper: CommandStopper | None = None) -> None:
         self._store = store
         self._stopper = stopper
         self._liveness = liveness
+        self._running = running
         self._lease_duration = lease_duration_seconds
+        self._legacy_after = legacy_after_seconds
         self._interval = interval
         self._clock = clock
+
+    def _why_over(self, record: dict[str, Any], now: float, checked: str) -> str:
+        """Why nobody runs the record any more, or "" if it may still run."""
+        replica, age = runner(record), _age(record, now)
+        me = self._store.replica
+        meta = record["metadata"]
+        if age <= self._lease_duration:
+            return ""
+        if replica == me:
+            if self._running(meta["namespace"], meta["name"]):
+                return ""
+            return (f'the server replica "{me}" that runs this notifier does not run it any more '
+                    f"(checked at {checked}): its create was refused and could not be deleted, "
+                    "or its run ended without writing its result")
+        if replica:
+            if self._liveness.is_alive(replica):
+                return ""
+            return (f'the server replica "{replica}" that ran this notifier stopped: its Lease '
+                    f'had expired when replica "{me}" checked at {checked}')
+        if age <= self._legacy_after:
+            return ""
+        return ("the record names no server replica that runs it (an earlier version wrote it) "
+                f"and was older than the longest such a run may take when replica \"{me}\" "
+                f"checked at {checked}")
 
     async def once(self) -> int:
         """One look at every unfinished record; how many it ended."""
@@ -142,27 +175,18 @@ class Takeover:
         checked = records.rfc3339(datetime.fromtimestamp(now, UTC))
         count = 0
         for record in await self._store.unfinished():
-            replica = runner(record)
-            if (replica == self._store.replica or _age(record, now) <= self._lease_duration
-                    or (replica and self._liveness.is_alive(replica))):
+            message = self._why_over(record, now, checked)
+            if not message:
                 continue
             meta = record["metadata"]
-            if replica:
-                message = (f'the server replica "{replica}" that ran this notifier stopped: '
-                           f'its Lease had expired when replica "{self._store.replica}" '
-                           f"checked at {checked}")
-            else:
-                message = ("the record names no server replica that runs it (an earlier "
-                           "version wrote it) and was older than the lease duration when "
-                           f'replica "{self._store.replica}" checked at {checked}')
             message += "; the notifier may or may not have completed in the container"
             message += await _stop_held(self._store, self._stopper, meta["namespace"],
                                         meta["name"])
             ended = await _interrupt(self._store, meta["namespace"], meta["name"], message)
             count += ended
-            log.info("took over a stopped replica's run", extra={
+            log.info("took over a run nobody runs", extra={
                 "namespace": meta["namespace"], "record": meta["name"],
-                "stopped_replica": replica, "ended": ended})
+                "replica": runner(record), "ended": ended})
         return count
 
     async def run(self) -> None:

@@ -380,16 +380,25 @@ class KubeObjectStore(ObjectStore):
         selector = parse_field_selector(cohort.field_selector, self.resource.selectable_fields)
         evictable = parse_field_selector(cohort.evictable, self.resource.selectable_fields)
         async with _KeyLock(self._cohort_locks, (namespace, cohort.field_selector)):
-            members = sorted((e for e in self._candidates(namespace, selector)
-                              if selector.matches(e.object)),
-                             key=lambda e: (e.sequence, _key(e.object)))
-            await self._evict(namespace, selector, evictable, cohort.evicted(
-                members, lambda e: evictable.matches(e.object)))
             if cohort.admit is None:
+                await self._evict_for(namespace, cohort, selector, evictable, "")
                 return await self._create(prepared)
             created = await self._create(prepared, settle=False)
             await self._admit(created, selector, cohort.admit)
+            # Evicted once admitted, so that a refused create deletes nothing but itself.
+            await self._evict_for(namespace, cohort, selector, evictable,
+                                  metadata(created["object"])["name"])
             return self._public(created)
+
+    async def _evict_for(self, namespace: str, cohort: Cohort, selector: FieldSelector,
+                         evictable: FieldSelector, created: str) -> None:
+        """Make room for one create into the cohort (``Cohort.evicted``); ``created`` names
+        the new object if it is stored already (it is not one of the members)."""
+        members = sorted((e for e in self._candidates(namespace, selector)
+                          if selector.matches(e.object) and _key(e.object)[1] != created),
+                         key=lambda e: (e.sequence, _key(e.object)))
+        await self._evict(namespace, selector, evictable, cohort.evicted(
+            members, lambda e: evictable.matches(e.object)))
 
     async def _admit(self, stored: Object, cohort: FieldSelector,
                      admit: Callable[[builtins.list[Object]], None]) -> None:

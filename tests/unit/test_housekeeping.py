@@ -25,6 +25,11 @@ from apiserver.registry.sqlite_store import SqliteObjectStore
 DEFAULT_TTL = 3600
 
 
+def runs_everything(namespace: str, record: str) -> bool:
+    """A runner that runs every record of its replica (none is left behind)."""
+    return True
+
+
 class FakePods:
     """Stands in for PodDirectory: `alive` maps (namespace, name) to the current pod UID."""
 
@@ -206,7 +211,7 @@ async def test_takeover_ends_a_dead_replicas_records_only(store: PodNotifierStor
     live = await store.get("prod", "live")
     own = await store.get("prod", "own")
     alive = Alive("replica-0", "replica-2")
-    takeover = Takeover(store, alive, clock=after_the_lease)
+    takeover = Takeover(store, alive, running=runs_everything, clock=after_the_lease)
 
     assert await takeover.once() == 1
 
@@ -230,26 +235,62 @@ async def test_takeover_waits_for_the_lease_duration(store: PodNotifierStore) ->
     await store.create(record("young", "Running", replica="replica-1"))
     young = await store.get("prod", "young")
 
-    assert await Takeover(store, Alive(), clock=time.time).once() == 0
+    assert await Takeover(store, Alive(), running=runs_everything, clock=time.time).once() == 0
     assert await store.get("prod", "young") == young
 
-    assert await Takeover(store, Alive(), lease_duration_seconds=5,
+    assert await Takeover(store, Alive(), running=runs_everything, lease_duration_seconds=5,
                           clock=lambda: time.time() + 6).once() == 1
     assert (await store.get("prod", "young"))["status"]["reason"] == "Interrupted"
+
+
+async def test_takeover_ends_its_own_records_that_this_process_does_not_run(
+    store: PodNotifierStore,
+) -> None:
+    """A refused create whose deletion failed, a run that ended without its result: the
+    record names this replica, which is alive, but nothing runs it."""
+    await store.create(record("left", "Running", replica="replica-0", notifier="a"))
+    await store.create(record("run", "Running", replica="replica-0", notifier="b"))
+    running = {("prod", "run")}
+
+    takeover = Takeover(store, Alive("replica-0"), running=lambda ns, name: (ns, name) in running,
+                        clock=after_the_lease)
+    assert await takeover.once() == 1
+
+    left = (await store.get("prod", "left"))["status"]
+    assert (left["phase"], left["reason"]) == ("Failed", "Interrupted")
+    assert left["message"].startswith(
+        'the server replica "replica-0" that runs this notifier does not run it any more')
+    assert (await store.get("prod", "run"))["status"]["phase"] == "Running"
+
+
+async def test_takeover_gives_records_naming_no_replica_the_longest_run(
+    store: PodNotifierStore,
+) -> None:
+    """An earlier version's replica may still run them during an upgrade: ended only once
+    older than the longest such a run may take."""
+    await store.create(record("legacy", "Running"))
+    longest = 600.0
+
+    assert await Takeover(store, Alive(), running=runs_everything, legacy_after_seconds=longest,
+                          clock=after_the_lease).once() == 0
+    assert await Takeover(store, Alive(), running=runs_everything, legacy_after_seconds=longest,
+                          clock=lambda: time.time() + longest + 1).once() == 1
 
 
 async def test_takeover_ends_old_records_naming_no_replica(store: PodNotifierStore) -> None:
     await store.create(record("legacy", "Running"))
 
-    assert await Takeover(store, Alive("replica-0"), clock=time.time).once() == 0
+    assert await Takeover(store, Alive("replica-0"), running=runs_everything,
+                          clock=time.time).once() == 0
     assert (await store.get("prod", "legacy"))["status"]["phase"] == "Running"
 
-    assert await Takeover(store, Alive("replica-0"), clock=after_the_lease).once() == 1
+    assert await Takeover(store, Alive("replica-0"), running=runs_everything,
+                          clock=after_the_lease).once() == 1
     status = (await store.get("prod", "legacy"))["status"]
     assert status["reason"] == "Interrupted"
     assert status["message"].startswith(
         "the record names no server replica that runs it (an earlier version wrote it) and was "
-        'older than the lease duration when replica "replica-0" checked at ')
+        'older than the longest such a run may take when replica "replica-0" checked at ')
     assert status["message"].endswith(
         "; the notifier may or may not have completed in the container")
 

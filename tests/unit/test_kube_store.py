@@ -189,6 +189,26 @@ async def test_a_refused_create_is_deleted_again(store: KubeObjectStore,
         await store.get("ns", "b")
 
 
+async def test_a_refused_create_evicts_nothing(store: KubeObjectStore,
+                                               api: FakeStorageAPI) -> None:
+    """The cohort is at its limit: an admitted create evicts, a refused one only deletes
+    itself."""
+    for name in ("a", "b"):
+        await store.create(record(name, phase="Succeeded"))
+
+    def refuse(members: list[dict[str, Any]]) -> None:
+        raise Conflict("busy", resource=PODNOTIFIERS, name="a")
+
+    with pytest.raises(Conflict):
+        await store.create(record("c"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 2, 1,
+                                                      admit=refuse))
+    assert sorted(name for (_, _, name) in api.objects) == ["ns.a", "ns.b"]
+
+    await store.create(record("d"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 2, 1,
+                                                  admit=lambda members: None))
+    assert sorted(name for (_, _, name) in api.objects) == ["ns.d"]
+
+
 async def test_unreachable_kube_apiserver_is_storage_unavailable(
         store: KubeObjectStore, api: FakeStorageAPI) -> None:
     await store.list("ns")

@@ -51,6 +51,11 @@ K = 3
 LEASE = 15.0
 
 
+def runs_everything(namespace: str, record: str) -> bool:
+    """A runner that runs every record of its replica (none is left behind)."""
+    return True
+
+
 class Clock:
     """A replica's clock, which a test moves on."""
 
@@ -278,7 +283,8 @@ async def test_a_record_left_undecided_by_a_stopped_replica_counts_until_taken_o
 
     with pytest.raises(Conflict):
         await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
-    assert await Takeover(replicas.b, Alive("replica-b"), lease_duration_seconds=LEASE,
+    assert await Takeover(replicas.b, Alive("replica-b"), running=runs_everything,
+                          lease_duration_seconds=LEASE,
                           clock=after_the_lease).once() == 1
     created = await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
 
@@ -299,7 +305,8 @@ class Alive:
 async def test_takeover_ends_a_stopped_replicas_runs_only(replicas: Replicas) -> None:
     dead = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
     alive = await replicas.b.create_bounded(record("flush"), max_per_pod=K)
-    takeover = Takeover(replicas.b, Alive("replica-b"), lease_duration_seconds=LEASE,
+    takeover = Takeover(replicas.b, Alive("replica-b"), running=runs_everything,
+                        lease_duration_seconds=LEASE,
                         clock=after_the_lease)
 
     assert await takeover.once() == 1
@@ -319,7 +326,7 @@ async def test_takeover_ends_records_that_name_no_replica(replicas: Replicas) ->
     """Records of an earlier version, which named no replica: as a stopped replica's."""
     legacy = await replicas.a.create(record("old", name="legacy"))
 
-    assert await Takeover(replicas.b, Alive("replica-a", "replica-b"),
+    assert await Takeover(replicas.b, Alive("replica-a", "replica-b"), running=runs_everything,
                           lease_duration_seconds=LEASE, clock=after_the_lease).once() == 1
     assert (await replicas.b.get(NS, legacy["metadata"]["name"]))["status"]["reason"] == \
         "Interrupted"
@@ -352,7 +359,8 @@ async def test_takeover_stops_a_stopped_replicas_held_command_by_its_pid(
     dead = await replicas.a.create_bounded(held, max_per_pod=K)
     plain = await replicas.a.create_bounded(record("flush"), max_per_pod=K)
     stopper = Stopper(stop)
-    takeover = Takeover(replicas.b, Alive("replica-b"), lease_duration_seconds=LEASE,
+    takeover = Takeover(replicas.b, Alive("replica-b"), running=runs_everything,
+                        lease_duration_seconds=LEASE,
                         clock=after_the_lease, stopper=stopper)
 
     assert await takeover.once() == 2
@@ -368,7 +376,8 @@ async def test_takeover_stops_a_stopped_replicas_held_command_by_its_pid(
 async def test_takeover_waits_for_the_lease_duration(replicas: Replicas) -> None:
     young = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
 
-    assert await Takeover(replicas.b, Alive(), lease_duration_seconds=LEASE).once() == 0
+    assert await Takeover(replicas.b, Alive(), running=runs_everything,
+                          lease_duration_seconds=LEASE).once() == 0
 
     assert await replicas.b.get(NS, young["metadata"]["name"]) == young
 
@@ -376,7 +385,8 @@ async def test_takeover_waits_for_the_lease_duration(replicas: Replicas) -> None
 async def test_two_survivors_end_a_run_once(replicas: Replicas, backend: Backend) -> None:
     dead = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
     third = replica(backend, "replica-c", replicas.clock)
-    survivors = [Takeover(store, Alive("replica-b", "replica-c"), lease_duration_seconds=LEASE,
+    survivors = [Takeover(store, Alive("replica-b", "replica-c"), running=runs_everything,
+                          lease_duration_seconds=LEASE,
                           clock=after_the_lease) for store in (replicas.b, third)]
     await third.list(NS)  # its caches are synced
 
