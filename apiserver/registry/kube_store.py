@@ -423,7 +423,8 @@ class KubeObjectStore(ObjectStore):
             try:
                 await self._delete(namespace, name, "", str(metadata(public).get("uid", "")))
             except StoreError as error:
-                log.warning("deleting a refused object failed; it stays until it is ended", extra={
+                log.warning("deleting a refused object failed; it counts until the takeover "
+                            "ends it", extra={
                     "resource": self.resource.plural, "namespace": namespace, "object": name,
                     "refusal": str(refusal), "error": str(error)})
             raise
