@@ -195,7 +195,7 @@ class ServerOptions:
         "process per directory")
     storage: str = option(
         KUBERNETES, choices=STORAGE_BACKENDS,
-        help="where PodNotifier records, Notifications, their scopes and the pods' ledgers are "
+        help="where PodNotifier records, Notifications and their scopes are "
         "kept: 'kubernetes' (custom resources of storage.notifier.x-k8s.io, "
         "apiservice/storage-crds.yaml, which must be Established; served from a cache; shared "
         "by every replica; nothing on local disk; docs/storage.md) or 'sqlite' (the database "

@@ -61,14 +61,12 @@ from apiserver.registry.kube_store import (
     check_installed,
 )
 from apiserver.registry.layout_migration import LayoutMigration
-from apiserver.registry.ledgers import Ledger
 from apiserver.registry.namespace_guard import NamespaceGuardedStore
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import (
     NOTIFICATION_POD_SETS,
     NOTIFICATION_RUNS,
     NOTIFICATIONS,
-    PODLEDGERS,
     PODNOTIFIERS,
     ResourceType,
 )
@@ -84,15 +82,13 @@ from apiserver.serving.tls import ServingTLS
 
 log = logging.getLogger(__name__)
 
-STORED_RESOURCES = (PODNOTIFIERS, NOTIFICATIONS, NOTIFICATION_RUNS, NOTIFICATION_POD_SETS,
-                    PODLEDGERS)
+STORED_RESOURCES = (PODNOTIFIERS, NOTIFICATIONS, NOTIFICATION_RUNS, NOTIFICATION_POD_SETS)
 """What the server stores, in one backend: with ``--storage=kubernetes`` each has its storage
 CRD (apiservice/storage-crds.yaml), checked at start."""
 
 STORED_DECODERS: dict[ResourceType, Decoder] = {
     PODNOTIFIERS: records.decode_stored, NOTIFICATIONS: spec.decode_stored,
     NOTIFICATION_RUNS: scope.ScopeRun.of, NOTIFICATION_POD_SETS: scope.PodSet.of,
-    PODLEDGERS: Ledger.of,
 }
 """Each stored kind's decoder (``registry.decoding``): the storage caches skip what it refuses."""
 
@@ -210,9 +206,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     the clients and `database` at the end. TokenReviews and the trust ConfigMap go through
     `authentication`, SubjectAccessReviews through `authorization` (each `kube` if not given;
     see ``KubeClients``), everything else through `kube`. `replica` names this server in the
-    Events it records and its heartbeat Lease, in the pods' ledgers (the runs it holds), and is
-    its identity in the fan-out leader election.
-    With ``--storage=kubernetes`` records, Notifications, their scopes and the pods' ledgers are
+    Events it records and its heartbeat Lease, in the records it runs (``status.replica``), and
+    is its identity in the fan-out leader election.
+    With ``--storage=kubernetes`` records, Notifications and their scopes are
     kept as storage custom resources (``registry/kube_store.py``) and `database` is not used
     (``serve`` opens none); otherwise all of them are kept in `database`. `certificates` (bootstrap
     mode) keeps the serving certificate current in the background."""
@@ -249,8 +245,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
                   for resource, history in ((PODNOTIFIERS, DEFAULT_HISTORY),
                                             (NOTIFICATIONS, DEFAULT_HISTORY),
                                             (NOTIFICATION_RUNS, scope.STORE_HISTORY),
-                                            (NOTIFICATION_POD_SETS, scope.STORE_HISTORY),
-                                            (PODLEDGERS, DEFAULT_HISTORY))]
+                                            (NOTIFICATION_POD_SETS, scope.STORE_HISTORY))]
         stores = list(caches)
         readiness.add("storage-cache", lambda: all(cache.synced for cache in caches))
     else:
@@ -262,11 +257,11 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     stores = [TimedObjectStore(store, metrics) for store in stores]
     namespaces = NamespaceDirectory(kube)
     readiness.add("namespaces", namespaces.has_synced)
-    record_store, notification_store, run_store, pod_set_store, ledger_store = stores
+    record_store, notification_store, run_store, pod_set_store = stores
     record_store = NamespaceGuardedStore(record_store, namespaces)
     notification_store = NamespaceGuardedStore(notification_store, namespaces)
     metrics.watch_watches(watches.count, WATCHED_RESOURCES)
-    records = PodNotifierStore(record_store, ledger_store, replica)
+    records = PodNotifierStore(record_store, replica)
     replica_lease = ReplicaLease(
         kube, options.leader_elect_resource_namespace, replica,
         lease_duration=options.leader_elect_lease_duration,
@@ -296,11 +291,14 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
 
     events = EventRecorder(kube, REPORTING_CONTROLLER, replica, metrics)
     kube_exec = KubeExec(exec_endpoint)
-    takeover = housekeeping.Takeover(
-        records, replica_lease, lease_duration_seconds=options.leader_elect_lease_duration,
-        stopper=kube_exec)
     runner = Runner(records, kube_exec, pod_index, metrics,
                     options.max_concurrent_executions, RunEvents(events), holding=kube_exec)
+    legacy_after = (max(options.max_timeout_seconds, options.max_hold_seconds)
+                    + options.leader_elect_lease_duration)
+    takeover = housekeeping.Takeover(
+        records, replica_lease, running=runner.is_running,
+        lease_duration_seconds=options.leader_elect_lease_duration,
+        legacy_after_seconds=legacy_after, stopper=kube_exec)
     admission = Admission(
         pods=pod_cache, trust=TrustRules(owners, authorizer), records=records,
         runner=runner, limits=Limits(
@@ -334,7 +332,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for cache in caches:
             cache.start()
-        await housekeeping.recover_interrupted(records, stopper=kube_exec)
+        await housekeeping.recover_interrupted(records, stopper=kube_exec,
+                                               grace_seconds=legacy_after)
         event_writer = asyncio.create_task(events.run(), name="event-recorder")
         heartbeat = asyncio.create_task(replica_lease.run(), name="replica-lease")
         election = asyncio.create_task(elector.run(fanout.lead, fanout.step_down),

@@ -526,6 +526,10 @@ class PodNotifierStatus(APIModel):
                     "succeeded.")] = None
     start_time: Annotated[str | None, Field(description="When the run started."),
                           SchemaRef(TIME)] = None
+    replica: Annotated[str | None, Field(
+        description="The server replica that runs the notifier (its pod's name): if that "
+                    "replica stops, another one ends the run Interrupted once its Lease has "
+                    "expired.")] = None
     max_hold_seconds: Annotated[int | None, Field(
         description="Set on the records of held notifiers: the longest the run stays Held "
                     "before it fails HoldExpired.")] = None

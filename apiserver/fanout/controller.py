@@ -516,8 +516,8 @@ class NotificationRun:
     async def _rerun_unstored(self, pod: ScopedPod) -> None:
         """Run a pod whose start was marked but whose record was never stored, as that record.
         A create of the stopped server that lands late makes this one refused (the name
-        exists, or the pod's ledger lists the run): then that record's result stands, so the
-        pod is notified once either way."""
+        exists, or that record counts on the pod: 409): then that record's result stands, so
+        the pod is notified once either way."""
         state, reason = await self._run_once(pod, self.spec["notifier"], pod.record,
                                              notification_label(self.name))
         await self._record_result(pod, state, reason)

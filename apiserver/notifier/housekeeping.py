@@ -15,7 +15,7 @@ from apiserver.notifier.exec_protocol import Stop
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import CommandStopper
 from apiserver.registry.errors import NotFound
-from apiserver.registry.podnotifiers import PodNotifierStore
+from apiserver.registry.podnotifiers import PodNotifierStore, runner
 from apiserver.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
@@ -79,45 +79,50 @@ async def _interrupt(store: PodNotifierStore, namespace: str, name: str, message
 
 
 async def recover_interrupted(store: PodNotifierStore, *, clock: Callable[[], float] = time.time,
-                              stopper: CommandStopper | None = None) -> int:
-    """At start, end as Interrupted every run this replica (``store.replica``, an earlier
-    process of it) left on a ledger, and every unfinished record no ledger lists (written by a
-    server before ledgers) once older than the ledgers' grace; take them off the ledgers. The
+                              stopper: CommandStopper | None = None,
+                              grace_seconds: float = DEFAULT_LEASE_DURATION_SECONDS) -> int:
+    """At start, end as Interrupted every unfinished record this replica (``store.replica``, an
+    earlier process of it) runs, and every unfinished record that names no replica (written by
+    an earlier version) once older than ``grace_seconds``: give it the longest a run may take,
+    so that a run an earlier version's replica still holds during an upgrade is not ended. The
     held commands of this replica's runs are stopped first, by the PIDs the records hold
     (through ``stopper``).
 
     Runs before the server serves, so no run of this process can be mistaken for one."""
-    ledgers = await store.ledgers.all()
-    listed = {(ledger.namespace, run.record) for ledger in ledgers for run in ledger.runs}
-    count = 0
-    for ledger in ledgers:
-        for run in ledger.runs:
-            if run.replica == store.replica:
-                stopped = await _stop_held(store, stopper, ledger.namespace, run.record)
-                count += await _interrupt(store, ledger.namespace, run.record,
-                                          records.INTERRUPTED_MESSAGE + stopped)
-                await store.release(ledger.namespace, ledger.pod, run.record)
     now = clock()
+    count = 0
     for record in await store.unfinished():
         meta = record["metadata"]
-        created = parse_timestamp(meta.get("creationTimestamp"))
-        if (meta["namespace"], meta["name"]) in listed or (
-                created is not None and now - created <= store.grace_seconds):
+        replica = runner(record)
+        if replica == store.replica:
+            stopped = await _stop_held(store, stopper, meta["namespace"], meta["name"])
+        elif not replica and _age(record, now) > grace_seconds:
+            stopped = ""
+        else:
             continue
         count += await _interrupt(store, meta["namespace"], meta["name"],
-                                  records.INTERRUPTED_MESSAGE)
+                                  records.INTERRUPTED_MESSAGE + stopped)
     if count:
         log.info("ended interrupted records", extra={"count": count})
     return count
 
 
-class Takeover:
-    """Ends the runs of replicas that stopped, on every replica.
+def _age(record: dict[str, Any], now: float) -> float:
+    """Seconds since the record was created (infinite if unreadable)."""
+    created = parse_timestamp(record["metadata"].get("creationTimestamp"))
+    return float("inf") if created is None else now - created
 
-    Every ``interval`` seconds: a ledger's run older than ``lease_duration_seconds`` whose
-    replica is not alive (``liveness``) has its record ended ``Failed``/``Interrupted`` and is
-    taken off the ledger. A replica that stops has its runs ended within lease duration +
-    interval (plus a cache's lag) after its last Lease renewal.
+
+class Takeover:
+    """Ends the runs nobody runs any more, on every replica.
+
+    Every ``interval`` seconds, of the unfinished records older than ``lease_duration_seconds``
+    it ends ``Failed``/``Interrupted``: those whose replica (``status.replica``) is not alive
+    (``liveness``): a replica that stops has its runs ended within lease duration + interval
+    (plus a cache's lag) after its last Lease renewal; those of this replica that this process
+    does not run (``running``: a refused create whose deletion failed, a run that ended without
+    writing its result); and those that name no replica (an earlier version wrote them) once
+    older than ``legacy_after_seconds``, the longest such a run may take.
 
     A held notifier's commands keep running when their replica dies (closing a stream stops no
     process): the takeover stops them first through ``stopper``, by the PIDs the record holds,
@@ -125,39 +130,63 @@ class Takeover:
     """
 
     def __init__(self, store: PodNotifierStore, liveness: Liveness, *,
+                 running: Callable[[str, str], bool],
                  lease_duration_seconds: float = DEFAULT_LEASE_DURATION_SECONDS,
+                 legacy_after_seconds: float = DEFAULT_LEASE_DURATION_SECONDS,
                  interval: float = TAKEOVER_INTERVAL_SECONDS,
                  clock: Callable[[], float] = time.time,
                  stopper: CommandStopper | None = None) -> None:
         self._store = store
         self._stopper = stopper
         self._liveness = liveness
+        self._running = running
         self._lease_duration = lease_duration_seconds
+        self._legacy_after = legacy_after_seconds
         self._interval = interval
         self._clock = clock
 
+    def _why_over(self, record: dict[str, Any], now: float, checked: str) -> str:
+        """Why nobody runs the record any more, or "" if it may still run."""
+        replica, age = runner(record), _age(record, now)
+        me = self._store.replica
+        meta = record["metadata"]
+        if age <= self._lease_duration:
+            return ""
+        if replica == me:
+            if self._running(meta["namespace"], meta["name"]):
+                return ""
+            return (f'the server replica "{me}" that runs this notifier does not run it any more '
+                    f"(checked at {checked}): its create was refused and could not be deleted, "
+                    "or its run ended without writing its result")
+        if replica:
+            if self._liveness.is_alive(replica):
+                return ""
+            return (f'the server replica "{replica}" that ran this notifier stopped: its Lease '
+                    f'had expired when replica "{me}" checked at {checked}')
+        if age <= self._legacy_after:
+            return ""
+        return ("the record names no server replica that runs it (an earlier version wrote it) "
+                f"and was older than the longest such a run may take when replica \"{me}\" "
+                f"checked at {checked}")
+
     async def once(self) -> int:
-        """One look at every ledger; how many records it ended."""
+        """One look at every unfinished record; how many it ended."""
         now = self._clock()
         checked = records.rfc3339(datetime.fromtimestamp(now, UTC))
         count = 0
-        for ledger in await self._store.ledgers.all():
-            for run in ledger.runs:
-                if (run.replica == self._store.replica or run.age(now) <= self._lease_duration
-                        or self._liveness.is_alive(run.replica)):
-                    continue
-                message = (f'the server replica "{run.replica}" that ran this notifier stopped: '
-                           f'its Lease had expired when replica "{self._store.replica}" checked '
-                           f"at {checked}; the notifier may or may not have completed in the "
-                           "container")
-                message += await _stop_held(self._store, self._stopper, ledger.namespace,
-                                            run.record)
-                ended = await _interrupt(self._store, ledger.namespace, run.record, message)
-                await self._store.release(ledger.namespace, ledger.pod, run.record)
-                count += ended
-                log.info("took over a stopped replica's run", extra={
-                    "namespace": ledger.namespace, "record": run.record,
-                    "stopped_replica": run.replica, "ended": ended})
+        for record in await self._store.unfinished():
+            message = self._why_over(record, now, checked)
+            if not message:
+                continue
+            meta = record["metadata"]
+            message += "; the notifier may or may not have completed in the container"
+            message += await _stop_held(self._store, self._stopper, meta["namespace"],
+                                        meta["name"])
+            ended = await _interrupt(self._store, meta["namespace"], meta["name"], message)
+            count += ended
+            log.info("took over a run nobody runs", extra={
+                "namespace": meta["namespace"], "record": meta["name"],
+                "replica": runner(record), "ended": ended})
         return count
 
     async def run(self) -> None:
@@ -176,59 +205,52 @@ class Collected(NamedTuple):
     """Finished records of pods that no longer exist."""
     trimmed: int
     """Finished records beyond K of their pod."""
-    ledgers: int
-    """Empty ledgers of pods that no longer exist."""
     waiting: int = 0
-    """Ledgers of pods that no longer exist still listing runs (of records not yet finished):
-    the next collection scans again for them, though no pod was deleted since."""
+    """Unfinished records of pods that no longer exist (their runs end, seeing the pod gone,
+    or are taken over): the next collection scans again for them, though no pod was deleted
+    since."""
 
     @property
     def deleted(self) -> bool:
-        return any((self.expired, self.orphaned, self.trimmed, self.ledgers))
+        return any((self.expired, self.orphaned, self.trimmed))
 
 
 async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_seconds: int,
                        max_records_per_pod: int, scan_orphans: bool = True) -> Collected:
     """Delete expired finished records, the oldest finished records of every pod with more than
-    ``max_records_per_pod``, and (if `scan_orphans`) finished records and ledgers (once no run
-    on them is current) of pods that no longer exist."""
+    ``max_records_per_pod``, and (if `scan_orphans`) the finished records of pods that no longer
+    exist, counting their unfinished ones."""
     expired = await store.delete_expired(datetime.now(UTC), default_ttl_seconds)
     trimmed = await store.trim_all(max_records_per_pod)
-    orphaned = ledgers = waiting = 0
+    orphaned = waiting = 0
     if scan_orphans and pods.synced.is_set():
-        for ledger in await store.ledgers.all():
-            if not pods.gone(ledger.namespace, ledger.pod, ledger.pod_uid):
-                continue
-            current = await store.prune_gone(ledger) if ledger.runs else ledger
-            if current is not None and not current.runs:
-                ledgers += await store.ledgers.delete_empty(current)
-            elif current is not None:
-                waiting += 1
         token = ""
         while True:
-            page = await store.list(None, field_selector="status.phase!=Pending,"
-                                    "status.phase!=Running,status.phase!=Held", limit=500,
-                                    continue_token=token)
+            page = await store.list(None, limit=500, continue_token=token)
             for record in page.items:
                 spec, meta = record["spec"], record["metadata"]
-                if pods.gone(meta["namespace"], spec["podName"], spec.get("podUID", "")):
-                    try:
-                        await store.delete(meta["namespace"], meta["name"])
-                        orphaned += 1
-                    except NotFound:
-                        continue
+                if not pods.gone(meta["namespace"], spec["podName"], spec.get("podUID", "")):
+                    continue
+                if not records.is_finished(record):
+                    waiting += 1
+                    continue
+                try:
+                    await store.delete(meta["namespace"], meta["name"])
+                    orphaned += 1
+                except NotFound:
+                    continue
             token = page.continue_token
             if not token:
                 break
-    return Collected(len(expired), orphaned, trimmed, ledgers, waiting)
+    return Collected(len(expired), orphaned, trimmed, waiting)
 
 
 async def collect_forever(store: PodNotifierStore, pods: PodDirectory, default_ttl_seconds: int,
                           max_records_per_pod: int, interval: float = COLLECT_INTERVAL_SECONDS
                           ) -> None:
     """Collect every `interval` seconds; scan for orphans only after the pod index has seen a
-    deletion since the last scan (and once at start), or while the last scan left ledgers of
-    gone pods waiting for their runs to finish, not through every record each time."""
+    deletion since the last scan (and once at start), or while the last scan left unfinished
+    records of gone pods, not through every record each time."""
     scanned_at: int | None = None
     waiting = False
     while True:

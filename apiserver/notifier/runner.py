@@ -257,6 +257,10 @@ class Runner:
     def has_capacity(self) -> bool:
         return len(self._runs) < self._max_concurrent
 
+    def is_running(self, namespace: str, record: str) -> bool:
+        """Whether this process runs the record (from its start until its run has ended)."""
+        return (namespace, record) in self._runs
+
     def start(self, plan: Plan) -> None:
         key = (plan.namespace, plan.record)
         run = _Run(asyncio.create_task(self._run(plan), name=f"run {plan.namespace}/{plan.record}"))

@@ -2,7 +2,7 @@
 
 A stored object may have been written by anyone with write access to its storage (an admin's
 ``kubectl edit``, another version), so nothing read back is trusted. Each kind has one decoder
-(``ScopeRun.of``, ``Ledger.of``, ...) built from the readers here: it returns the typed object or
+(``ScopeRun.of``, ``PodSet.of``, ...) built from the readers here: it returns the typed object or
 raises ``MalformedObject(resource, namespace, name, reason)``, the reason naming the field, what
 it holds and what it must be. The store's cache (``kube_store.KubeObjectStore``) applies the
 kind's decoder to every object it receives and skips the malformed ones, so no pass, list,

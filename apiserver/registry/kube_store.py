@@ -198,9 +198,10 @@ def storage_selector(instance: str) -> str:
 
 
 def storage_object(kind: StorageKind, storage_namespace: str, instance: str, obj: Object,
-                   sequence: int) -> Object:
+                   sequence: int, created_revision: int = 0) -> Object:
     """The storage object that holds the public object `obj` (its resourceVersion, if any,
-    becomes the storage object's: a write's precondition)."""
+    becomes the storage object's: a write's precondition); ``created_revision`` (0 on a create:
+    kube-apiserver gives the creation its revision) is kept by every later write."""
     meta = metadata(obj)
     inner = copy.deepcopy(obj)
     inner["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
@@ -209,8 +210,11 @@ def storage_object(kind: StorageKind, storage_namespace: str, instance: str, obj
         "labels": storage_labels(kind, instance, obj, sequence)}
     if meta.get("resourceVersion"):
         stored_meta["resourceVersion"] = meta["resourceVersion"]
-    return {"apiVersion": f"{STORAGE_GROUP}/{STORAGE_VERSION}", "kind": kind.kind,
-            "metadata": stored_meta, "sequence": sequence, "object": inner}
+    stored: Object = {"apiVersion": f"{STORAGE_GROUP}/{STORAGE_VERSION}", "kind": kind.kind,
+                      "metadata": stored_meta, "sequence": sequence, "object": inner}
+    if created_revision:
+        stored["createdRevision"] = created_revision
+    return stored
 
 
 async def check_installed(kube: KubeClient, resources: Iterable[ResourceType]) -> None:
@@ -267,6 +271,9 @@ class _Entry:
     labelled: bool = False
     """Whether the storage object carries the labels of its public object (``storage_labels``;
     objects written before the field labels existed lack them until their next write)."""
+    created: int = 0
+    """The resourceVersion of its creation: the storage object's ``createdRevision``, which
+    every update writes, or, on an object never updated, its resourceVersion."""
 
 
 @dataclass(frozen=True)
@@ -373,12 +380,54 @@ class KubeObjectStore(ObjectStore):
         selector = parse_field_selector(cohort.field_selector, self.resource.selectable_fields)
         evictable = parse_field_selector(cohort.evictable, self.resource.selectable_fields)
         async with _KeyLock(self._cohort_locks, (namespace, cohort.field_selector)):
-            members = sorted((e for e in self._candidates(namespace, selector)
-                              if selector.matches(e.object)),
-                             key=lambda e: (e.sequence, _key(e.object)))
-            await self._evict(namespace, selector, evictable, cohort.evicted(
-                members, lambda e: evictable.matches(e.object)))
-            return await self._create(prepared)
+            if cohort.admit is None:
+                await self._evict_for(namespace, cohort, selector, evictable, "")
+                return await self._create(prepared)
+            created = await self._create(prepared, settle=False)
+            await self._admit(created, selector, cohort.admit)
+            # Evicted once admitted, so that a refused create deletes nothing but itself.
+            await self._evict_for(namespace, cohort, selector, evictable,
+                                  metadata(created["object"])["name"])
+            return self._public(created)
+
+    async def _evict_for(self, namespace: str, cohort: Cohort, selector: FieldSelector,
+                         evictable: FieldSelector, created: str) -> None:
+        """Make room for one create into the cohort (``Cohort.evicted``); ``created`` names
+        the new object if it is stored already (it is not one of the members)."""
+        members = sorted((e for e in self._candidates(namespace, selector)
+                          if selector.matches(e.object) and _key(e.object)[1] != created),
+                         key=lambda e: (e.sequence, _key(e.object)))
+        await self._evict(namespace, selector, evictable, cohort.evicted(
+            members, lambda e: evictable.matches(e.object)))
+
+    async def _admit(self, stored: Object, cohort: FieldSelector,
+                     admit: Callable[[builtins.list[Object]], None]) -> None:
+        """``admit`` the created storage object ``stored`` among the cohort's members created
+        before it (``Cohort.admit``): once the cache has reached its creation, the cache holds
+        every member created before it (and whatever each became since), so every replica
+        that creates into the cohort decides in the same order. If refused, or if the cache
+        does not get there in time, the object is deleted again."""
+        public = self._public(stored)
+        namespace, name = _key(public)
+        try:
+            if not await self._reached(_rv(stored), SYNC_TIMEOUT_SECONDS):
+                raise StorageUnavailable(
+                    f"{self.resource.qualified}: the storage cache of {self._kind.crd_name} did "
+                    f"not reach the create of {name!r} within {SYNC_TIMEOUT_SECONDS:.0f} s, so "
+                    "the bounds could not be checked; nothing was stored, retry later")
+            before = sorted((e for e in self._candidates(namespace, cohort)
+                             if cohort.matches(e.object) and e.created < _rv(stored)),
+                            key=lambda e: (e.created, _key(e.object)))
+            admit(copy.deepcopy([e.object for e in before]))
+        except StoreError as refusal:
+            try:
+                await self._delete(namespace, name, "", str(metadata(public).get("uid", "")))
+            except StoreError as error:
+                log.warning("deleting a refused object failed; it counts until the takeover "
+                            "ends it", extra={
+                    "resource": self.resource.plural, "namespace": namespace, "object": name,
+                    "refusal": str(refusal), "error": str(error)})
+            raise
 
     async def _evict(self, namespace: str, cohort: FieldSelector, evictable: FieldSelector,
                      evicted: builtins.list[_Entry]) -> None:
@@ -448,7 +497,7 @@ class KubeObjectStore(ObjectStore):
                     current = entry.object
                     continue
                 check_size(self.resource, desired, self.max_object_bytes)
-                body = self._storage_object(desired, entry.sequence)
+                body = self._storage_object(desired, entry.sequence, entry.created)
                 try:
                     stored = await self._call(
                         name, self._kube.put(self._object_path(namespace, name), body))
@@ -833,6 +882,7 @@ class KubeObjectStore(ObjectStore):
         def envelope(obj: Object) -> _Entry:
             inner = mapping(obj.get("object"), "object")
             sequence = optional_integer(obj.get("sequence"), "sequence")
+            created = optional_integer(obj.get("createdRevision"), "createdRevision")
             meta = mapping(inner.get("metadata"), "object.metadata")
             namespace = text(meta.get("namespace"), "object.metadata.namespace")
             name = text(meta.get("name"), "object.metadata.name")
@@ -847,7 +897,8 @@ class KubeObjectStore(ObjectStore):
             labels = metadata(obj).get("labels") or {}
             wanted = storage_labels(self._kind, self._instance, public, sequence)
             return _Entry(public, sequence, str(metadata(obj).get("uid", "")),
-                          all(labels.get(key) == value for key, value in wanted.items()))
+                          all(labels.get(key) == value for key, value in wanted.items()),
+                          created or _rv(obj))
 
         entry = decoded(self.resource, stored, envelope)
         if self._decode is not None:
@@ -866,9 +917,10 @@ class KubeObjectStore(ObjectStore):
         obj["metadata"] = meta
         return obj
 
-    def _storage_object(self, obj: Object, sequence: int) -> Object:
+    def _storage_object(self, obj: Object, sequence: int, created_revision: int = 0
+                        ) -> Object:
         return storage_object(self._kind, self._storage_namespace, self._instance, obj,
-                              sequence)
+                              sequence, created_revision)
 
     def _new_object(self, obj: Mapping[str, Any]) -> Object:
         """A new public object with the identity the server gives it (as kube-apiserver gives
@@ -878,7 +930,10 @@ class KubeObjectStore(ObjectStore):
         prepared["metadata"]["creationTimestamp"] = timestamp()
         return prepared
 
-    async def _create(self, prepared: Object) -> Object:
+    async def _create(self, prepared: Object, settle: bool = True) -> Object:
+        """POST the object (a name drawn for a generateName, retried on a taken one); the
+        public object once the cache has it, or (``settle`` False) the storage object
+        kube-apiserver answered."""
         meta = metadata(prepared)
         fixed = meta.get("name")
         for _ in range(1 if fixed else GENERATE_NAME_ATTEMPTS):
@@ -893,7 +948,7 @@ class KubeObjectStore(ObjectStore):
                 if fixed:
                     raise
                 continue
-            return await self._settled(stored)
+            return await self._settled(stored) if settle else stored
         raise no_free_name(self.resource, meta["generateName"])
 
     @staticmethod

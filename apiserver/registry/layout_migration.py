@@ -10,7 +10,7 @@ and sequence), then deletes the old one (its uid as precondition). An interrupte
 finished by the next start, and two replicas moving at once agree: a copy an earlier move made
 is kept as it is (it may have been written since). The upgrade applies the new RBAC first,
 which ends the old replicas' layout-1 writes (docs/storage.md). Nothing is run again: records,
-ledgers, Notifications and their scopes keep their uids, so every pass and takeover reads them
+Notifications and their scopes keep their uids, so every pass and takeover reads them
 as before.
 
 The move happens once per instance: when every kind has been moved, the ConfigMap

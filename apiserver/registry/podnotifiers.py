@@ -5,14 +5,15 @@
 generic interface only:
 
 - ``create_bounded``: at most one unfinished run per (pod, notifier) (409) and at most K
-  unfinished runs per pod (429 with Retry-After), decided on the pod's ledger
-  (``registry/ledgers.py``, a guaranteed update, so the rules hold across replicas); then the
-  record is created, making room for it through a ``Cohort`` of the pod's records
+  unfinished runs per pod (429 with Retry-After). The record itself is the run's place in
+  line: created Running, naming the replica that runs it (``status.replica``), it is admitted
+  among the pod's records created before it (``Cohort.admit``, as an etcd lock goes to the
+  lowest creation revision), so the rules hold across replicas with no write besides the
+  record's own; a refused record is deleted again, and a refusal the pod's current records
+  already make writes nothing. The record is created through a ``Cohort`` of the pod's records
   (``spec.podName``, an indexed field): at K, the pod's oldest finished records are deleted in
   one batch, down to half of K with the new one (``eviction_low_water``); the pod's records are
   trimmed to K again shortly after (replicas evicting at once may leave more);
-- a record deleted unfinished leaves its ledger; one that finishes stays listed until the
-  ledger's next change drops it (no write of its own);
 - ``delete_expired``: finished records whose TTL after ``completionTime`` has passed;
 - ``trim``/``trim_all``: the oldest finished records beyond K of a pod;
 - ``unfinished``: every Pending or Running record, for restart recovery.
@@ -22,25 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import logging
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from apiserver.api.types import FINISHED_PHASES, PHASES
 from apiserver.registry.errors import (
-    AlreadyExists,
     Conflict,
     NotFound,
     StoreError,
     TooManyRequests,
     required,
 )
-from apiserver.registry.ledgers import GRACE_SECONDS, Known, Ledger, PodLedgers, Run
-from apiserver.registry.objects import GENERATE_NAME_ATTEMPTS, generate_name, metadata, no_free_name
+from apiserver.registry.objects import metadata
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import Cohort, ListResult, Object, ObjectStore
 from apiserver.registry.watch import Watch
@@ -61,12 +58,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class _Bounds:
-    """What a bounded create is decided on: the pod's ledger and the rule that admits a run."""
+    """What a bounded create is decided on: the pod's records and the rule that admits a run."""
 
     namespace: str
     pod: str
-    notifier: str
-    admit: Callable[[list[Run]], None]
+    admit: Callable[[list[Object]], None]
+    """Gets records of the pod; raises ``Conflict`` or ``TooManyRequests`` to refuse."""
 
 
 def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -95,22 +92,17 @@ def expires_at(record: Mapping[str, Any], default_ttl_seconds: int) -> float | N
 
 
 class PodNotifierStore(ObjectStore):
-    """PodNotifier records on ``backend``, with the pods' ledgers on ``ledgers`` (a store of
-    ``PODLEDGERS`` of the same backend); ``replica`` names this server in the ledgers.
-    ``grace_seconds`` is the ledgers' (``registry/ledgers.py``)."""
+    """PodNotifier records on ``backend``; ``replica`` names this server in the records it
+    runs (``status.replica``)."""
 
-    def __init__(self, backend: ObjectStore, ledgers: ObjectStore, replica: str, *,
-                 grace_seconds: float = GRACE_SECONDS,
-                 trim_delay_seconds: float = TRIM_DELAY_SECONDS,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, backend: ObjectStore, replica: str, *,
+                 trim_delay_seconds: float = TRIM_DELAY_SECONDS) -> None:
         if backend.resource != PODNOTIFIERS:
             raise ValueError(f"a PodNotifierStore needs a podnotifiers backend, not "
                              f"{backend.resource.plural}")
         self.resource = backend.resource
         self.max_object_bytes = backend.max_object_bytes
         self.replica = replica
-        self.grace_seconds = grace_seconds
-        self.ledgers = PodLedgers(ledgers, grace_seconds=grace_seconds, clock=clock)
         self._backend = backend
         self._trim_delay = trim_delay_seconds
         self._trims: set[asyncio.Task[None]] = set()
@@ -123,18 +115,21 @@ class PodNotifierStore(ObjectStore):
         self, obj: Mapping[str, Any], *, max_per_pod: int,
         retry_after_seconds: int = DEFAULT_RETRY_AFTER_SECONDS,
     ) -> Object:
-        """Create a per-pod record (``spec.podName``, ``spec.notifier``), bounding the pod's.
+        """Create a per-pod record (``spec.podName``, ``spec.notifier``) run by this replica,
+        bounding the pod's.
 
-        ``Conflict`` if an unfinished run of the same notifier is on the pod's ledger;
-        ``TooManyRequests`` if ``max_per_pod`` runs are; else the run is added to the ledger,
-        the pod's oldest finished records are deleted to keep at most ``max_per_pod`` and the
-        record is created (if that fails, the run leaves the ledger again). The whole runs to
-        its end even if the caller is cancelled.
+        ``Conflict`` if an unfinished record of the same notifier is on the pod, among those
+        created before this one; ``TooManyRequests`` if ``max_per_pod`` unfinished ones are.
+        Decided first on the pod's current records, so that a refusal writes nothing, then by
+        the store among the records created before this one (``Cohort.admit``: exact across
+        replicas). The pod's oldest finished records are evicted in a batch when it holds
+        ``max_per_pod``. The whole runs to its end even if the caller is cancelled.
         """
         bounds = self._bounds(obj, max_per_pod, retry_after_seconds)
-        created = await _whole(self._create_bounded(
-            copy.deepcopy(dict(obj)), bounds.namespace, bounds.pod, bounds.notifier,
-            bounds.admit, max_per_pod))
+        await self._decide_on_current(bounds)
+        created = await _whole(self._backend.create(_run_by(obj, self.replica), cohort=Cohort(
+            f"spec.podName={bounds.pod}", _NEITHER_PENDING_NOR_RUNNING, max_per_pod,
+            eviction_low_water(max_per_pod), admit=bounds.admit)))
         self._trim_later(bounds.namespace, bounds.pod, max_per_pod)
         return created
 
@@ -142,14 +137,13 @@ class PodNotifierStore(ObjectStore):
         self, obj: Mapping[str, Any], *, max_per_pod: int,
         retry_after_seconds: int = DEFAULT_RETRY_AFTER_SECONDS,
     ) -> Object:
-        """Every check ``create_bounded`` makes, storing nothing (a dry run): the pod's ledger
-        decides as it would (``Conflict``, ``TooManyRequests``), then the backend checks the
-        create (``ObjectStore.check_create``: the name, the size cap). Returns the record as
-        it would be created."""
+        """Every check ``create_bounded`` makes, storing nothing (a dry run): the pod's current
+        records decide as they would (``Conflict``, ``TooManyRequests``), then the backend
+        checks the create (``ObjectStore.check_create``: the name, the size cap). Returns the
+        record as it would be created."""
         bounds = self._bounds(obj, max_per_pod, retry_after_seconds)
-        await self._on_ledger(bounds.namespace, bounds.pod, bounds.admit, functools.partial(
-            self.ledgers.check, bounds.namespace, bounds.pod))
-        return await self._backend.check_create(obj)
+        await self._decide_on_current(bounds)
+        return await self._backend.check_create(_run_by(obj, self.replica))
 
     def _bounds(self, obj: Mapping[str, Any], max_per_pod: int, retry_after_seconds: int
                 ) -> _Bounds:
@@ -167,105 +161,42 @@ class PodNotifierStore(ObjectStore):
         if not meta.get("name") and not meta.get("generateName"):
             raise required(self.resource, "metadata.name", detail="name or generateName")
 
-        def admit(runs: list[Run]) -> None:
-            for run in runs:
-                if run.notifier == notifier:
+        def admit(records: list[Object]) -> None:
+            unfinished = [record for record in records if not is_finished(record)]
+            for record in unfinished:
+                if _part(record, "spec").get("notifier") == notifier:
+                    name = str(metadata(record).get("name", ""))
                     raise Conflict(
                         f'notifier "{notifier}" is already running on pod "{pod}" '
-                        f'({self.resource.qualified} "{run.record}"); wait for it to finish',
-                        resource=self.resource, name=run.record)
-            if len(runs) >= max_per_pod:
+                        f'({self.resource.qualified} "{name}"); wait for it to finish',
+                        resource=self.resource, name=name)
+            if len(unfinished) >= max_per_pod:
                 raise TooManyRequests(
                     f'pod "{pod}" has {max_per_pod} or more unfinished notifier records, '
                     "the most it may keep; retry when one of them finishes",
                     resource=self.resource, retry_after_seconds=retry_after_seconds)
 
-        return _Bounds(namespace, pod, notifier, admit)
+        return _Bounds(namespace, pod, admit)
 
-    async def _create_bounded(self, obj: Object, namespace: str, pod: str, notifier: str,
-                              admit: Callable[[list[Run]], None], max_per_pod: int) -> Object:
-        meta = obj["metadata"]
-        fixed, prefix = meta.get("name"), str(meta.get("generateName", ""))
-        pod_uid = str(_part(obj, "spec").get("podUID", ""))
-
-        # The ledger decided: the cohort only makes room, among the finished records.
-        cohort = Cohort(f"spec.podName={pod}", _NEITHER_PENDING_NOR_RUNNING, max_per_pod,
-                        eviction_low_water(max_per_pod))
-        for _ in range(1 if fixed else GENERATE_NAME_ATTEMPTS):
-            name = fixed or generate_name(prefix)
-            await self._add_run(namespace, pod, pod_uid,
-                                self.ledgers.new_run(name, notifier, self.replica), admit)
-            try:
-                return await self._backend.create(
-                    {**obj, "metadata": {**meta, "name": name}},
-                    cohort=cohort)
-            except AlreadyExists:
-                await self._release(namespace, pod, name)
-                if fixed:
-                    raise
-            except BaseException:
-                await self._release(namespace, pod, name)
-                raise
-        raise no_free_name(self.resource, prefix)
-
-    async def _add_run(self, namespace: str, pod: str, pod_uid: str, run: Run,
-                       admit: Callable[[list[Run]], None]) -> None:
-        """Add ``run`` to the ledger unless ``admit`` refuses (``_on_ledger``)."""
-        await self._on_ledger(namespace, pod, admit, functools.partial(
-            self.ledgers.add, namespace, pod, pod_uid, run))
-
-    async def _on_ledger(self, namespace: str, pod: str, admit: Callable[[list[Run]], None],
-                         decide: Callable[..., Awaitable[None]]) -> None:
-        """Have ``admit`` decide on the pod's ledger through ``decide`` (``PodLedgers.add`` or
-        ``check``, given ``admit`` and ``known``), by what this replica's store knows of the
-        pod's records. If refused, the records of the runs that refused are read from the
-        storage itself (this replica's cache may not hold another replica's final write yet,
-        e.g. of the run a client waited for before it asked again through this replica), and
-        if any turns out finished or gone, the ledger decides once more by what those reads
-        found."""
-        listed: list[Run] = []
-
-        def admit_noting(runs: list[Run]) -> None:
-            listed[:] = runs
-            admit(runs)
-
-        cached = await self._known_of(namespace, pod)
+    async def _decide_on_current(self, bounds: _Bounds) -> None:
+        """Refuse, writing nothing, what the pod's records refuse now: those this replica's
+        store holds, and if they refuse, the unfinished ones read again from the storage
+        itself (this replica's cache may not hold another replica's final write yet, e.g. of
+        the run a client waited for before it asked again through this replica)."""
+        records = await self._pod_records(bounds.namespace, bounds.pod)
         try:
-            await decide(admit=admit_noting, known=cached)
+            bounds.admit(records)
         except (Conflict, TooManyRequests):
-            current = {run.record: await self._current_state(namespace, run.record)
-                       for run in listed}
-            if all(current[run.record] is True for run in listed):
-                raise
-            await decide(admit=admit, known=lambda record: current[record]
-                         if record in current else cached(record))
-
-    async def _known_of(self, namespace: str, pod: str) -> Known:
-        """What this replica's store knows of the records the pod's ledger lists
-        (``ledgers.Known``; a run added since is not known, so the grace keeps it)."""
-        found: dict[str, bool | None] = {}
-        for run in await self.ledgers.runs(namespace, pod):
-            try:
-                found[run.record] = not is_finished(await self._backend.get(namespace,
-                                                                            run.record))
-            except NotFound:
-                found[run.record] = None
-        return lambda record: found.get(record)
-
-    async def _current_state(self, namespace: str, name: str) -> bool | None:
-        """Whether the record is unfinished (``ledgers.Known``) as the storage has it now."""
-        try:
-            return not is_finished(await self._backend.get_current(namespace, name))
-        except NotFound:
-            return None
-
-    async def prune_gone(self, ledger: Ledger) -> Ledger | None:
-        """Drop the runs of the ledger of a pod that is gone, but those of records known
-        unfinished: no run can be admitted for a gone pod, so a run whose record is absent is
-        over, within the grace too (its record finished and was deleted with the namespace,
-        say). The ledger after, None if it is gone."""
-        known = await self._known_of(ledger.namespace, ledger.pod)
-        return await self.ledgers.prune(ledger, lambda record: bool(known(record)))
+            current = []
+            for record in records:
+                if not is_finished(record):
+                    try:
+                        record = await self._backend.get_current(
+                            bounds.namespace, str(metadata(record).get("name", "")))
+                    except NotFound:
+                        continue
+                current.append(record)
+            bounds.admit(current)
 
     async def trim(self, namespace: str, pod: str, max_per_pod: int) -> int:
         """Delete the pod's oldest finished records beyond ``max_per_pod``; how many."""
@@ -325,25 +256,6 @@ class PodNotifierStore(ObjectStore):
         self._trims.add(task)
         task.add_done_callback(self._trims.discard)
 
-    async def release(self, namespace: str, pod: str, record: str) -> None:
-        """Take the run of ``record`` off the pod's ledger (its record ended or is gone)."""
-        await self.ledgers.remove(namespace, pod, record)
-
-    async def _release(self, namespace: str, pod: str, record: str) -> None:
-        """``release``, logging a failure: the ledger's grace drops the run later."""
-        try:
-            await self.release(namespace, pod, record)
-        except StoreError as error:
-            log.warning("removing a run from its pod's ledger failed; it is dropped after the "
-                        "grace", extra={"namespace": namespace, "pod": pod, "record": record,
-                                        "error": str(error)})
-
-    async def _released_if_unfinished(self, record: Object) -> None:
-        if not is_finished(record):
-            meta = metadata(record)
-            await self._release(meta.get("namespace", ""),
-                                str(_part(record, "spec").get("podName", "")), meta.get("name", ""))
-
     async def _pod_records(self, namespace: str, pod: str) -> list[Object]:
         return (await self._backend.list(namespace, field_selector=f"spec.podName={pod}")).items
 
@@ -398,37 +310,19 @@ class PodNotifierStore(ObjectStore):
     async def guaranteed_update(
         self, namespace: str, name: str, mutate: Callable[[Object], Object]
     ) -> Object:
-        """The backend's. A record this update finishes stays on its pod's ledger: the ledger's
-        next change drops it (``registry/ledgers.py``), so finishing costs no write of its
-        own."""
         return await _whole(self._backend.guaranteed_update(namespace, name, mutate))
 
     async def delete(
         self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""
     ) -> Object:
-        """The backend's; an unfinished record deleted leaves its pod's ledger."""
-
-        async def delete() -> Object:
-            deleted = await self._backend.delete(namespace, name,
-                                                 resource_version=resource_version, uid=uid)
-            await self._released_if_unfinished(deleted)
-            return deleted
-
-        return await _whole(delete())
+        return await self._backend.delete(namespace, name, resource_version=resource_version,
+                                          uid=uid)
 
     async def delete_collection(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
     ) -> list[Object]:
-        """The backend's; the unfinished records deleted leave their pods' ledgers."""
-
-        async def delete() -> list[Object]:
-            deleted = await self._backend.delete_collection(
-                namespace, label_selector=label_selector, field_selector=field_selector)
-            for record in deleted:
-                await self._released_if_unfinished(record)
-            return deleted
-
-        return await _whole(delete())
+        return await self._backend.delete_collection(
+            namespace, label_selector=label_selector, field_selector=field_selector)
 
     async def list(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = "",
@@ -450,7 +344,20 @@ class PodNotifierStore(ObjectStore):
         for task in self._trims:
             task.cancel()
         self._backend.close()
-        self.ledgers.close()
+
+
+def runner(record: Mapping[str, Any]) -> str:
+    """The server replica that runs the record (``status.replica``; "" if none is named: a
+    record of an earlier version)."""
+    replica = _part(record, "status").get("replica")
+    return replica if isinstance(replica, str) else ""
+
+
+def _run_by(obj: Mapping[str, Any], replica: str) -> Object:
+    """``obj`` naming ``replica`` as the one that runs it."""
+    record = copy.deepcopy(dict(obj))
+    record["status"] = {**_part(record, "status"), "replica": replica}
+    return record
 
 
 def eviction_low_water(max_per_pod: int) -> int:
@@ -468,8 +375,8 @@ def _creation_order(record: Object) -> tuple[float, float, str]:
 
 
 async def _whole(work: Coroutine[Any, Any, T]) -> T:
-    """Run ``work`` as its own task, so that a cancelled caller does not stop it halfway (a run
-    on a ledger without its record, a finished record still on its ledger)."""
+    """Run ``work`` as its own task, so that a cancelled caller does not stop it halfway (a
+    record created and not yet decided on, left unfinished)."""
     task = asyncio.ensure_future(work)
     task.add_done_callback(lambda done: done.cancelled() or done.exception())
     return await asyncio.shield(task)

@@ -40,8 +40,6 @@ PODNOTIFIERS = ResourceType(
     indexed_fields=("spec.podName", "status.phase"),
 )
 NOTIFICATIONS = ResourceType("notifications", "Notification", ("spec.notifier", "status.phase"))
-PODLEDGERS = ResourceType("podledgers", "PodLedger")
-"""Private (no public API): per pod, the runs not yet finished (``registry/ledgers.py``)."""
 
 # Private resources: the server's own state, never served by the API. On the Kubernetes backend
 # they are storage CRDs like the others (storednotificationruns, storednotificationpodsets).

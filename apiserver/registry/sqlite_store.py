@@ -108,6 +108,8 @@ class SqliteObjectStore(ObjectStore):
         def create_in_cohort(tx: _Transaction) -> Object:
             members = [stored.object for stored in _cohort(tx.connection, self.resource,
                                                            namespace, selector)]
+            if cohort.admit is not None:
+                cohort.admit(copy.deepcopy(members))
             for member in cohort.evicted(members, evictable.matches):
                 tx.remove(tx.require(namespace, metadata(member)["name"]))
             return tx.add(prepared)

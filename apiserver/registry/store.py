@@ -54,12 +54,22 @@ class Cohort:
     cohort, the new object included, holds ``low_water`` (fewer if fewer are evictable): room
     for ``limit - low_water`` more creates without another eviction, so that evictions come in
     batches (one request on the Kubernetes backend).
+
+    ``admit``, if given, decides whether the new object may be stored among the members created
+    before it, as an etcd lock is held by the key of the lowest creation revision: it gets them
+    (oldest first) once the store knows every one of them, and raises a ``StoreError`` to
+    refuse; a refused object is not stored (on SQLite it is never written; on Kubernetes, where
+    the create must come first to have a place in the order, it is deleted again before the
+    refusal is answered). Two creates into one cohort at once, through any replicas, are each
+    decided against the other in one order: the later one sees the earlier one. It must be quick,
+    with no I/O, and may run inside the storage transaction.
     """
 
     field_selector: str
     evictable: str
     limit: int
     low_water: int
+    admit: Callable[[list[Object]], None] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.low_water <= self.limit:

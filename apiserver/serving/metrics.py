@@ -123,7 +123,7 @@ class Metrics:
         self._storage_malformed = Counter(
             f"{PREFIX}_storage_malformed_objects",
             "Storage objects (--storage=kubernetes) the server ignores because they are not "
-            "what their kind's decoder reads, by storage resource (e.g. storedpodledgers); "
+            "what their kind's decoder reads, by storage resource (e.g. storednotificationruns); "
             "each object is counted and logged once per resourceVersion, with its name.",
             ["resource"], registry=self.registry)
         self._unexpected_errors = Counter(

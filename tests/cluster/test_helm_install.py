@@ -37,7 +37,7 @@ PAGE = "docs/install.md"
 NAMESPACE = "container-notifier"
 APISERVICE = f"/apis/apiregistration.k8s.io/v1/apiservices/{in_cluster.APISERVICE}"
 STORAGE_CRDS = ("storedpodnotifiers", "storednotifications", "storednotificationruns",
-                "storednotificationpodsets", "storedpodledgers")
+                "storednotificationpodsets")
 SERVING_SECRET = f"/api/v1/namespaces/{NAMESPACE}/secrets/container-notifier-serving-cert"
 DELETED_BY_UNINSTALL = (
     APISERVICE,

@@ -19,7 +19,6 @@ from tests.support.extension import raw_direct
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import API, declare, notify
 from tests.support.processes import running_sleeps
-from tests.support.storage import storage_path
 
 pytestmark = pytest.mark.cluster
 
@@ -180,11 +179,6 @@ def test_a_killed_owners_hold_is_taken_over_and_its_process_stopped(
 
 
 def owner_replica(cluster: Cluster, namespace: str, name: str) -> int:
-    """The replica whose runner holds the record (its pod ledger's entry names it)."""
-    pod = record(cluster, namespace, name)["spec"]["podName"]
-    with cluster.admin() as kube:
-        response = kube.get(storage_path("storedpodledgers", namespace, pod))
-    assert response.status_code == 200, response.text
-    runs = response.json()["object"]["spec"]["runs"]  # the stored ledger
-    (run,) = [r for r in runs if r["record"] == name]
-    return int(str(run["replica"]).rsplit("-", 1)[1])
+    """The replica whose runner holds the record (its ``status.replica`` names it)."""
+    replica = record(cluster, namespace, name)["status"]["replica"]
+    return int(str(replica).rsplit("-", 1)[1])

@@ -1,10 +1,10 @@
 """Malformed storage objects against the real control plane (issue 20): an admin's storage
-objects in one namespace that the server cannot decode (a run with ``object: {}``, a ledger with
+objects in one namespace that the server cannot decode (a run with ``object: {}``, a record with
 ``spec: "x"``) are skipped: a Notification in another namespace still starts and succeeds, a
 replica restarted still starts and serves, and a killed replica's held run in another namespace
 is still taken over. With the storage CRDs' schemas the grossest of them are refused by
-kube-apiserver already; what the schema cannot check (a run's stored Notification spec) is
-stored and skipped."""
+kube-apiserver already; what the schema cannot check (a run's stored Notification spec, a
+running record's pod name) is stored and skipped."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def malformed(cluster: Cluster) -> Iterator[str]:
     stored = [
         store(cluster, victim, "storednotificationruns", "StoredNotificationRun", "bad-run",
               {}),
-        store(cluster, victim, "storedpodledgers", "StoredPodLedger", "bad-ledger",
+        store(cluster, victim, "storedpodnotifiers", "StoredPodNotifier", "bad-record",
               {"spec": "x"}),
     ]
     if 422 in stored:  # the schema refused them: store what it cannot check
@@ -68,10 +68,17 @@ def malformed(cluster: Cluster) -> Iterator[str]:
                          "spec": {"notificationName": "n",
                                            "notification": {"notifier": 5, "selector": "x"}},
                                   "status": VALID_RUN_STATUS}) == 201
+        assert store(cluster, victim, "storedpodnotifiers", "StoredPodNotifier",
+                     "bad-pod", {"metadata": {
+                         "namespace": victim, "name": "bad-pod", "uid": "bad-pod-uid",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+                         "spec": {"podName": 5, "podUID": "u", "notifier": "quiesce"},
+                         "status": {"phase": "Running", "replica": "container-notifier-9",
+                                    "containers": []}}) == 201
     yield victim
     cluster.delete_namespace(victim)
     with cluster.admin() as kube:  # the server deletes no malformed object
-        for plural in ("storednotificationruns", "storedpodledgers"):
+        for plural in ("storednotificationruns", "storedpodnotifiers"):
             kube.delete(storage_path(plural),
                         params={"labelSelector": f"{NAMESPACE_LABEL}={victim}"})
 
@@ -92,7 +99,7 @@ def test_the_schema_refuses_what_kube_apiserver_can_check(cluster: Cluster,
                                                            namespace: str) -> None:
     assert store(cluster, namespace, "storednotificationruns", "StoredNotificationRun", "r",
                  {}) == 422
-    assert store(cluster, namespace, "storedpodledgers", "StoredPodLedger", "l",
+    assert store(cluster, namespace, "storedpodnotifiers", "StoredPodNotifier", "n",
                  {"spec": "x"}) == 422
     assert store(cluster, namespace, "storednotificationpodsets", "StoredNotificationPodSet",
                  "p", {"spec": {"notificationUID": "u", "index": "0"}, "pods": []}) == 422

@@ -12,7 +12,7 @@ from tests.support.notify import API
 pytestmark = pytest.mark.cluster
 
 STORAGE_CACHES = ("storage-podnotifiers", "storage-notifications", "storage-notificationruns",
-                  "storage-notificationpodsets", "storage-podledgers")
+                  "storage-notificationpodsets")
 
 
 def test_caches_store_leader_and_watches_are_served(cluster: Cluster, namespace: str) -> None:

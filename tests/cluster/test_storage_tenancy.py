@@ -31,8 +31,7 @@ pytestmark = pytest.mark.cluster
 
 KINDS = {"storedpodnotifiers": "StoredPodNotifier", "storednotifications": "StoredNotification",
          "storednotificationruns": "StoredNotificationRun",
-         "storednotificationpodsets": "StoredNotificationPodSet",
-         "storedpodledgers": "StoredPodLedger"}
+         "storednotificationpodsets": "StoredNotificationPodSet"}
 INSTANCE = {INSTANCE_LABEL: "container-notifier"}
 LAYOUT1_INSTANCE = {LAYOUT1_INSTANCE_LABEL: "container-notifier"}
 EVERYTHING = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
@@ -56,6 +55,27 @@ def forged_record(namespace: str, name: str, pod: str) -> dict[str, Any]:
             "status": {"phase": "Succeeded", "reason": "Completed", "containers": []}}
 
 
+def forged_run(namespace: str, name: str, pod: str) -> dict[str, Any]:
+    """An unfinished record of the pod's quiesce, as if a replica were running it now: were it
+    read, it would refuse the next quiesce of the pod (409)."""
+    record = forged_record(namespace, name, pod)
+    record["metadata"]["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record["status"] = {"phase": "Running", "replica": "container-notifier-0",
+                        "containers": [{"name": "app", "phase": "Running"}]}
+    return record
+
+
+def plant(client: Any, namespace: str, name: str, labels: dict[str, str],
+          record: dict[str, Any]) -> None:
+    """Write a StoredPodNotifier holding `record` into the tenant's own namespace."""
+    planted = client.post(f"{STORAGE_API}/namespaces/{namespace}/storedpodnotifiers",
+                          json={"apiVersion": "storage.notifier.x-k8s.io/v1alpha1",
+                                "kind": "StoredPodNotifier",
+                                "metadata": {"name": name, "labels": labels},
+                                "sequence": 1, "object": record})
+    assert planted.status_code == 201, planted.text
+
+
 def test_a_namespace_wide_star_role_reaches_no_storage(cluster: Cluster, namespace: str,
                                                         team: User) -> None:
     pod = cluster.deploy(namespace, "db", annotations=declare(app=[
@@ -75,31 +95,30 @@ def test_a_namespace_wide_star_role_reaches_no_storage(cluster: Cluster, namespa
             assert theirs.status_code == 403, (plural, theirs.text)
             everywhere = client.get(f"{STORAGE_API}/{plural}")
             assert everywhere.status_code == 403, (plural, everywhere.text)
-        ledger = storage_path("storedpodledgers", namespace, pod)
-        assert client.get(ledger).status_code == 403
-        assert client.delete(ledger).status_code == 403
-        assert client.delete(f"{STORAGE_API}/namespaces/{namespace}/storedpodledgers/"
-                             f"{pod}").status_code == 404
+        # The stored record of the run in flight, which decides the pod's next notifies.
+        run = storage_path("storedpodnotifiers", namespace, running.json()["metadata"]["name"])
+        assert client.get(run).status_code == 403
+        assert client.delete(run).status_code == 403
+        assert client.delete(f"{STORAGE_API}/namespaces/{namespace}/storedpodnotifiers/"
+                             f"{running.json()['metadata']['name']}").status_code == 404
 
-        # What a `*` Role can write: storage objects in its own namespace, in both layouts.
-        for name, labels in (("forged-2", {**INSTANCE, NAMESPACE_LABEL: namespace}),
-                             ("forged-1", LAYOUT1_INSTANCE)):
-            planted = client.post(f"{STORAGE_API}/namespaces/{namespace}/storedpodnotifiers",
-                                  json={"apiVersion": "storage.notifier.x-k8s.io/v1alpha1",
-                                        "kind": "StoredPodNotifier",
-                                        "metadata": {"name": name, "labels": labels},
-                                        "sequence": 1,
-                                        "object": forged_record(namespace, name, pod)})
-            assert planted.status_code == 201, planted.text
-        planted_ledger = client.post(
-            f"{STORAGE_API}/namespaces/{namespace}/storedpodledgers", json={
-                "apiVersion": "storage.notifier.x-k8s.io/v1alpha1", "kind": "StoredPodLedger",
-                "metadata": {"name": pod, "labels": LAYOUT1_INSTANCE}, "sequence": 1,
-                "object": {"spec": {"podUID": "x", "runs": []}}})
-        assert planted_ledger.status_code == 201, planted_ledger.text
+        # What a `*` Role can write: storage objects in its own namespace, in both layouts:
+        # finished records, and unfinished runs of the pod's quiesce.
+        for layout, labels in (("2", {**INSTANCE, NAMESPACE_LABEL: namespace}),
+                               ("1", LAYOUT1_INSTANCE)):
+            plant(client, namespace, f"forged-{layout}", labels,
+                  forged_record(namespace, f"forged-{layout}", pod))
+            plant(client, namespace, f"running-{layout}", labels,
+                  forged_run(namespace, f"running-{layout}", pod))
 
         again = notify(client, namespace, pod, "slow", wait=0)
-        assert again.status_code == 409, again.text  # the real ledger still holds the run
+        assert again.status_code == 409, again.text  # the real record still holds the run
+        assert again.json()["details"]["name"] == running.json()["metadata"]["name"], again.text
+        # The planted runs of quiesce are never read: they refuse nothing.
+        quiesced = notify(client, namespace, pod, "quiesce")
+        assert quiesced.status_code == 201, quiesced.text
+        assert quiesced.json()["status"]["phase"] == "Succeeded", quiesced.text
+        real.add(quiesced.json()["metadata"]["name"])
 
     def names() -> set[str]:
         return {r["metadata"]["name"] for r in records(cluster, namespace)}

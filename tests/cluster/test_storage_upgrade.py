@@ -5,10 +5,11 @@ A plane of its own runs the previous release, the last commit of layout 1 taken 
 replicas with that release's manifests. It stores finished records, a held quiesce and a
 Notification in flight, all in the old layout. The upgrade is done as documented: the new
 manifests first (the new RBAC), then each replica replaced by this version, one at a time. Then
-every record, Notification and ledger is in the storage namespace with the same uid, nothing is
-left in the users' namespace, the held command is stopped and its record ended, the
-Notification ends with every pod notified at most once, and the finished records' commands did
-not run again (the lines they appended on the host).
+every record and Notification (and a Notification's fan-out state) is in the storage namespace
+with the same uid, nothing of them is left in the users' namespace, the held command is stopped
+and its record ended, the Notification ends with every pod notified at most once, and the
+finished records' commands did not run again (the lines they appended on the host). The previous
+release's pod ledgers are left where they were: this version neither reads nor moves them.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ pytestmark = pytest.mark.cluster
 LAYOUT_1_COMMIT = "34763da7eab1861ad983f3edd27c5d175b2e9efc"
 """The last commit of layout 1 (the release before the storage namespace)."""
 PLURALS = ("storedpodnotifiers", "storednotifications", "storednotificationruns",
-           "storednotificationpodsets", "storedpodledgers")
+           "storednotificationpodsets")
+LEDGERS = "storedpodledgers"
+"""The previous release's pod ledgers (its CRD is in its manifests, not in this version's)."""
 HELD_SLEEP = "3593.1"
 BATCH = 4
 
@@ -97,10 +100,11 @@ def apply_manifests(cluster: Cluster, base: Path) -> None:
                     input="\n---\n".join(json.dumps(o) for o in objects))
 
 
-def layout1_objects(cluster: Cluster) -> dict[str, list[dict[str, Any]]]:
+def layout1_objects(cluster: Cluster, plurals: tuple[str, ...] = PLURALS
+                    ) -> dict[str, list[dict[str, Any]]]:
     with cluster.admin() as kube:
         found = {}
-        for plural in PLURALS:
+        for plural in plurals:
             response = kube.get(f"{STORAGE_API}/{plural}",
                                 params={"labelSelector": layout1_selector("container-notifier")})
             assert response.status_code == 200, response.text
@@ -177,7 +181,9 @@ def test_an_upgrade_moves_every_object_and_runs_nothing_twice(
     assert {o["metadata"]["name"] for o in old["storedpodnotifiers"]} >= {
         *finished_names, held_name}, "the previous release did not store layout 1"
     assert [o["metadata"]["name"] for o in old["storednotifications"]] == ["batch"]
-    assert old["storednotificationruns"] and old["storedpodledgers"]
+    assert old["storednotificationruns"]
+    old_ledgers = layout1_objects(cluster, (LEDGERS,))[LEDGERS]
+    assert old_ledgers, "the previous release kept no pod ledgers"
     assert running_sleeps(cluster.layout.exec_workdir, HELD_SLEEP)
 
     # The upgrade: the new manifests (RBAC first), then each replica in turn.
@@ -189,6 +195,8 @@ def test_an_upgrade_moves_every_object_and_runs_nothing_twice(
     upgraded = time.monotonic() - started
 
     assert layout1_objects(cluster) == {plural: [] for plural in PLURALS}
+    left = layout1_objects(cluster, (LEDGERS,))[LEDGERS]  # not read, not moved
+    assert {o["metadata"]["uid"] for o in left} <= {o["metadata"]["uid"] for o in old_ledgers}
     with cluster.admin() as kube:
         marker = kube.get(f"/api/v1/namespaces/{NOTIFIER_NAMESPACE}/configmaps/"
                           f"{layout_marker('container-notifier')}")

@@ -15,7 +15,7 @@ from apiserver.notifier.declarations import ANNOTATION
 from apiserver.notifier.errors import InvalidSelection, RunConflict, TooManyRuns
 from apiserver.registry.errors import TooLarge
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 
@@ -83,8 +83,7 @@ def stored_admission(database: SqliteDatabase, capacity: bool = True
                      ) -> tuple[admission.Admission, PodNotifierStore, Runner]:
     """An Admission over real PodNotifier records (SQLite, a 4 KiB size cap), K = 2."""
     records = PodNotifierStore(
-        SqliteObjectStore(database, PODNOTIFIERS, max_object_bytes=4096),
-        SqliteObjectStore(database, PODLEDGERS), "replica-0")
+        SqliteObjectStore(database, PODNOTIFIERS, max_object_bytes=4096), "replica-0")
     runner = Runner(capacity)
     limits = admission.Limits(max_timeout_seconds=600, output_tail_bytes=4096,
                               default_ttl_seconds_after_finished=3600, max_records_per_pod=2,

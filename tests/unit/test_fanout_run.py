@@ -45,7 +45,6 @@ from apiserver.registry.resources import (
     NOTIFICATION_POD_SETS,
     NOTIFICATION_RUNS,
     NOTIFICATIONS,
-    PODLEDGERS,
     PODNOTIFIERS,
 )
 from apiserver.registry.sqlite_database import SqliteDatabase
@@ -209,8 +208,7 @@ class Server:
         no other replica writes scopes, so no grace before failing or rolling back)."""
         database = await SqliteDatabase.open(data)
         notifications = SqliteObjectStore(database, NOTIFICATIONS)
-        podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
-                                        SqliteObjectStore(database, PODLEDGERS), "replica-0")
+        podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
         scopes = scope_store(database)
         fake, authorizer = FakePods(podnotifiers), FakeAuthorizer()
         metrics, new_pods = FakeMetrics(), FakeNewPods()

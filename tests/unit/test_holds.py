@@ -40,7 +40,7 @@ from apiserver.notifier.stopping import PidMarker, ReadyLine, Stopped
 from apiserver.notifier.trust import TrustDecision
 from apiserver.registry.errors import NotFound
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from tests.support.events import RecordingSink
@@ -200,8 +200,7 @@ def test_a_held_record_shows_held_in_kubectl_get() -> None:
 
 async def test_restart_recovery_stops_this_replicas_held_commands(tmp_path: Path) -> None:
     database = await SqliteDatabase.open(tmp_path / "data")
-    store = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
-                             SqliteObjectStore(database, PODLEDGERS), "replica-a")
+    store = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-a")
     held = records.mark_held(records.new_record(records.RecordRequest(
         namespace="ns", pod="db-0", pod_uid="u1", notifier="lock", containers=["db"],
         requested_containers=None, timeout_seconds=None, ttl_seconds_after_finished=60,

@@ -10,15 +10,24 @@ from typing import Any
 import pytest
 
 from apiserver.notifier import records
-from apiserver.notifier.housekeeping import collect_once, recover_interrupted
+from apiserver.notifier.housekeeping import (
+    DEFAULT_LEASE_DURATION_SECONDS,
+    Takeover,
+    collect_once,
+    recover_interrupted,
+)
 from apiserver.registry.errors import NotFound
-from apiserver.registry.ledgers import GRACE_SECONDS
-from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.podnotifiers import PodNotifierStore, runner
+from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 
 DEFAULT_TTL = 3600
+
+
+def runs_everything(namespace: str, record: str) -> bool:
+    """A runner that runs every record of its replica (none is left behind)."""
+    return True
 
 
 class FakePods:
@@ -38,24 +47,27 @@ class FakePods:
 
 @pytest.fixture
 def store(database: SqliteDatabase) -> PodNotifierStore:
-    return PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
-                            SqliteObjectStore(database, PODLEDGERS), "replica-0")
+    return PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
 
 
 def after_the_grace() -> float:
-    """A clock past the ledgers' grace for records created now (written before ledgers)."""
-    return time.time() + GRACE_SECONDS + 1
+    """A clock past recovery's grace (the lease duration) for records created now that name no
+    replica (written by an earlier version)."""
+    return time.time() + DEFAULT_LEASE_DURATION_SECONDS + 1
 
 
 def record(name: str, phase: str, *, pod: str = "db-0", pod_uid: str = "uid-0",
            containers: list[dict[str, Any]] | None = None, completed: datetime | None = None,
-           ttl: int | None = None, namespace: str = "prod") -> dict[str, Any]:
-    spec: dict[str, Any] = {"podName": pod, "podUID": pod_uid, "notifier": "quiesce"}
+           ttl: int | None = None, namespace: str = "prod", notifier: str = "quiesce",
+           replica: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"podName": pod, "podUID": pod_uid, "notifier": notifier}
     if ttl is not None:
         spec["ttlSecondsAfterFinished"] = ttl
     status: dict[str, Any] = {"phase": phase, "containers": containers or []}
     if completed is not None:
         status["completionTime"] = records.rfc3339(completed)
+    if replica is not None:
+        status["replica"] = replica
     return {"apiVersion": records.API_VERSION, "kind": records.KIND,
             "metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": status}
 
@@ -135,6 +147,154 @@ async def test_recover_skips_a_record_deleted_meanwhile(store: PodNotifierStore)
     assert (await store.get("prod", "b"))["status"]["reason"] == "Interrupted"
 
 
+async def test_recover_ends_this_replicas_records_at_once(store: PodNotifierStore) -> None:
+    """A record this replica runs (``status.replica``, as create_bounded writes it) was left by
+    an earlier process of it: ended at start, with no grace; another replica's record is not
+    this replica's to end, however old."""
+    own = await store.create_bounded(record("own", "Running", notifier="flush"), max_per_pod=10)
+    assert runner(own) == "replica-0"
+    await store.create(record("other", "Running", replica="replica-1"))
+
+    assert await recover_interrupted(store, clock=time.time) == 1
+    ended = (await store.get("prod", "own"))["status"]
+    assert (ended["phase"], ended["reason"], ended["message"]) == (
+        "Failed", "Interrupted", records.INTERRUPTED_MESSAGE)
+    assert ended["replica"] == "replica-0"
+
+    assert await recover_interrupted(store, clock=after_the_grace) == 0
+    other = (await store.get("prod", "other"))["status"]
+    assert (other["phase"], other["replica"]) == ("Running", "replica-1")
+
+
+async def test_recover_ends_records_naming_no_replica_after_the_grace(
+    store: PodNotifierStore,
+) -> None:
+    """A record naming no replica (written by an earlier version) may still be run by a
+    replica of that version: it is ended only once older than the grace."""
+    await store.create(record("legacy", "Running"))
+
+    assert await recover_interrupted(store, clock=time.time) == 0
+    assert await recover_interrupted(store, clock=lambda: time.time() + 1,
+                                     grace_seconds=DEFAULT_LEASE_DURATION_SECONDS) == 0
+    assert (await store.get("prod", "legacy"))["status"]["phase"] == "Running"
+
+    assert await recover_interrupted(store, clock=lambda: time.time() + 11,
+                                     grace_seconds=10) == 1
+    assert (await store.get("prod", "legacy"))["status"]["reason"] == "Interrupted"
+
+
+# Takeover
+
+
+class Alive:
+    """Stands in for the replicas' Leases: the replicas named are alive."""
+
+    def __init__(self, *replicas: str) -> None:
+        self.replicas = set(replicas)
+        self.asked: list[str] = []
+
+    def is_alive(self, replica: str) -> bool:
+        self.asked.append(replica)
+        return replica in self.replicas
+
+
+def after_the_lease() -> float:
+    return time.time() + DEFAULT_LEASE_DURATION_SECONDS + 1
+
+
+async def test_takeover_ends_a_dead_replicas_records_only(store: PodNotifierStore) -> None:
+    await store.create(record("dead", "Running", replica="replica-1", notifier="a", containers=[
+        {"name": "db", "phase": "Running"}]))
+    await store.create(record("live", "Running", replica="replica-2", notifier="b"))
+    await store.create(record("own", "Running", replica="replica-0", notifier="c"))
+    done = await store.create(finished("done", replica="replica-1"))
+    live = await store.get("prod", "live")
+    own = await store.get("prod", "own")
+    alive = Alive("replica-0", "replica-2")
+    takeover = Takeover(store, alive, running=runs_everything, clock=after_the_lease)
+
+    assert await takeover.once() == 1
+
+    ended = (await store.get("prod", "dead"))["status"]
+    assert (ended["phase"], ended["reason"]) == ("Failed", "Interrupted")
+    assert ended["message"].startswith(
+        'the server replica "replica-1" that ran this notifier stopped: its Lease had expired '
+        'when replica "replica-0" checked at ')
+    assert [(c["phase"], c["reason"]) for c in ended["containers"]] == [
+        ("Failed", "Interrupted")]
+    assert await store.get("prod", "live") == live
+    assert await store.get("prod", "own") == own  # its own runs are not taken over
+    assert await store.get("prod", "done") == done
+    assert await takeover.once() == 0  # ended once
+    assert "replica-0" not in alive.asked
+
+
+async def test_takeover_waits_for_the_lease_duration(store: PodNotifierStore) -> None:
+    """A young record of a replica with no Lease (it may not have renewed one yet, or the
+    record was created just now) is left alone until the lease duration has passed."""
+    await store.create(record("young", "Running", replica="replica-1"))
+    young = await store.get("prod", "young")
+
+    assert await Takeover(store, Alive(), running=runs_everything, clock=time.time).once() == 0
+    assert await store.get("prod", "young") == young
+
+    assert await Takeover(store, Alive(), running=runs_everything, lease_duration_seconds=5,
+                          clock=lambda: time.time() + 6).once() == 1
+    assert (await store.get("prod", "young"))["status"]["reason"] == "Interrupted"
+
+
+async def test_takeover_ends_its_own_records_that_this_process_does_not_run(
+    store: PodNotifierStore,
+) -> None:
+    """A refused create whose deletion failed, a run that ended without its result: the
+    record names this replica, which is alive, but nothing runs it."""
+    await store.create(record("left", "Running", replica="replica-0", notifier="a"))
+    await store.create(record("run", "Running", replica="replica-0", notifier="b"))
+    running = {("prod", "run")}
+
+    takeover = Takeover(store, Alive("replica-0"), running=lambda ns, name: (ns, name) in running,
+                        clock=after_the_lease)
+    assert await takeover.once() == 1
+
+    left = (await store.get("prod", "left"))["status"]
+    assert (left["phase"], left["reason"]) == ("Failed", "Interrupted")
+    assert left["message"].startswith(
+        'the server replica "replica-0" that runs this notifier does not run it any more')
+    assert (await store.get("prod", "run"))["status"]["phase"] == "Running"
+
+
+async def test_takeover_gives_records_naming_no_replica_the_longest_run(
+    store: PodNotifierStore,
+) -> None:
+    """An earlier version's replica may still run them during an upgrade: ended only once
+    older than the longest such a run may take."""
+    await store.create(record("legacy", "Running"))
+    longest = 600.0
+
+    assert await Takeover(store, Alive(), running=runs_everything, legacy_after_seconds=longest,
+                          clock=after_the_lease).once() == 0
+    assert await Takeover(store, Alive(), running=runs_everything, legacy_after_seconds=longest,
+                          clock=lambda: time.time() + longest + 1).once() == 1
+
+
+async def test_takeover_ends_old_records_naming_no_replica(store: PodNotifierStore) -> None:
+    await store.create(record("legacy", "Running"))
+
+    assert await Takeover(store, Alive("replica-0"), running=runs_everything,
+                          clock=time.time).once() == 0
+    assert (await store.get("prod", "legacy"))["status"]["phase"] == "Running"
+
+    assert await Takeover(store, Alive("replica-0"), running=runs_everything,
+                          clock=after_the_lease).once() == 1
+    status = (await store.get("prod", "legacy"))["status"]
+    assert status["reason"] == "Interrupted"
+    assert status["message"].startswith(
+        "the record names no server replica that runs it (an earlier version wrote it) and was "
+        'older than the longest such a run may take when replica "replica-0" checked at ')
+    assert status["message"].endswith(
+        "; the notifier may or may not have completed in the container")
+
+
 # collect_once
 
 
@@ -146,7 +306,7 @@ async def test_collect_deletes_expired_records(store: PodNotifierStore) -> None:
     await store.create(finished("long-ttl", ago=timedelta(seconds=DEFAULT_TTL + 5), ttl=7200))
     pods = FakePods({("prod", "db-0"): "uid-0"})
 
-    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (3, 0, 0, 0, 0)
+    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (3, 0, 0, 0)
 
     assert await names(store) == {"fresh", "long-ttl"}
 
@@ -163,7 +323,7 @@ async def test_collect_deletes_finished_records_of_gone_pods(store: PodNotifierS
     await store.create(record("pending-gone", "Pending", pod="db-1", pod_uid="uid-1"))
     pods = FakePods({("prod", "db-0"): "uid-0", ("prod", "db-2"): "new-uid"})
 
-    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (0, 4, 0, 0, 0)
+    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (0, 4, 0, 2)
 
     assert await names(store) == {"alive", "running-gone", "pending-gone"}
     assert {name for _, name, _ in pods.asked} == {"db-0", "db-1", "db-2"}
@@ -174,7 +334,7 @@ async def test_collect_waits_for_the_pod_index(store: PodNotifierStore) -> None:
     await store.create(finished("expired", ago=timedelta(seconds=DEFAULT_TTL + 1)))
     pods = FakePods({}, synced=False)
 
-    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (1, 0, 0, 0, 0)
+    assert await collect_once(store, pods, DEFAULT_TTL, 10) == (1, 0, 0, 0)
 
     assert await names(store) == {"gone"}
     assert pods.asked == []
@@ -186,6 +346,6 @@ async def test_collect_pages_through_many_records(store: PodNotifierStore) -> No
         await store.create(finished(f"r-{index:03}", pod=f"p-{index}", pod_uid=f"u-{index}"))
     alive = {("prod", "p-7"): "u-7", ("prod", "p-502"): "u-502"}
 
-    assert await collect_once(store, FakePods(alive), DEFAULT_TTL, 10) == (0, 501, 0, 0, 0)
+    assert await collect_once(store, FakePods(alive), DEFAULT_TTL, 10) == (0, 501, 0, 0)
 
     assert await names(store) == {"r-007", "r-502"}

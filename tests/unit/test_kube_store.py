@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from apiserver.registry.errors import (
     AlreadyExists,
     Conflict,
+    NotFound,
     StorageNotInstalled,
     StorageUnavailable,
     TooLarge,
@@ -134,6 +135,78 @@ async def test_objects_without_the_field_labels_are_evicted_one_by_one(
 
     assert [method for (method, _, _) in api.writes()[before:]] == ["DELETE", "DELETE", "POST"]
     assert sorted(name for (_, _, name) in api.objects) == ["ns.c"]
+
+
+def held(obj: dict[str, Any]) -> dict[str, Any]:
+    return {**obj, "status": {"phase": "Held"}}
+
+
+async def test_every_update_keeps_the_creation_revision(store: KubeObjectStore,
+                                                        api: FakeStorageAPI) -> None:
+    created = await store.create(record("a"))
+    key = ("storedpodnotifiers", STORAGE_NAMESPACE, "ns.a")
+    assert "createdRevision" not in api.objects[key]
+
+    for _ in range(2):
+        await store.guaranteed_update("ns", "a", held)
+        assert api.objects[key]["createdRevision"] == int(created["metadata"]["resourceVersion"])
+
+
+async def test_admission_gets_the_members_created_before_even_if_updated_since(
+    store: KubeObjectStore, api: FakeStorageAPI
+) -> None:
+    await store.create(record("a"))
+    await store.guaranteed_update("ns", "a", held)  # its resourceVersion is now the newest
+    await store.create(record("other", phase="Succeeded"))
+    seen: list[list[str]] = []
+
+    def admit(members: list[dict[str, Any]]) -> None:
+        seen.append([m["metadata"]["name"] for m in members])
+
+    created = await store.create(record("b"), cohort=Cohort(
+        "spec.podName=web-0", FINISHED_ONLY, 10, 5, admit=admit))
+
+    assert seen == [["a", "other"]]  # oldest first, by creation
+    assert created["metadata"]["name"] == "b"
+    assert await store.get("ns", "b") == created
+
+
+async def test_a_refused_create_is_deleted_again(store: KubeObjectStore,
+                                                 api: FakeStorageAPI) -> None:
+    await store.create(record("a"))
+    before = len(api.writes())
+
+    def refuse(members: list[dict[str, Any]]) -> None:
+        raise Conflict("busy", resource=PODNOTIFIERS, name="a")
+
+    with pytest.raises(Conflict):
+        await store.create(record("b"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 10, 5,
+                                                      admit=refuse))
+
+    assert [method for (method, _, _) in api.writes()[before:]] == ["POST", "DELETE"]
+    assert sorted(name for (_, _, name) in api.objects) == ["ns.a"]
+    with pytest.raises(NotFound):
+        await store.get("ns", "b")
+
+
+async def test_a_refused_create_evicts_nothing(store: KubeObjectStore,
+                                               api: FakeStorageAPI) -> None:
+    """The cohort is at its limit: an admitted create evicts, a refused one only deletes
+    itself."""
+    for name in ("a", "b"):
+        await store.create(record(name, phase="Succeeded"))
+
+    def refuse(members: list[dict[str, Any]]) -> None:
+        raise Conflict("busy", resource=PODNOTIFIERS, name="a")
+
+    with pytest.raises(Conflict):
+        await store.create(record("c"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 2, 1,
+                                                      admit=refuse))
+    assert sorted(name for (_, _, name) in api.objects) == ["ns.a", "ns.b"]
+
+    await store.create(record("d"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 2, 1,
+                                                  admit=lambda members: None))
+    assert sorted(name for (_, _, name) in api.objects) == ["ns.d"]
 
 
 async def test_unreachable_kube_apiserver_is_storage_unavailable(

@@ -31,7 +31,7 @@ from apiserver.registry.layout_migration import (
     layout1_selector,
     layout_marker,
 )
-from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS, ResourceType
+from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS, ResourceType
 from apiserver.server import STORED_DECODERS, STORED_RESOURCES
 from tests.support.fake_storage_api import FakeStorageAPI, status
 
@@ -53,8 +53,6 @@ BODIES: dict[ResourceType, dict[str, Any]] = {
                              "parallelism": 1, "timeoutSeconds": 30, "containers": [],
                              "requestedBy": {"username": "alice", "uid": "", "groups": []}},
                     "status": {"phase": "Succeeded", "conditions": []}},
-    PODLEDGERS: {"spec": {"podUID": "u1", "runs": [
-        {"record": "r", "notifier": "flush", "replica": "a", "since": "t"}]}},
 }
 
 
@@ -123,13 +121,12 @@ async def test_every_layout1_object_is_moved_with_its_identity(
             for resource, namespace, name, sequence in (
                 (PODNOTIFIERS, "a", "r1", 11), (PODNOTIFIERS, "b", "r1", 12),
                 (PODNOTIFIERS, "b", LONG_NAME, 13), (NOTIFICATIONS, "a", "n1", 14),
-                (PODLEDGERS, "c", "web-0", 15))]
+                (NOTIFICATIONS, "c", "n2", 15))]
 
     counts = await migration(kube).run(STORED_RESOURCES)
 
-    assert counts == {"storedpodnotifiers": 3, "storednotifications": 1,
-                      "storednotificationruns": 0, "storednotificationpodsets": 0,
-                      "storedpodledgers": 1}
+    assert counts == {"storedpodnotifiers": 3, "storednotifications": 2,
+                      "storednotificationruns": 0, "storednotificationpodsets": 0}
     for resource, old in olds:
         meta = old["metadata"]
         new = moved(api, resource, meta["namespace"], meta["name"])
@@ -191,7 +188,7 @@ async def test_another_instance_and_layout2_objects_are_not_touched(
 async def test_a_second_run_moves_nothing(api: FakeStorageAPI, kube: KubeClient) -> None:
     for namespace in ("a", "b"):
         layout1(api, PODNOTIFIERS, namespace, "r1")
-        layout1(api, PODLEDGERS, namespace, "web-0")
+        layout1(api, NOTIFICATIONS, namespace, "n1")
     await migration(kube).run(STORED_RESOURCES)
     objects, writes = copy.deepcopy(api.objects), len(api.writes())
 

@@ -15,7 +15,7 @@ from apiserver import errors
 from apiserver.api.status import status_body
 from apiserver.registry.errors import DataDirInUse, StorageUnavailable, TooManyRequests
 from apiserver.registry.podnotifiers import PodNotifierStore
-from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import FILE_NAME, SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from tests.support.stores import names_by_pages
@@ -102,8 +102,7 @@ async def test_schema_1_is_migrated(tmp_path: Path) -> None:
     connection.close()
 
     database = await SqliteDatabase.open(data)
-    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
-                               SqliteObjectStore(database, PODLEDGERS), "replica-0")
+    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
     listed = await records.list("ns", field_selector="spec.podName=web-0")
     created = await records.create_bounded(record(notifier="b"), max_per_pod=1)
     columns = await database.run(
@@ -113,15 +112,14 @@ async def test_schema_1_is_migrated(tmp_path: Path) -> None:
     await database.close()
 
     assert listed.items == [old]
-    # after the ledger's creation at 3 and the eviction of "old" at 4
-    assert created["metadata"]["resourceVersion"] == "5"
+    # after the eviction of "old" at 3, in the same transaction (no other write)
+    assert created["metadata"]["resourceVersion"] == "4"
     assert columns == ["resource", "namespace", "name", "rv", "superseded", "created_rv", "object"]
     assert schema == 3
 
 
 async def test_cohorts_use_the_index_of_the_indexed_field(database: SqliteDatabase) -> None:
-    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
-                               SqliteObjectStore(database, PODLEDGERS), "replica-0")
+    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
     await records.create(record("a"))
     statements: list[str] = []
     await database.run(lambda c: c.set_trace_callback(statements.append))
@@ -129,8 +127,11 @@ async def test_cohorts_use_the_index_of_the_indexed_field(database: SqliteDataba
     await records.create_bounded(record(notifier="b"), max_per_pod=5)
 
     await database.run(lambda c: c.set_trace_callback(None))
-    cohort_query = next(s for s in statements if "json_extract" in s and s.startswith("SELECT")
-                        and "'$.spec.podName'" in s)
+    # the cohort's members, read in the create's transaction (the pod's records listed before
+    # it, to refuse without writing, are a list's snapshot read)
+    in_transaction = statements[statements.index("BEGIN IMMEDIATE"):]
+    cohort_query = next(s for s in in_transaction if "json_extract" in s
+                        and s.startswith("SELECT") and "'$.spec.podName'" in s)
     plan = await database.run(
         lambda c: c.execute(f"EXPLAIN QUERY PLAN {cohort_query}").fetchall())
     assert any('USING INDEX "current_by_spec.podName"' in row[3]
@@ -190,8 +191,7 @@ async def test_full_disk_is_service_unavailable_until_space_is_freed(
 
 
 async def test_failed_transaction_leaves_no_partial_state(database: SqliteDatabase) -> None:
-    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
-                               SqliteObjectStore(database, PODLEDGERS), "replica-0")
+    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
     await records.create(finished(record("old", notifier="a")))
     await fill_disk(database)
 
@@ -201,9 +201,8 @@ async def test_failed_transaction_leaves_no_partial_state(database: SqliteDataba
     await free_space(database)
     listed = await records.list("ns")
     assert names(listed.items) == ["old"]
-    assert listed.resource_version == "3"  # the run added to the ledger at 2, removed at 3
-    [ledger] = await records.ledgers.all()
-    assert ledger.runs == ()
+    # "old" at 1 is the last write: the eviction and the create were rolled back together
+    assert listed.resource_version == "1"
 
 
 async def test_failed_update_keeps_the_object(database: SqliteDatabase,
@@ -222,8 +221,7 @@ async def test_failed_update_keeps_the_object(database: SqliteDatabase,
 
 
 async def test_refusals_and_bugs_are_not_storage_failures(database: SqliteDatabase) -> None:
-    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS),
-                               SqliteObjectStore(database, PODLEDGERS), "replica-0")
+    records = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
     await records.create_bounded(record("busy", notifier="a"), max_per_pod=1)
 
     with pytest.raises(TooManyRequests):

@@ -24,12 +24,11 @@ from apiserver.registry.kube_store import (
     storage_kind,
     storage_name,
 )
-from apiserver.registry.ledgers import PodLedgers
+from apiserver.registry.podnotifiers import PodNotifierStore, runner
 from apiserver.registry.resources import (
     NOTIFICATION_POD_SETS,
     NOTIFICATION_RUNS,
     NOTIFICATIONS,
-    PODLEDGERS,
     PODNOTIFIERS,
     ResourceType,
 )
@@ -48,6 +47,7 @@ VALID: dict[ResourceType, dict[str, Any]] = {
                             "timeoutSeconds": 30, "ttlSecondsAfterFinished": 60,
                             "containers": ["db"], "requestedBy": {"username": "alice"}},
                    "status": {"phase": "Held", "maxHoldSeconds": 60, "heldTime": "t",
+                              "replica": "replica-a",
                               "containers": [{"name": "db", "phase": "Held", "pid": 7}],
                               "conditions": []}},
     NOTIFICATIONS: {"metadata": {}, "spec": SPEC,
@@ -60,8 +60,6 @@ VALID: dict[ResourceType, dict[str, Any]] = {
                             "spec": {"notificationUID": "uid", "index": 0, "created": 1},
                             "pods": [{"pod": "db-0", "podUID": "u1", "state": "started",
                                       "record": "r", "rollbackAttempts": 0}]},
-    PODLEDGERS: {"metadata": {}, "spec": {"podUID": "u1", "runs": [
-        {"record": "r", "notifier": "flush", "replica": "a", "since": "t"}]}},
 }
 
 garbage = st.recursive(
@@ -154,8 +152,9 @@ def test_the_cache_skips_and_counts_what_does_not_decode(resource: ResourceType,
                             malformed=lambda plural: counted.update([plural]))
     good = storage_object(resource, "x", {k: v for k, v in public(resource).items()
                                           if k != "metadata"})
-    path = data.draw(st.sampled_from([p for p in paths(good) if p[:1] in (("object",),
-                                                                          ("sequence",))]))
+    good["createdRevision"] = 3
+    path = data.draw(st.sampled_from([p for p in paths(good) if p[:1] in (
+        ("object",), ("sequence",), ("createdRevision",))]))
     bad = replaced(good, path, new)
     store._added(good)
     store._updated(good, bad)
@@ -170,7 +169,7 @@ def test_the_cache_skips_and_counts_what_does_not_decode(resource: ResourceType,
 @pytest.fixture
 def api() -> FakeStorageAPI:
     api = FakeStorageAPI()
-    for resource in (NOTIFICATION_RUNS, NOTIFICATION_POD_SETS, PODLEDGERS):
+    for resource in (NOTIFICATION_RUNS, NOTIFICATION_POD_SETS, PODNOTIFIERS):
         plural = storage_kind(resource).plural
         good = public(resource, "good")
         good["metadata"] = {"namespace": "ns", "name": "good"}
@@ -187,6 +186,10 @@ def api() -> FakeStorageAPI:
         api.objects[(plural, STORAGE_NAMESPACE, "other.sequence")] = storage_object(
             resource, "sequence", {k: v for k, v in good.items() if k != "metadata"},
             sequence="1", namespace="other")
+        created = storage_object(resource, "created", {k: v for k, v in good.items()
+                                                       if k != "metadata"}, namespace="other")
+        created["createdRevision"] = "3"
+        api.objects[(plural, STORAGE_NAMESPACE, "other.created")] = created
     return api
 
 
@@ -199,7 +202,7 @@ async def stores(api: FakeStorageAPI) -> AsyncIterator[tuple[dict[ResourceType,
                                         storage_namespace=STORAGE_NAMESPACE,
                                         decode=STORED_DECODERS[resource],
                                         malformed=lambda plural: counted.update([plural]))
-              for resource in (NOTIFICATION_RUNS, NOTIFICATION_POD_SETS, PODLEDGERS)}
+              for resource in (NOTIFICATION_RUNS, NOTIFICATION_POD_SETS, PODNOTIFIERS)}
     yield opened, counted
     for store in opened.values():
         store.close()
@@ -208,22 +211,24 @@ async def stores(api: FakeStorageAPI) -> AsyncIterator[tuple[dict[ResourceType,
 
 async def test_a_pass_over_every_namespace_reads_past_malformed_objects(
         stores: tuple[dict[ResourceType, KubeObjectStore], Counter[str]]) -> None:
-    """The leader's pass (``runs``, ``orphan_uids``), a takeover's and the collector's
-    (``PodLedgers.all``) see only the valid objects; each malformed one is counted once."""
+    """The leader's pass (``runs``, ``orphan_uids``), recovery's and a takeover's
+    (``PodNotifierStore.unfinished``) and the collector's (every record) see only the valid
+    objects; each malformed one is counted once."""
     opened, counted = stores
     scopes = ScopeStore(opened[NOTIFICATION_RUNS], opened[NOTIFICATION_POD_SETS])
-    ledgers = PodLedgers(opened[PODLEDGERS])
+    records = PodNotifierStore(opened[PODNOTIFIERS], "replica-b")
     for _ in range(3):
         assert [run.notification_uid for run in await scopes.runs()] == ["good"]
         assert await scopes.orphan_uids() == []
-        assert [(ledger.namespace, ledger.pod) for ledger in await ledgers.all()] == [
-            ("ns", "good")]
+        assert [(r["metadata"]["namespace"], r["metadata"]["name"], runner(r))
+                for r in await records.unfinished()] == [("ns", "good", "replica-a")]
+        assert [r["metadata"]["name"] for r in (await records.list(None)).items] == ["good"]
         assert [pod.pod for pod in await scopes.pods("good")] == ["db-0"]
     await asyncio.sleep(0)
-    assert counted == {storage_kind(r).plural: 5 for r in opened}
+    assert counted == {storage_kind(r).plural: 6 for r in opened}
     with pytest.raises(MalformedObject, match=r'"other/spec-x" is malformed \(spec must be an '
                                               r"object, not a string\)"):
-        await opened[PODLEDGERS].guaranteed_update("other", "spec-x", lambda obj: obj)
+        await opened[PODNOTIFIERS].guaranteed_update("other", "spec-x", lambda obj: obj)
 
 
 async def test_a_read_of_a_malformed_envelope_names_the_public_object(
@@ -233,29 +238,32 @@ async def test_a_read_of_a_malformed_envelope_names_the_public_object(
     opened, _ = stores
     with pytest.raises(MalformedObject, match=r'"other/sequence" is malformed \(sequence must '
                                               r"be an integer, not a string\)") as raised:
-        await opened[PODLEDGERS].guaranteed_update("other", "sequence", lambda obj: obj)
+        await opened[PODNOTIFIERS].guaranteed_update("other", "sequence", lambda obj: obj)
     assert (raised.value.namespace, raised.value.object_name) == ("other", "sequence")
+    with pytest.raises(MalformedObject, match=r'"other/created" is malformed \(createdRevision '
+                                              r"must be an integer, not a string\)"):
+        await opened[PODNOTIFIERS].guaranteed_update("other", "created", lambda obj: obj)
     with pytest.raises(MalformedObject, match=r'"other/null" is malformed \(object must be an '
                                               r"object, not null\)"):
-        await opened[PODLEDGERS].guaranteed_update("other", "null", lambda obj: obj)
+        await opened[PODNOTIFIERS].guaranteed_update("other", "null", lambda obj: obj)
 
 
 async def test_a_storage_object_holding_another_name_is_malformed() -> None:
     """The storage name is derived from the public namespace and name: a storage object whose
     public metadata names another object is skipped, and a read of it says why."""
     api, counted = FakeStorageAPI(), Counter[str]()
-    inner = {k: v for k, v in public(PODLEDGERS).items() if k != "metadata"}
-    moved = storage_object(PODLEDGERS, "x", inner)
+    inner = {k: v for k, v in public(NOTIFICATIONS).items() if k != "metadata"}
+    moved = storage_object(NOTIFICATIONS, "x", inner)
     moved["object"]["metadata"]["name"] = "y"
-    api.objects[("storedpodledgers", STORAGE_NAMESPACE, "ns.x")] = moved
+    api.objects[("storednotifications", STORAGE_NAMESPACE, "ns.x")] = moved
     kube = api.client()
-    store = KubeObjectStore(kube, PODLEDGERS, instance="test",
+    store = KubeObjectStore(kube, NOTIFICATIONS, instance="test",
                             storage_namespace=STORAGE_NAMESPACE,
-                            decode=STORED_DECODERS[PODLEDGERS],
+                            decode=STORED_DECODERS[NOTIFICATIONS],
                             malformed=lambda plural: counted.update([plural]))
     try:
         assert (await store.list(None)).items == []
-        assert counted == {"storedpodledgers": 1}
+        assert counted == {"storednotifications": 1}
         for name in ("x", "y"):
             with pytest.raises(NotFound):
                 await store.get("ns", name)

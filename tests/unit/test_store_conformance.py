@@ -35,8 +35,8 @@ from apiserver.registry.errors import (
     TooLarge,
     TooManyRequests,
 )
-from apiserver.registry.podnotifiers import PodNotifierStore, eviction_low_water
-from apiserver.registry.resources import NOTIFICATIONS, PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.podnotifiers import PodNotifierStore, eviction_low_water, runner
+from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.store import Cohort, Object, ObjectStore
 from apiserver.registry.watch import Watch, WatchEvent
 from apiserver.timestamps import timestamp
@@ -94,7 +94,7 @@ def store(backend: Backend) -> ObjectStore:
 
 @pytest.fixture
 def records(backend: Backend, store: ObjectStore) -> PodNotifierStore:
-    return PodNotifierStore(store, backend.store(PODLEDGERS), "replica-0")
+    return PodNotifierStore(store, "replica-0")
 
 
 async def take(watch: Watch, count: int) -> list[WatchEvent]:
@@ -847,6 +847,76 @@ def test_a_cohort_needs_its_low_water_between_one_and_its_limit() -> None:
             Cohort("spec.podName=web-0", FINISHED_ONLY, limit, low_water)
 
 
+def refuse(members: list[Object]) -> None:
+    raise Conflict("refused", resource=PODNOTIFIERS, name="")
+
+
+async def test_a_cohort_admits_among_the_members_created_before(store: ObjectStore) -> None:
+    """``admit`` gets the cohort's members created before the new object, oldest first, as
+    they are now (not another pod's, not the new one)."""
+    await store.create(record("a"))
+    await store.create(record("b", pod="web-1"))
+    await store.create(finished(record("c")))
+    await store.guaranteed_update("ns", "a", set_phase("Running"))
+    seen: list[list[tuple[str, str]]] = []
+
+    created = await store.create(record("d"), cohort=Cohort(
+        "spec.podName=web-0", FINISHED_ONLY, 10, 5, admit=lambda members: seen.append(
+            [(m["metadata"]["name"], m["status"]["phase"]) for m in members])))
+
+    assert seen == [[("a", "Running"), ("c", "Succeeded")]]
+    assert await store.get("ns", "d") == created
+
+
+async def test_a_refused_cohort_create_stores_nothing(store: ObjectStore) -> None:
+    await store.create(finished(record("a")))
+    listed = await store.list("ns")
+    watch = await store.watch("ns", resource_version=listed.resource_version)
+
+    with pytest.raises(Conflict, match="refused"):
+        await store.create(record("b"), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 9, 1,
+                                                      admit=refuse))
+    with pytest.raises(Conflict, match="refused"):
+        await store.create(record(), cohort=Cohort("spec.podName=web-0", FINISHED_ONLY, 9, 1,
+                                                   admit=refuse))
+
+    assert names((await store.list("ns")).items) == ["a"]
+    with pytest.raises(NotFound):
+        await store.get("ns", "b")
+    await store.create(record("c"))
+    events = [await asyncio.wait_for(anext(watch), 2)]
+    while events[-1].object["metadata"]["name"] != "c":
+        events.append(await asyncio.wait_for(anext(watch), 2))
+    # Kubernetes has each refused object created, then deleted; SQLite never writes it
+    added = [e.object["metadata"]["name"] for e in events[:-1] if e.type.value == "ADDED"]
+    deleted = [e.object["metadata"]["name"] for e in events[:-1] if e.type.value == "DELETED"]
+    assert added == deleted and len(events) - 1 == 2 * len(added), summary(events)
+    watch.close()
+
+
+async def test_two_creates_into_a_cohort_at_once_are_decided_in_one_order(
+    store: ObjectStore,
+) -> None:
+    """Whichever is created first, the other one's ``admit`` sees it, and only one way."""
+    seen: dict[str, list[str]] = {}
+
+    def admitting(name: str) -> Cohort:
+        return Cohort("spec.podName=web-0", FINISHED_ONLY, 10, 5, admit=lambda members: (
+            seen.__setitem__(name, names(members))))
+
+    for attempt in range(5):
+        first, second = f"x{attempt}", f"y{attempt}"
+        seen.clear()
+        await asyncio.gather(store.create(record(first), cohort=admitting(first)),
+                             store.create(record(second), cohort=admitting(second)))
+        earlier = {name for name in (first, second) if name in seen[
+            second if name == first else first]}
+        assert len(earlier) == 1, seen
+        (head,) = earlier
+        later = second if head == first else first
+        assert head in seen[later] and later not in seen[head], seen
+
+
 # The PodNotifier strategy on the backend
 
 
@@ -910,7 +980,7 @@ async def test_bounded_create_refuses_the_same_notifier_twice(
         '(podnotifiers.notifier.x-k8s.io "first"); wait for it to finish')
     assert raised.value.name == "first"
 
-    await records.guaranteed_update("ns", "first", finished)  # leaves the ledger
+    await records.guaranteed_update("ns", "first", finished)  # counts no more
     await records.create_bounded(record(notifier="quiesce"), max_per_pod=10)
     assert len(await pod_records(store, "web-0")) == 2
 
@@ -934,7 +1004,6 @@ async def test_a_dry_run_bounded_create_refuses_as_the_create_and_writes_nothing
 ) -> None:
     await records.create_bounded(record("first", notifier="quiesce", phase="Running"),
                                  max_per_pod=2)
-    before = await records.ledgers.all()
     with pytest.raises(Conflict) as conflict:
         await records.check_bounded(record(notifier="quiesce"), max_per_pod=2)
     assert conflict.value.name == "first"
@@ -948,10 +1017,43 @@ async def test_a_dry_run_bounded_create_refuses_as_the_create_and_writes_nothing
 
     checked = await records.check_bounded(record(pod="web-1"), max_per_pod=2)
     assert checked["metadata"]["name"].startswith("web-1-quiesce-")
+    assert runner(checked) == "replica-0"  # as it would be created
     assert await pod_records(store, "web-1") == []
-    (after,) = await records.ledgers.all()  # none for web-1; web-0's has its two runs
-    assert (after.pod, [run.record for run in after.runs]) == ("web-0", ["first", "second"])
-    assert [ledger.pod for ledger in before] == ["web-0"]
+    assert names((await store.list(None)).items) == ["first", "second"]
+
+
+async def test_a_bounded_create_names_the_replica_that_runs_it(
+    store: ObjectStore, records: PodNotifierStore
+) -> None:
+    created = await records.create_bounded(record("a", notifier="a"), max_per_pod=2)
+
+    assert created["status"] == {"phase": "Pending", "replica": "replica-0"}
+    assert runner(await store.get("ns", "a")) == "replica-0"
+    assert runner(await store.create(record("legacy", notifier="b"))) == ""
+
+
+async def test_a_refused_bounded_create_leaves_no_record(
+    store: ObjectStore, records: PodNotifierStore
+) -> None:
+    """Refused on the pod's current records (nothing is written), or among the records created
+    before it when two creates race (the refused record is not kept)."""
+    await records.create_bounded(record("first", notifier="quiesce"), max_per_pod=2)
+    with pytest.raises(Conflict):
+        await records.create_bounded(record("again", notifier="quiesce"), max_per_pod=2)
+    await records.create_bounded(record("second", notifier="flush"), max_per_pod=2)
+    with pytest.raises(TooManyRequests):
+        await records.create_bounded(record("third", notifier="drain"), max_per_pod=2)
+    assert await pod_records(store, "web-0") == ["first", "second"]
+
+    results = await asyncio.gather(
+        *(records.create_bounded(record(f"race{i}", pod="web-1", notifier="quiesce"),
+                                 max_per_pod=2) for i in range(4)), return_exceptions=True)
+
+    created = [r for r in results if isinstance(r, dict)]
+    assert len(created) == 1
+    assert all(isinstance(r, Conflict) for r in results if not isinstance(r, dict)), results
+    assert await pod_records(store, "web-1") == names(created)
+    assert names(await records.unfinished()) == ["first", *names(created), "second"]
 
 
 async def test_bounded_create_requires_pod_and_notifier(records: PodNotifierStore) -> None:

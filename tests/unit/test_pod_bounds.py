@@ -1,16 +1,15 @@
-"""The pods' ledgers across replicas: two PodNotifierStores over the same backend objects stand
-for two replicas (on the Kubernetes backends each has caches of its own), on every backend of
-the ``backend`` fixture: one unfinished run per (pod, notifier), at most K unfinished runs per
-pod, a finished or deleted record leaving the ledger, a crash between the ledger and the record
-cleared after the grace, the takeover of a stopped replica's runs, restart recovery, and the K
-bound on stored records restored by trimming. On the fake Kubernetes API one replica's caches
-are held back to show that no decision is taken on a stale ledger. Last, the manifests: every
-stored resource has its CRD and the server's RBAC."""
+"""The per-pod bounds across replicas: two PodNotifierStores over the same backend objects
+stand for two replicas (on the Kubernetes backends each has caches of its own), on every backend
+of the ``backend`` fixture: one unfinished run per (pod, notifier), at most K unfinished runs per
+pod, decided on the records themselves (each admitted among those created before it), a
+finished or deleted record freeing its place, the takeover of a stopped replica's runs, restart
+recovery, and the K bound on stored records restored by trimming. On the fake Kubernetes API one
+replica's caches are held back to show that no decision is taken on a stale cache. Last, the
+manifests: every stored resource has its CRD and the server's RBAC."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -37,9 +36,8 @@ from apiserver.registry.kube_store import (
     KubeObjectStore,
     storage_kind,
 )
-from apiserver.registry.ledgers import GRACE_SECONDS, Ledger
 from apiserver.registry.podnotifiers import PodNotifierStore, eviction_low_water
-from apiserver.registry.resources import PODLEDGERS, PODNOTIFIERS
+from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import Object
 from apiserver.server import STORED_RESOURCES
 from apiserver.timestamps import timestamp
@@ -51,6 +49,11 @@ from tests.unit.test_housekeeping import FakePods
 NS = "ns"
 K = 3
 LEASE = 15.0
+
+
+def runs_everything(namespace: str, record: str) -> bool:
+    """A runner that runs every record of its replica (none is left behind)."""
+    return True
 
 
 class Clock:
@@ -75,8 +78,7 @@ class Replicas:
 
 def replica(backend: Backend, name: str, clock: Clock, trim_delay: float = 0.05
             ) -> PodNotifierStore:
-    return PodNotifierStore(backend.store(PODNOTIFIERS), backend.store(PODLEDGERS), name,
-                            trim_delay_seconds=trim_delay, clock=clock)
+    return PodNotifierStore(backend.store(PODNOTIFIERS), name, trim_delay_seconds=trim_delay)
 
 
 def after_the_lease() -> float:
@@ -84,7 +86,7 @@ def after_the_lease() -> float:
 
 
 def after_the_grace() -> float:
-    return time.time() + GRACE_SECONDS + 2
+    return time.time() + LEASE + 2
 
 
 @pytest.fixture
@@ -119,13 +121,10 @@ def finish(obj: Object) -> Object:
     return records.finish(obj, records.now())
 
 
-async def ledger(store: PodNotifierStore, pod: str = "web-0") -> Ledger | None:
-    return next((found for found in await store.ledgers.all() if found.pod == pod), None)
-
-
 async def run_names(store: PodNotifierStore, pod: str = "web-0") -> list[str]:
-    found = await ledger(store, pod)
-    return sorted(run.record for run in found.runs) if found else []
+    """The pod's unfinished records, as ``store`` sees them."""
+    return sorted(r["metadata"]["name"] for r in await pod_records(store, pod)
+                  if not records.is_finished(r))
 
 
 async def pod_records(store: PodNotifierStore, pod: str = "web-0") -> list[Object]:
@@ -156,6 +155,7 @@ async def test_the_same_notifier_on_two_replicas_at_once(replicas: Replicas) -> 
         assert refused[0].message == (
             f'notifier "quiesce" is already running on pod "{pod}" '
             f'(podnotifiers.notifier.x-k8s.io "{name}"); wait for it to finish')
+        # The refused record was deleted again, through whichever replica created it.
         assert [r["metadata"]["name"] for r in await pod_records(replicas.a, pod)] == [name]
         assert await run_names(replicas.b, pod) == [name]
 
@@ -181,14 +181,15 @@ async def test_ten_k_creates_over_two_replicas_admit_k(replicas: Replicas) -> No
 async def test_runs_that_finish_meanwhile_never_exceed_k(replicas: Replicas) -> None:
     """Both replicas keep creating and finishing runs; the unfinished records, sampled all
     along, are never more than K."""
-    unfinished_seen: list[int] = []
     created = 0
     stop = asyncio.Event()
 
+    seen: list[set[str]] = []
+    admitted: set[str] = set()
+
     async def sample() -> None:
         while not stop.is_set():
-            unfinished_seen.append(sum(not records.is_finished(r)
-                                       for r in await pod_records(replicas.a)))
+            seen.append(set(await run_names(replicas.a)))
             await asyncio.sleep(0.005)
 
     async def churn(store: PodNotifierStore, worker: int) -> None:
@@ -201,6 +202,7 @@ async def test_runs_that_finish_meanwhile_never_exceed_k(replicas: Replicas) -> 
                 await asyncio.sleep(0.01)
                 continue
             created += 1
+            admitted.add(run["metadata"]["name"])
             await asyncio.sleep(0.01)
             await store.guaranteed_update(NS, run["metadata"]["name"], finish)
 
@@ -210,30 +212,28 @@ async def test_runs_that_finish_meanwhile_never_exceed_k(replicas: Replicas) -> 
     stop.set()
     await sampler
 
+    # Records that lost a race are stored for a moment, until deleted: they never ran.
+    unfinished_seen = [len(names & admitted) for names in seen]
     assert created >= K
     assert unfinished_seen and max(unfinished_seen) <= K
-    # Finishing wrote no ledger: the runs still listed are over (their records finished, or
-    # evicted since), and the next create drops them.
-    for name in await run_names(replicas.a):
-        with contextlib.suppress(NotFound):
-            assert records.is_finished(await replicas.a.get_current(NS, name))
+    assert await run_names(replicas.a) == []
     after = await replicas.b.create_bounded(record("after"), max_per_pod=K)
     assert await run_names(replicas.a) == [after["metadata"]["name"]]
 
 
-# Leaving the ledger
+# Freeing a place
 
 
-async def test_a_finished_record_frees_its_run(replicas: Replicas) -> None:
+async def test_a_finished_record_frees_its_place(replicas: Replicas) -> None:
     first = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
     assert await run_names(replicas.a) == [first["metadata"]["name"]]
+    assert first["status"]["replica"] == "replica-a"
 
     await replicas.a.guaranteed_update(NS, first["metadata"]["name"], finish)
 
-    # Finishing wrote no ledger; the next create, through either replica, drops the run.
-    assert await run_names(replicas.a) == [first["metadata"]["name"]]
     second = await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
     assert await run_names(replicas.b) == [second["metadata"]["name"]]
+    assert second["status"]["replica"] == "replica-b"
 
 
 async def test_a_deleted_record_frees_its_run(replicas: Replicas) -> None:
@@ -246,7 +246,7 @@ async def test_a_deleted_record_frees_its_run(replicas: Replicas) -> None:
     assert await run_names(replicas.a) == []
 
 
-async def test_a_failed_record_create_takes_its_run_off(replicas: Replicas) -> None:
+async def test_a_failed_record_create_leaves_nothing_behind(replicas: Replicas) -> None:
     await replicas.a.create(finished_record("taken"))
 
     with pytest.raises(AlreadyExists):
@@ -256,32 +256,14 @@ async def test_a_failed_record_create_takes_its_run_off(replicas: Replicas) -> N
     await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
 
 
-async def test_a_crash_between_ledger_and_record_is_cleared_after_the_grace(
+async def test_an_unfinished_record_counts_whatever_its_age_a_finished_one_does_not(
     replicas: Replicas,
 ) -> None:
-    """Replica a added its run and stopped before it created the record."""
-    a = replicas.a
-    await a.ledgers.add(NS, "web-0", "uid-web-0", a.ledgers.new_run("ghost", "quiesce", a.replica),
-                        admit=lambda runs: None, known=lambda name: None)
-
-    with pytest.raises(Conflict):  # within the grace, the record may be being created
-        await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
-    replicas.clock.offset = GRACE_SECONDS + 2
-    created = await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
-
-    assert await run_names(replicas.b) == [created["metadata"]["name"]]
-
-
-async def test_a_finished_run_left_on_the_ledger_counts_no_more(replicas: Replicas) -> None:
-    """A finished record's run stays listed (finishing writes no ledger) and counts no more,
-    while a run of an unfinished record of any age does."""
     done = await replicas.a.create_bounded(record("quiesce"), max_per_pod=2)
     busy = await replicas.a.create_bounded(record("flush"), max_per_pod=2)
     await replicas.a.guaranteed_update(NS, busy["metadata"]["name"], lambda r: {
-        **r, "status": {**r["status"], "phase": "Running"}})
-    backend = replicas.a._backend  # finished behind the ledger's back
-    await backend.guaranteed_update(NS, done["metadata"]["name"], finish)
-    replicas.clock.offset = GRACE_SECONDS + 2
+        **r, "status": {**r["status"], "phase": "Running"}})  # updated: created long before
+    await replicas.a.guaranteed_update(NS, done["metadata"]["name"], finish)
 
     with pytest.raises(Conflict):
         await replicas.b.create_bounded(record("flush"), max_per_pod=3)
@@ -289,6 +271,24 @@ async def test_a_finished_run_left_on_the_ledger_counts_no_more(replicas: Replic
 
     assert await run_names(replicas.b) == sorted([busy["metadata"]["name"],
                                                   created["metadata"]["name"]])
+
+
+async def test_a_record_left_undecided_by_a_stopped_replica_counts_until_taken_over(
+    replicas: Replicas,
+) -> None:
+    """Replica a created its record and stopped before it could delete a refused one, or
+    before its run started: the record counts, until the takeover ends it."""
+    await replicas.a.create({**record("quiesce", name="orphan"),
+                             "status": {"phase": "Running", "replica": "replica-a"}})
+
+    with pytest.raises(Conflict):
+        await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
+    assert await Takeover(replicas.b, Alive("replica-b"), running=runs_everything,
+                          lease_duration_seconds=LEASE,
+                          clock=after_the_lease).once() == 1
+    created = await replicas.b.create_bounded(record("quiesce"), max_per_pod=K)
+
+    assert await run_names(replicas.b) == [created["metadata"]["name"]]
 
 
 # Takeover and restart recovery
@@ -305,7 +305,8 @@ class Alive:
 async def test_takeover_ends_a_stopped_replicas_runs_only(replicas: Replicas) -> None:
     dead = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
     alive = await replicas.b.create_bounded(record("flush"), max_per_pod=K)
-    takeover = Takeover(replicas.b, Alive("replica-b"), lease_duration_seconds=LEASE,
+    takeover = Takeover(replicas.b, Alive("replica-b"), running=runs_everything,
+                        lease_duration_seconds=LEASE,
                         clock=after_the_lease)
 
     assert await takeover.once() == 1
@@ -319,6 +320,16 @@ async def test_takeover_ends_a_stopped_replicas_runs_only(replicas: Replicas) ->
     assert await replicas.b.get(NS, alive["metadata"]["name"]) == alive
     assert await run_names(replicas.a) == [alive["metadata"]["name"]]
     assert await takeover.once() == 0
+
+
+async def test_takeover_ends_records_that_name_no_replica(replicas: Replicas) -> None:
+    """Records of an earlier version, which named no replica: as a stopped replica's."""
+    legacy = await replicas.a.create(record("old", name="legacy"))
+
+    assert await Takeover(replicas.b, Alive("replica-a", "replica-b"), running=runs_everything,
+                          lease_duration_seconds=LEASE, clock=after_the_lease).once() == 1
+    assert (await replicas.b.get(NS, legacy["metadata"]["name"]))["status"]["reason"] == \
+        "Interrupted"
 
 
 class Stopper:
@@ -348,7 +359,8 @@ async def test_takeover_stops_a_stopped_replicas_held_command_by_its_pid(
     dead = await replicas.a.create_bounded(held, max_per_pod=K)
     plain = await replicas.a.create_bounded(record("flush"), max_per_pod=K)
     stopper = Stopper(stop)
-    takeover = Takeover(replicas.b, Alive("replica-b"), lease_duration_seconds=LEASE,
+    takeover = Takeover(replicas.b, Alive("replica-b"), running=runs_everything,
+                        lease_duration_seconds=LEASE,
                         clock=after_the_lease, stopper=stopper)
 
     assert await takeover.once() == 2
@@ -364,7 +376,8 @@ async def test_takeover_stops_a_stopped_replicas_held_command_by_its_pid(
 async def test_takeover_waits_for_the_lease_duration(replicas: Replicas) -> None:
     young = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
 
-    assert await Takeover(replicas.b, Alive(), lease_duration_seconds=LEASE).once() == 0
+    assert await Takeover(replicas.b, Alive(), running=runs_everything,
+                          lease_duration_seconds=LEASE).once() == 0
 
     assert await replicas.b.get(NS, young["metadata"]["name"]) == young
 
@@ -372,7 +385,8 @@ async def test_takeover_waits_for_the_lease_duration(replicas: Replicas) -> None
 async def test_two_survivors_end_a_run_once(replicas: Replicas, backend: Backend) -> None:
     dead = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
     third = replica(backend, "replica-c", replicas.clock)
-    survivors = [Takeover(store, Alive("replica-b", "replica-c"), lease_duration_seconds=LEASE,
+    survivors = [Takeover(store, Alive("replica-b", "replica-c"), running=runs_everything,
+                          lease_duration_seconds=LEASE,
                           clock=after_the_lease) for store in (replicas.b, third)]
     await third.list(NS)  # its caches are synced
 
@@ -386,19 +400,20 @@ async def test_two_survivors_end_a_run_once(replicas: Replicas, backend: Backend
     third.close()
 
 
-async def test_recovery_ends_own_runs_and_unledgered_records(replicas: Replicas) -> None:
+async def test_recovery_ends_own_runs_and_records_naming_no_replica(replicas: Replicas) -> None:
     own = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
     others = await replicas.b.create_bounded(record("flush"), max_per_pod=K)
-    legacy = await replicas.a.create(record("old", name="legacy"))  # before ledgers
+    legacy = await replicas.a.create(record("old", name="legacy"))  # an earlier version's
     fresh = await replicas.a.create(record("new", name="fresh", pod="web-1"))
 
-    assert await recover_interrupted(replicas.a, clock=lambda: time.time() + 0.5) == 1
+    assert await recover_interrupted(replicas.a, clock=lambda: time.time() + 0.5,
+                                     grace_seconds=LEASE) == 1
     assert (await replicas.a.get(NS, own["metadata"]["name"]))["status"]["reason"] == \
         "Interrupted"
-    assert await run_names(replicas.a) == [others["metadata"]["name"]]
+    assert await run_names(replicas.a) == sorted([others["metadata"]["name"], "legacy"])
     assert await replicas.a.get(NS, legacy["metadata"]["name"]) == legacy  # within the grace
 
-    assert await recover_interrupted(replicas.a, clock=after_the_grace) == 2
+    assert await recover_interrupted(replicas.a, clock=after_the_grace, grace_seconds=LEASE) == 2
     for name in (legacy["metadata"]["name"], fresh["metadata"]["name"]):
         assert (await replicas.a.get(NS, name))["status"]["reason"] == "Interrupted"
     assert (await replicas.a.get(NS, others["metadata"]["name"]))["status"]["phase"] == \
@@ -452,21 +467,21 @@ async def test_the_collector_trims_every_pod_beyond_k(replicas: Replicas) -> Non
     assert len(await pod_records(replicas.a, "web-2")) == 1
 
 
-async def test_the_collector_deletes_ledgers_of_gone_pods_once_empty(replicas: Replicas) -> None:
+async def test_the_collector_deletes_finished_records_of_gone_pods(replicas: Replicas) -> None:
     gone = await replicas.a.create_bounded(record("quiesce", pod="gone-0"), max_per_pod=K)
-    await replicas.a.create_bounded(record("quiesce", pod="web-0"), max_per_pod=K)
+    kept = await replicas.a.create_bounded(record("quiesce", pod="web-0"), max_per_pod=K)
     await replicas.a.guaranteed_update(NS, gone["metadata"]["name"], finish)
-    await replicas.a.ledgers.add(NS, "gone-1", "uid-gone-1",
-                                 replicas.a.ledgers.new_run("ghost", "quiesce", "replica-a"),
-                                 admit=lambda runs: None, known=lambda name: None)
+    await replicas.a.guaranteed_update(NS, kept["metadata"]["name"], finish)
     pods: Any = FakePods({(NS, "web-0"): "uid-web-0"})
 
-    # A gone pod gets no new run: gone-1's run without a record is over, within the grace too.
-    assert (await collect_once(replicas.b, pods, 3600, K)).ledgers == 2
-    assert {found.pod for found in await replicas.b.ledgers.all()} == {"web-0"}
+    collected = await collect_once(replicas.b, pods, 3600, K)
+
+    assert (collected.orphaned, collected.waiting) == (1, 0)
+    assert [r["metadata"]["name"] for r in (await replicas.b.list(NS)).items] == [
+        kept["metadata"]["name"]]
 
 
-async def test_a_gone_pods_ledger_with_an_unfinished_run_waits_for_the_next_collection(
+async def test_a_gone_pods_unfinished_record_waits_for_the_next_collection(
     replicas: Replicas,
 ) -> None:
     """Its run ends later (the runner sees the pod gone): no pod deletion follows to trigger a
@@ -475,15 +490,15 @@ async def test_a_gone_pods_ledger_with_an_unfinished_run_waits_for_the_next_coll
     pods: Any = FakePods({})
 
     first = await collect_once(replicas.b, pods, 3600, K)
-    assert (first.ledgers, first.waiting) == (0, 1)
+    assert (first.orphaned, first.waiting) == (0, 1)
 
     await replicas.a.guaranteed_update(NS, running["metadata"]["name"], finish)
     after = await collect_once(replicas.b, pods, 3600, K)
-    assert (after.ledgers, after.orphaned, after.waiting) == (1, 1, 0)
-    assert await replicas.b.ledgers.all() == []
+    assert (after.orphaned, after.waiting) == (1, 0)
+    assert (await replicas.b.list(NS)).items == []
 
 
-async def test_the_collector_scans_again_while_gone_pods_ledgers_wait(
+async def test_the_collector_scans_again_while_gone_pods_records_are_unfinished(
     replicas: Replicas,
 ) -> None:
     running = await replicas.a.create_bounded(record("quiesce", pod="gone-0"), max_per_pod=K)
@@ -495,19 +510,15 @@ async def test_the_collector_scans_again_while_gone_pods_ledgers_wait(
             return bool(pods.asked)
 
         await until(scanned)
-        assert await first_ledger_pods(replicas.b, {"gone-0"})
+        assert len((await replicas.b.list(NS)).items) == 1
         await replicas.a.guaranteed_update(NS, running["metadata"]["name"], finish)
 
         async def collected() -> bool:
-            return await replicas.b.ledgers.all() == []
+            return (await replicas.b.list(NS)).items == []
 
         await until(collected)
     finally:
         collector.cancel()
-
-
-async def first_ledger_pods(store: PodNotifierStore, expected: set[str]) -> bool:
-    return {found.pod for found in await store.ledgers.all()} == expected
 
 
 # A replica whose caches lag (the fake Kubernetes API)
@@ -520,12 +531,10 @@ async def lagging() -> AsyncIterator[tuple[PodNotifierStore, PodNotifierStore, a
     delivery.set()
     clients: list[KubeClient] = [api.client(), api.client(delivery=delivery)]
     stores = [PodNotifierStore(KubeObjectStore(kube, PODNOTIFIERS, storage_namespace="cn-storage"),
-                               KubeObjectStore(kube, PODLEDGERS, storage_namespace="cn-storage"),
                                name)
               for kube, name in zip(clients, ("replica-a", "replica-b"), strict=True)]
     for store in stores:
         await store.list(NS)
-        await store.ledgers.all()
     yield stores[0], stores[1], delivery
     delivery.set()
     for store in stores:
@@ -534,33 +543,31 @@ async def lagging() -> AsyncIterator[tuple[PodNotifierStore, PodNotifierStore, a
         await kube.aclose()
 
 
-async def test_a_lagging_replica_decides_on_the_live_ledger(
+async def test_a_lagging_replica_decides_among_every_record_created_before_its_own(
     lagging: tuple[PodNotifierStore, PodNotifierStore, asyncio.Event],
 ) -> None:
+    """b's cache has not seen a's record: the create goes ahead, and b decides once its cache
+    has reached its own create, which comes after a's: 409, and b's record is deleted."""
     a, b, delivery = lagging
-    first = await a.create_bounded(record("quiesce"), max_per_pod=2)
-    await until(lambda: _has_ledger(b))  # b's cache has the ledger with one run
     delivery.clear()
-
-    with pytest.raises(Conflict):
-        await b.create_bounded(record("quiesce"), max_per_pod=2)
-    await a.create_bounded(record("flush"), max_per_pod=2)
-    with pytest.raises(TooManyRequests):  # b's cache shows one run of two: the live one two
-        await b.create_bounded(record("drain"), max_per_pod=2)
-    await a.guaranteed_update(NS, first["metadata"]["name"], finish)
-    assert await run_names(b) == [first["metadata"]["name"]]  # b's cache is stale
+    first = await a.create_bounded(record("quiesce"), max_per_pod=2)
+    assert await run_names(b) == []  # b lags
 
     asyncio.get_running_loop().call_later(0.3, delivery.set)
-    created = await b.create_bounded(record("quiesce"), max_per_pod=2)  # its cache says 409
+    with pytest.raises(Conflict) as refused:
+        await b.create_bounded(record("quiesce"), max_per_pod=2)
 
-    assert len(await run_names(a)) == 2 and created["metadata"]["name"] in await run_names(a)
+    assert refused.value.name == first["metadata"]["name"]
+    assert await run_names(a) == [first["metadata"]["name"]]
+    assert await run_names(b) == [first["metadata"]["name"]]
 
 
 async def test_a_replica_whose_cache_lags_a_final_write_reads_the_record_before_refusing(
     lagging: tuple[PodNotifierStore, PodNotifierStore, asyncio.Event],
 ) -> None:
     """A client waits for its run through replica a, then asks again through replica b, whose
-    cache has not seen the final write: b reads the record from the storage and admits."""
+    cache has not seen the final write: b reads the record from the storage, creates, and its
+    cache, once at its own create, has the final write too."""
     a, b, delivery = lagging
     first = await a.create_bounded(record("quiesce"), max_per_pod=1)
     await until(lambda: _has_record(b, first["metadata"]["name"]))
@@ -568,9 +575,24 @@ async def test_a_replica_whose_cache_lags_a_final_write_reads_the_record_before_
     await a.guaranteed_update(NS, first["metadata"]["name"], finish)
     assert not records.is_finished(await b.get(NS, first["metadata"]["name"]))  # b lags
 
+    asyncio.get_running_loop().call_later(0.3, delivery.set)
     second = await b.create_bounded(record("quiesce"), max_per_pod=1)
 
     assert await run_names(a) == [second["metadata"]["name"]]
+
+
+async def test_a_refusal_the_current_records_make_writes_nothing(
+    lagging: tuple[PodNotifierStore, PodNotifierStore, asyncio.Event],
+) -> None:
+    a, b, _ = lagging
+    await a.create_bounded(record("quiesce"), max_per_pod=1)
+    await until(lambda: _has_records(b, 1))
+    before = (await b.list(NS)).resource_version
+
+    with pytest.raises(TooManyRequests):
+        await b.create_bounded(record("flush"), max_per_pod=1)
+
+    assert (await a.list(NS)).resource_version == before
 
 
 async def _has_record(store: PodNotifierStore, name: str) -> bool:
@@ -581,27 +603,15 @@ async def _has_record(store: PodNotifierStore, name: str) -> bool:
     return True
 
 
-async def test_a_lagging_replica_has_no_ledger_in_its_cache(
-    lagging: tuple[PodNotifierStore, PodNotifierStore, asyncio.Event],
-) -> None:
-    a, b, delivery = lagging
-    delivery.clear()
-    await a.create_bounded(record("quiesce"), max_per_pod=1)
-
-    with pytest.raises(TooManyRequests):
-        await b.create_bounded(record("flush"), max_per_pod=1)
-    assert await ledger(b) is None
-
-
-async def _has_ledger(store: PodNotifierStore) -> bool:
-    return await ledger(store) is not None
+async def _has_records(store: PodNotifierStore, count: int) -> bool:
+    return len((await store.list(NS)).items) == count
 
 
 # The manifests
 
 
 def test_every_stored_resource_has_its_crd_and_rbac() -> None:
-    """The CRDs the server checks at start (``STORED_RESOURCES``, the ledgers among them) are in
+    """The CRDs the server checks at start (``STORED_RESOURCES``) are in
     apiservice/storage-crds.yaml with the storage conventions, and the server may use them."""
     crds = {crd["metadata"]["name"]: crd for crd in yaml.safe_load_all(
         (REPO_ROOT / "apiservice" / "storage-crds.yaml").read_text())}
@@ -609,7 +619,6 @@ def test_every_stored_resource_has_its_crd_and_rbac() -> None:
         (REPO_ROOT / "apiservice" / "rbac-server.yaml").read_text())}
     storage_rule, _, _ = roles[("Role", "container-notifier:storage")]["rules"]  # + the marker
     [migration_rule, crd_rule] = roles[("ClusterRole", "container-notifier:storage")]["rules"]
-    assert PODLEDGERS in STORED_RESOURCES
     for resource in STORED_RESOURCES:
         kind = storage_kind(resource)
         spec = crds[kind.crd_name]["spec"]
@@ -624,9 +633,16 @@ def test_every_stored_resource_has_its_crd_and_rbac() -> None:
     assert {"get", "list", "watch", "create", "update", "delete"} <= set(storage_rule["verbs"])
 
 
-async def test_a_dry_run_on_a_pod_without_a_ledger_is_admitted(replicas: Replicas) -> None:
-    """check_bounded on a pod that has no ledger yet decides on no runs (a dry run's notify of
-    a pod never notified before); it writes no ledger."""
-    obj = await replicas.a.check_bounded(record("quiesce", pod="fresh-0"), max_per_pod=K)
-    assert obj["spec"]["podName"] == "fresh-0"
-    assert await ledger(replicas.a, "fresh-0") is None
+async def test_a_dry_run_decides_on_the_current_records_and_writes_nothing(
+    replicas: Replicas,
+) -> None:
+    first = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
+    before = (await replicas.b.list(NS)).resource_version
+
+    obj = await replicas.b.check_bounded(record("quiesce", pod="fresh-0"), max_per_pod=K)
+    with pytest.raises(Conflict):
+        await replicas.b.check_bounded(record("quiesce"), max_per_pod=K)
+
+    assert (obj["spec"]["podName"], obj["status"]["replica"]) == ("fresh-0", "replica-b")
+    assert (await replicas.a.list(NS)).resource_version == before
+    assert await run_names(replicas.a) == [first["metadata"]["name"]]
