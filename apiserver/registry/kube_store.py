@@ -117,6 +117,9 @@ SEQUENCE_LABEL = f"{STORAGE_GROUP}/sequence"
 """The storage object's ``sequence`` (creation order), so that one DELETE of the collection can
 select "no later than" a member of a cohort."""
 _FIELD_LABEL_DIGITS = 32
+CREATED_REVISION = "createdRevision"
+"""The storage objects' field that keeps the resourceVersion of their creation (every update
+writes it), by which a cohort admits a create among the members created before it."""
 MAX_NAME_LENGTH = 253
 """A custom resource's name is a DNS-1123 subdomain."""
 _NAME_DIGEST_LENGTH = 16
@@ -213,7 +216,7 @@ def storage_object(kind: StorageKind, storage_namespace: str, instance: str, obj
     stored: Object = {"apiVersion": f"{STORAGE_GROUP}/{STORAGE_VERSION}", "kind": kind.kind,
                       "metadata": stored_meta, "sequence": sequence, "object": inner}
     if created_revision:
-        stored["createdRevision"] = created_revision
+        stored[CREATED_REVISION] = created_revision
     return stored
 
 
@@ -238,11 +241,24 @@ async def check_installed(kube: KubeClient, resources: Iterable[ResourceType]) -
         if not any(c.get("type") == "Established" and c.get("status") == "True"
                    for c in conditions):
             problems.append(f"{name} is not Established")
+        elif not _declares(crd, CREATED_REVISION):
+            problems.append(f"{name} is out of date (its schema has no {CREATED_REVISION}, "
+                            "which kube-apiserver would drop from every write of this version)")
     if problems:
         raise StorageNotInstalled(
             f"--storage=kubernetes: {'; '.join(problems)}: apply apiservice/storage-crds.yaml "
             "and the server's RBAC in apiservice/rbac-server.yaml (kubectl apply -k "
             "apiservice/ installs both) and start again")
+
+
+def _declares(crd: Mapping[str, Any], field_name: str) -> bool:
+    """Whether the CRD's storage version declares the top-level field ``field_name`` (a
+    structural schema prunes what it does not declare)."""
+    for version in (crd.get("spec") or {}).get("versions") or []:
+        if version.get("storage"):
+            schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+            return field_name in (schema.get("properties") or {})
+    return False
 
 
 def _rv(obj: Mapping[str, Any]) -> int:
@@ -882,7 +898,7 @@ class KubeObjectStore(ObjectStore):
         def envelope(obj: Object) -> _Entry:
             inner = mapping(obj.get("object"), "object")
             sequence = optional_integer(obj.get("sequence"), "sequence")
-            created = optional_integer(obj.get("createdRevision"), "createdRevision")
+            created = optional_integer(obj.get(CREATED_REVISION), CREATED_REVISION)
             meta = mapping(inner.get("metadata"), "object.metadata")
             namespace = text(meta.get("namespace"), "object.metadata.namespace")
             name = text(meta.get("name"), "object.metadata.name")

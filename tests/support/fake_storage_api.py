@@ -91,6 +91,8 @@ class FakeStorageAPI:
     """PUTs still to answer 409 Conflict even with the current resourceVersion."""
     crds: dict[str, bool] = field(default_factory=dict)
     """CRD name -> Established; a missing name is 404."""
+    outdated_crds: set[str] = field(default_factory=set)
+    """CRDs whose schema lacks createdRevision (of a version before it)."""
     crd_answer: httpx.Response | None = None
     """The answer to every CRD read while set."""
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
@@ -227,8 +229,14 @@ class FakeStorageAPI:
         if name not in self.crds:
             return status(404, "NotFound", f'"{name}" not found')
         established = "True" if self.crds[name] else "False"
-        return httpx.Response(200, json={"metadata": {"name": name}, "status": {
-            "conditions": [{"type": "Established", "status": established}]}})
+        properties = {"object": {}, "sequence": {}}
+        if name not in self.outdated_crds:
+            properties["createdRevision"] = {}
+        return httpx.Response(200, json={
+            "metadata": {"name": name},
+            "spec": {"versions": [{"name": "v1alpha1", "storage": True, "schema": {
+                "openAPIV3Schema": {"properties": properties}}}]},
+            "status": {"conditions": [{"type": "Established", "status": established}]}})
 
     def _store(self, key: tuple[str, str, str], obj: dict[str, Any], kind: str, code: int,
                old: dict[str, Any] | None = None) -> httpx.Response:

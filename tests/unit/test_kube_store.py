@@ -314,6 +314,12 @@ async def test_check_installed(api: FakeStorageAPI) -> None:
         await check_installed(kube, (PODNOTIFIERS,))
     api.crd_answer = None
     api.crds = {storage_kind(r).crd_name: True for r in (PODNOTIFIERS, NOTIFICATIONS)}
+    api.outdated_crds = {"storednotifications.storage.notifier.x-k8s.io"}
+    with pytest.raises(StorageNotInstalled, match=(
+            r"storednotifications.storage.notifier.x-k8s.io is out of date \(its schema has no "
+            r"createdRevision, .*\): apply apiservice/storage-crds.yaml")):
+        await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
+    api.outdated_crds = set()
     await check_installed(kube, (PODNOTIFIERS, NOTIFICATIONS))
     await kube.aclose()
 
