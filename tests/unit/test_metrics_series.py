@@ -76,6 +76,7 @@ async def test_timed_store_observes_each_operation_by_resource_errors_included(
         assert (await store.get("ns", "a"))["metadata"]["uid"] == created["metadata"]["uid"]
         with pytest.raises(NotFound):
             await store.get("ns", "missing")
+        await store.consistent_read("ns", "a")
         await store.guaranteed_update("ns", "a", lambda obj: obj)
         assert [o["metadata"]["name"] for o in (await store.list("ns")).items] == ["a", "b"]
         await store.watch("ns")
@@ -91,7 +92,7 @@ async def test_timed_store_observes_each_operation_by_resource_errors_included(
 
     assert {operation: count(operation) for operation in OPERATIONS} == {
         "get": 2, "list": 1, "watch": 1, "create": 2, "update": 1, "delete": 1,
-        "deletecollection": 1}
+        "deletecollection": 1, "consistentread": 1}
     total = metrics.registry.get_sample_value(
         "container_notifier_store_operation_duration_seconds_sum",
         {"operation": "create", "resource": "podnotifiers"})
