@@ -58,6 +58,10 @@ class TimedObjectStore(ObjectStore):
         with self._timer("get"):
             return await self._inner.get(namespace, name)
 
+    async def get_current(self, namespace: str, name: str) -> Object:
+        with self._timer("get"):
+            return await self._inner.get_current(namespace, name)
+
     async def guaranteed_update(
         self, namespace: str, name: str, mutate: Callable[[Object], Object]
     ) -> Object:

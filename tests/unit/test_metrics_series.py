@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from apiserver.handlers.watch_response import Watches
@@ -63,6 +65,24 @@ def test_leader_gauge_follows_the_elector():
     assert metrics.registry.get_sample_value("container_notifier_leader") == 0
     leading[0] = True
     assert metrics.registry.get_sample_value("container_notifier_leader") == 1
+
+
+async def test_timed_store_reads_the_current_object_through_the_store_it_wraps(
+        database: SqliteDatabase) -> None:
+    """Not through its own get: on the Kubernetes backend get reads the cache, get_current
+    kube-apiserver."""
+
+    class Live(SqliteObjectStore):
+        async def get_current(self, namespace: str, name: str) -> dict[str, Any]:
+            return {"live": [namespace, name]}
+
+    metrics = Metrics()
+    store = TimedObjectStore(Live(database, PODNOTIFIERS), metrics)
+
+    assert await store.get_current("ns", "a") == {"live": ["ns", "a"]}
+    assert metrics.registry.get_sample_value(
+        "container_notifier_store_operation_duration_seconds_count",
+        {"operation": "get", "resource": "podnotifiers"}) == 1
 
 
 async def test_timed_store_observes_each_operation_by_resource_errors_included(
