@@ -7,6 +7,9 @@ One ``Collection`` describes a resource (its registry type, its store, its Table
   ``watch=true``, watch (apiserver.handlers.watch_response); the query is ListOptions
   (apiserver.handlers.options).
 - ``GET .../namespaces/<ns>/<plural>/<name>``: get.
+- A get or list without a resourceVersion (nor continue token) reads the latest state: it awaits
+  the store's ``consistent_read`` first, so it sees every write acknowledged before it through
+  any replica; ``resourceVersion=0`` reads this replica's cache as it is.
 - ``DELETE .../namespaces/<ns>/<plural>/<name>``: delete; the body may be DeleteOptions with
   ``preconditions`` {uid, resourceVersion} and ``dryRun: ["All"]``. Like kube-apiserver for a
   custom resource without finalizers, the answer is 200 with a ``Status`` of ``Success`` whose
@@ -38,7 +41,7 @@ from apiserver.api.resources import API_PATH
 from apiserver.api.tables import TableConvertor
 from apiserver.handlers import watch_response
 from apiserver.handlers.negotiation import LIST, OBJECT, Renderer, resource_version
-from apiserver.handlers.options import DeleteOptions, ListOptions
+from apiserver.handlers.options import DeleteOptions, ListOptions, consistent_get
 from apiserver.handlers.patch import ApplyCreate, patch_object
 from apiserver.handlers.watch_response import Watches
 from apiserver.registry.errors import check_preconditions
@@ -79,6 +82,8 @@ class Collection:
 async def get_object(collection: Collection, request: Request, namespace: str, name: str
                      ) -> Response:
     renderer = collection.renderer(request, OBJECT)
+    if consistent_get(request):
+        await collection.store.consistent_read(namespace, name)
     obj = await collection.store.get(namespace, name)
     return JSONResponse(renderer.object(obj))
 
@@ -91,6 +96,8 @@ async def list_or_watch(collection: Collection, request: Request, namespace: str
         return await watch_response.watch(collection.store, renderer, namespace, options,
                                           watches)
     renderer = collection.renderer(request, LIST)
+    if options.consistent:
+        await collection.store.consistent_read(namespace)
     result = await collection.store.list(
         namespace, label_selector=options.label_selector,
         field_selector=options.field_selector, limit=options.limit,

@@ -42,6 +42,7 @@ class ListOptions:
     limit: int = 0
     continue_token: str = ""
     resource_version: str = ""
+    resource_version_match: str = ""
     watch: bool = False
     timeout_seconds: int = 0
     send_initial_events: bool = False
@@ -55,10 +56,26 @@ class ListOptions:
             limit=_integer(query, "limit"),
             continue_token=query.get("continue", ""),
             resource_version=query.get("resourceVersion", ""),
+            resource_version_match=query.get("resourceVersionMatch", ""),
             watch=_boolean(query, "watch"),
             timeout_seconds=_integer(query, "timeoutSeconds"),
             send_initial_events=_boolean(query, "sendInitialEvents"),
         )
+
+    @property
+    def consistent(self) -> bool:
+        """A list of the latest state: no resourceVersion, resourceVersionMatch or continue
+        token (kube-apiserver's consistent read). ``resourceVersion=0`` (any) and a
+        resourceVersion (not older than) are served from this replica's cache as it is; a
+        continue token's page comes from its list's snapshot."""
+        return not (self.resource_version or self.resource_version_match
+                    or self.continue_token)
+
+
+def consistent_get(request: Request) -> bool:
+    """A get without a resourceVersion: of the latest state (kube-apiserver's consistent
+    read); with one (``0``: any), from this replica's cache as it is."""
+    return not request.query_params.get("resourceVersion")
 
 
 def field_validation(request: Request) -> FieldValidation:

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from apiserver.api.json_input import as_printable
-from apiserver.kube.client import KubeClient, KubeRejected, KubeUnavailable
+from apiserver.api.validation import dns1123_label_errors, dns1123_subdomain_errors
+from apiserver.kube.client import METADATA_ONLY, KubeClient, KubeRejected, KubeUnavailable
 from apiserver.kube.informer import Handlers, Informer
 from apiserver.kube.paths import namespaced, segment
 from apiserver.registry.decoding import (
@@ -130,7 +131,8 @@ SYNC_TIMEOUT_SECONDS = 10.0
 """How long a request waits for the cache: its first list, or a write of this replica."""
 CATCH_UP_SECONDS = 3.0
 """How long a watch from a resourceVersion the cache has not reached waits for it (kube-apiserver's
-watch cache waits 3 s too) before it is ``ResourceVersionTooLarge``."""
+watch cache waits 3 s too) before it is ``ResourceVersionTooLarge``, and a consistent read for
+the cache to hold what kube-apiserver listed before it is ``StorageUnavailable``."""
 _KEPT_ON_UPDATE = ("name", "namespace", "uid", "creationTimestamp", "generateName")
 
 Key = tuple[str, str]
@@ -276,6 +278,20 @@ def _storage_name_of(stored: Mapping[str, Any]) -> str:
     return str(metadata(stored).get("name", ""))
 
 
+_BY_NAMESPACE_LABEL = "namespace-label"
+"""The informer's index of storage objects by their ``NAMESPACE_LABEL`` (a consistent read of a
+namespace compares exactly what kube-apiserver lists with that label)."""
+
+
+def _labelled_namespace(stored: Object) -> list[str]:
+    value = (metadata(stored).get("labels") or {}).get(NAMESPACE_LABEL)
+    return [value] if isinstance(value, str) else []
+
+
+Versions = dict[str, int]
+"""Storage object name -> resourceVersion."""
+
+
 @dataclass(frozen=True)
 class _Entry:
     object: Object
@@ -351,7 +367,8 @@ class KubeObjectStore(ObjectStore):
         self._max_queued_events = max_queued_events
         self._clock_ns = clock_ns
         self._informer = Informer(kube, self._path(), name=self._kind.crd_name,
-                                  params={"labelSelector": storage_selector(instance)})
+                                  params={"labelSelector": storage_selector(instance)},
+                                  indexes={_BY_NAMESPACE_LABEL: _labelled_namespace})
         self._informer.add_handlers(Handlers(on_add=self._added, on_update=self._updated,
                                              on_delete=self._deleted, on_listed=self._listed))
         self._task: asyncio.Task[None] | None = None
@@ -593,6 +610,86 @@ class KubeObjectStore(ObjectStore):
         return deleted
 
     # Reads
+
+    async def consistent_read(self, namespace: str | None, name: str = "") -> None:
+        """As kube-apiserver's consistent reads from its watch cache (KEP-2340), but without
+        etcd's progress notifications, which move a watch cache's resourceVersion on a quiet
+        resource: this cache's resourceVersion only moves with its own resource's events, so
+        waiting for it to reach kube-apiserver's current one could last until the next write.
+        Instead one consistent LIST of the metadata of the storage objects the read covers
+        (the namespace's label, or the one storage name) gives their current
+        resourceVersions, and the read waits (up to ``CATCH_UP_SECONDS``, then
+        ``StorageUnavailable``) until the cache has reached the list's resourceVersion or holds
+        exactly those objects at those resourceVersions (``_holds``): at once when the cache
+        is already current, however long the resource has been quiet."""
+        await self._ready()
+        if not self._may_hold(namespace, name):
+            return
+        listed, at = await self._versions_now(namespace, name)
+        if not await self._reached(at, CATCH_UP_SECONDS,
+                                   lambda: self._current_rv() >= at
+                                   or self._holds(listed, namespace, name)):
+            cached = self._current_rv()
+            log.warning("storage cache behind kube-apiserver; consistent read refused", extra={
+                "resource": self._kind.crd_name, "resource_version": at,
+                "cache_resource_version": cached})
+            raise StorageUnavailable(
+                f"{self.resource.qualified}: the storage cache of {self._kind.crd_name} has not "
+                f"caught up with kube-apiserver (at resourceVersion {at}, the cache at {cached})"
+                f" within {CATCH_UP_SECONDS:.0f} s; retry, or read with resourceVersion=0 to "
+                "accept this replica's cache as it is")
+
+    @staticmethod
+    def _may_hold(namespace: str | None, name: str) -> bool:
+        """Whether kube-apiserver may hold storage objects of the read: a namespace that is
+        not a DNS label, or a name whose storage name is not a DNS subdomain, holds none (so no
+        such selector is sent)."""
+        if namespace is None:
+            return True
+        if dns1123_label_errors(namespace):
+            return False
+        return not name or not dns1123_subdomain_errors(storage_name(namespace, name))
+
+    async def _versions_now(self, namespace: str | None, name: str) -> tuple[Versions, int]:
+        """The current resourceVersions of the storage objects a read of `namespace` (every
+        namespace if None, whatever `name`) or of its object `name` covers, and
+        kube-apiserver's current resourceVersion: one consistent LIST of their metadata."""
+        selector = storage_selector(self._instance)
+        if namespace is not None:
+            selector += f",{NAMESPACE_LABEL}={namespace}"
+        params = {"labelSelector": selector}
+        if namespace is not None and name:
+            params["fieldSelector"] = f"metadata.name={storage_name(namespace, name)}"
+        try:
+            page = await self._kube.get(self._path(), params, accept=METADATA_ONLY)
+        except KubeUnavailable as error:
+            raise self._unreadable(error, "retry later") from error
+        except KubeRejected as error:
+            raise self._unreadable(error, "check the server's RBAC (list of the storage "
+                                   "resources: apiservice/rbac-server.yaml) and the storage "
+                                   "CRDs") from error
+        items = page.get("items") or []
+        return {_storage_name_of(item): _rv(item) for item in items}, _rv(page)
+
+    def _unreadable(self, error: Exception, remedy: str) -> StorageUnavailable:
+        return StorageUnavailable(
+            f"{self.resource.qualified}: the latest state cannot be read from kube-apiserver "
+            f"({error}); {remedy}, or read with resourceVersion=0 to accept this replica's "
+            "cache as it is")
+
+    def _holds(self, listed: Versions, namespace: str | None, name: str) -> bool:
+        """Whether the cache holds exactly the storage objects `listed` (malformed ones
+        included) in the read's scope. Below the list's resourceVersion, that means the cache
+        is current for the read: any create, change or delete since the cache's
+        resourceVersion would show as an object, a resourceVersion or a name it lacks."""
+        if namespace is not None and name:
+            held = self._informer.get(self._storage_namespace, storage_name(namespace, name))
+            scope = [] if held is None else [held]
+        elif namespace is not None:
+            scope = self._informer.by_index(_BY_NAMESPACE_LABEL, namespace)
+        else:
+            scope = self._informer.list()
+        return {_storage_name_of(stored): _rv(stored) for stored in scope} == listed
 
     async def get(self, namespace: str, name: str) -> Object:
         await self._ready()

@@ -64,6 +64,9 @@ class NamespaceGuardedStore(ObjectStore):
     async def get(self, namespace: str, name: str) -> Object:
         return await self._inner.get(namespace, name)
 
+    async def consistent_read(self, namespace: str | None, name: str = "") -> None:
+        await self._inner.consistent_read(namespace, name)
+
     async def get_current(self, namespace: str, name: str) -> Object:
         return await self._inner.get_current(namespace, name)
 

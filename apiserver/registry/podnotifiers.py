@@ -304,6 +304,9 @@ class PodNotifierStore(ObjectStore):
     async def create(self, obj: Mapping[str, Any], *, cohort: Cohort | None = None) -> Object:
         return await self._backend.create(obj, cohort=cohort)
 
+    async def consistent_read(self, namespace: str | None, name: str = "") -> None:
+        await self._backend.consistent_read(namespace, name)
+
     async def get(self, namespace: str, name: str) -> Object:
         return await self._backend.get(namespace, name)
 

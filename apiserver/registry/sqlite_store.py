@@ -150,6 +150,9 @@ class SqliteObjectStore(ObjectStore):
 
     # Reads
 
+    async def consistent_read(self, namespace: str | None, name: str = "") -> None:
+        """Nothing to wait for: one process, whose every read sees every write it made."""
+
     async def get(self, namespace: str, name: str) -> Object:
         stored = await self._database.run(lambda c: _current(c, self.resource, namespace, name))
         if stored is None:

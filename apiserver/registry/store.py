@@ -129,6 +129,16 @@ class ObjectStore(ABC):
     async def get(self, namespace: str, name: str) -> Object:
         """Raises ``NotFound``."""
 
+    @abstractmethod
+    async def consistent_read(self, namespace: str | None, name: str = "") -> None:
+        """Return once this store's ``get`` of ``namespace``/``name`` (with a name and a
+        namespace) or ``list`` of ``namespace`` (every namespace if None) sees every write the
+        storage acknowledged before the call, whichever replica made it: kube-apiserver's
+        consistent read (a read without a resourceVersion). The public API's reads without a
+        resourceVersion await it before reading; the server's own reads do not (they read this
+        replica's cache). A store whose reads always see every write (one process) returns at
+        once. Raises ``StorageUnavailable`` if the store cannot catch up."""
+
     async def get_current(self, namespace: str, name: str) -> Object:
         """The object as the storage holds it now, never a cache's older copy (a read: e.g. to
         confirm a decision taken on the cache). This default is for stores without a cache:

@@ -15,9 +15,11 @@ from typing import Any, Protocol
 from apiserver.registry.store import Cohort, ListResult, Object, ObjectStore
 from apiserver.registry.watch import Watch
 
-OPERATIONS = ("get", "list", "watch", "create", "update", "delete", "deletecollection")
+OPERATIONS = ("get", "list", "watch", "create", "update", "delete", "deletecollection",
+              "consistentread")
 """The ``operation`` label values, one per ``ObjectStore`` method (``update`` is
-``guaranteed_update``; ``watch`` times the opening of a watch, not its length)."""
+``guaranteed_update``; ``watch`` times the opening of a watch, not its length;
+``consistentread`` is ``consistent_read``, the wait before a public read)."""
 
 
 class StoreObserver(Protocol):
@@ -48,9 +50,17 @@ class TimedObjectStore(ObjectStore):
         with self._timer("create"):
             return await self._inner.create(obj, cohort=cohort)
 
+    async def consistent_read(self, namespace: str | None, name: str = "") -> None:
+        with self._timer("consistentread"):
+            await self._inner.consistent_read(namespace, name)
+
     async def get(self, namespace: str, name: str) -> Object:
         with self._timer("get"):
             return await self._inner.get(namespace, name)
+
+    async def get_current(self, namespace: str, name: str) -> Object:
+        with self._timer("get"):
+            return await self._inner.get_current(namespace, name)
 
     async def guaranteed_update(
         self, namespace: str, name: str, mutate: Callable[[Object], Object]

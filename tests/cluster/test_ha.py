@@ -9,6 +9,7 @@ healthy for the tests after it."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import shlex
 import threading
@@ -143,6 +144,73 @@ def test_records_created_through_one_replica_are_listed_and_watched_through_the_
     names = {e["object"]["metadata"]["name"] for e in events}
     assert names == {wanted}, "the watch from replica 0's version replays only what came after"
     assert events[0]["type"] == "ADDED"
+
+
+CONSISTENT_ROUNDS = 200
+CREATED_ROUNDS = 40
+READ_AND_PATCH_RECORDS = {"apiGroups": ["notifier.x-k8s.io"], "resources": ["podnotifiers"],
+                          "verbs": ["get", "list", "patch"]}
+
+
+def test_a_read_through_either_replica_sees_a_patch_just_acknowledged_by_the_other(
+        cluster: Cluster, namespace: str) -> None:
+    """Each round patches a label through one replica, then gets the record and lists by the
+    label through the other: every read must see the patch (consistent reads), 200 rounds."""
+    user = cluster.user("ha-reader")
+    cluster.grant(namespace, user, [NOTIFY, READ_AND_PATCH_RECORDS])
+    (pod,) = cluster.deploy(namespace, "web", annotations=declare(app=[
+        exec_notifier("reload", "echo reloaded")]))
+    created = notify_on(cluster, user, 0, namespace, pod["metadata"]["name"], "reload", wait=20)
+    assert created.status_code == 201, created.text
+    name = created.json()["metadata"]["name"]
+    collection = f"{API}/namespaces/{namespace}/podnotifiers"
+    misses = []
+    with replica_client(cluster, user, 0) as first, replica_client(cluster, user, 1) as second:
+        clients = (first, second)
+        for round_ in range(CONSISTENT_ROUNDS):
+            writer, reader = clients[round_ % 2], clients[1 - round_ % 2]
+            patched = writer.patch(f"{collection}/{name}",
+                                   json={"metadata": {"labels": {"round": str(round_)}}},
+                                   headers={"Content-Type": "application/merge-patch+json"})
+            assert patched.status_code == 200, patched.text
+            got = reader.get(f"{collection}/{name}")
+            assert got.status_code == 200, got.text
+            if got.json()["metadata"]["labels"].get("round") != str(round_):
+                misses.append(("get", round_))
+            listed = reader.get(collection, params={"labelSelector": f"round={round_}"})
+            assert listed.status_code == 200, listed.text
+            if [r["metadata"]["name"] for r in listed.json()["items"]] != [name]:
+                misses.append(("list", round_))
+    assert misses == []
+
+
+def finished(client: httpx.Client, path: str) -> bool:
+    return client.get(path).json()["status"]["phase"] in ("Succeeded", "Failed")
+
+
+def test_a_list_through_either_replica_holds_a_record_just_created_through_the_other(
+        cluster: Cluster, namespace: str, caller: User) -> None:
+    (pod,) = cluster.deploy(namespace, "web", annotations=declare(app=[
+        exec_notifier("reload", "echo reloaded")]))
+    collection = f"{API}/namespaces/{namespace}/podnotifiers"
+    misses = []
+    with replica_client(cluster, caller, 0) as first, replica_client(cluster, caller, 1) as second:
+        clients = (first, second)
+        for round_ in range(CREATED_ROUNDS):
+            writer, reader = clients[round_ % 2], clients[1 - round_ % 2]
+            created = writer.post(notify_path(namespace, pod["metadata"]["name"]),
+                                  params={"waitSeconds": "0"}, json=body("reload"))
+            assert created.status_code == 201, created.text
+            name = created.json()["metadata"]["name"]
+            listed = reader.get(collection)
+            assert listed.status_code == 200, listed.text
+            if name not in {r["metadata"]["name"] for r in listed.json()["items"]}:
+                misses.append(("list", round_))
+            if reader.get(f"{collection}/{name}").status_code != 200:
+                misses.append(("get", round_))
+            wait_until(functools.partial(finished, writer, f"{collection}/{name}"),
+                       "the record finished", timeout=30)  # before the next notify of it
+    assert misses == []
 
 
 def test_two_replicas_racing_to_run_one_notifier_on_one_pod_one_201_one_409(

@@ -1,8 +1,10 @@
 """A fake kube-apiserver for the storage custom resources (httpx.MockTransport): create, get,
 replace with resourceVersion checks, delete with preconditions, list (in a namespace or
 cluster-wide) and watch, both narrowed by a ``labelSelector`` of equality and existence
-requirements, one global resourceVersion counter, switches that make requests fail as
-kube-apiserver can, and clients whose watches can be held (a replica whose caches lag)."""
+requirements (a list also by a ``fieldSelector`` of ``metadata.name=``, and of metadata only
+when asked for PartialObjectMetadataList), one global resourceVersion counter, switches that
+make requests fail as kube-apiserver can, and clients whose watches can be held (a replica
+whose caches lag)."""
 
 from __future__ import annotations
 
@@ -96,6 +98,8 @@ class FakeStorageAPI:
     crd_answer: httpx.Response | None = None
     """The answer to every CRD read while set."""
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    lists: list[tuple[str, dict[str, str], str]] = field(default_factory=list)
+    """(path, query, Accept) of each list (not watch) of storage objects."""
     configmaps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """(namespace, name) -> ConfigMap: get and create only (the layout marker)."""
     _watchers: list[tuple[str, str | None, Selector, asyncio.Queue[dict[str, Any] | None]]] = (
@@ -142,10 +146,7 @@ class FakeStorageAPI:
                 return status(400, "BadRequest", str(error))
             if request.url.params.get("watch") == "true":
                 return self._watch(plural, ns, selected, delivery)
-            items = [o for (p, n, _), o in sorted(self.objects.items())
-                     if p == plural and (ns is None or n == ns) and selected(o)]
-            return httpx.Response(200, json={"items": items,
-                                             "metadata": {"resourceVersion": str(self.rv)}})
+            return self._list(request, plural, ns, selected)
         if ns is None:
             return status(404, "NotFound", "the storage resources are namespaced")
         if request.method == "DELETE" and name is None:
@@ -209,6 +210,26 @@ class FakeStorageAPI:
                 gone.append(obj)
         return httpx.Response(200, json={"kind": "List", "items": gone,
                                          "metadata": {"resourceVersion": str(self.rv)}})
+
+    def _list(self, request: httpx.Request, plural: str, namespace: str | None,
+              selected: Selector) -> httpx.Response:
+        accept = request.headers.get("accept", "")
+        self.lists.append((request.url.path, dict(request.url.params), accept))
+        fields = request.url.params.get("fieldSelector", "")
+        if fields and not fields.startswith("metadata.name="):
+            return status(400, "BadRequest", f"field selector not supported here: {fields}")
+        named = fields.removeprefix("metadata.name=")
+        items = [o for (p, n, name), o in sorted(self.objects.items())
+                 if p == plural and (namespace is None or n == namespace) and selected(o)
+                 and (not named or name == named)]
+        meta = {"resourceVersion": str(self.rv)}
+        if "as=PartialObjectMetadataList" in accept:
+            return httpx.Response(200, json={
+                "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": meta, "items": [{"kind": "PartialObjectMetadata",
+                                             "apiVersion": "meta.k8s.io/v1",
+                                             "metadata": o["metadata"]} for o in items]})
+        return httpx.Response(200, json={"items": items, "metadata": meta})
 
     def _configmap(self, method: str, namespace: str, name: str | None,
                    body: dict[str, Any] | None) -> httpx.Response:

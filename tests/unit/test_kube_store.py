@@ -14,6 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from apiserver.kube.client import METADATA_ONLY
+from apiserver.registry import kube_store
 from apiserver.registry.errors import (
     AlreadyExists,
     Conflict,
@@ -476,3 +478,129 @@ async def test_a_lagging_delete_of_the_old_object_is_refused(
         await b.delete("ns", "a", resource_version=first["metadata"]["resourceVersion"])
     [stored] = api.objects.values()
     assert stored["object"]["metadata"]["uid"] == again["metadata"]["uid"]
+
+
+# Consistent reads: the public reads without a resourceVersion
+
+
+def labelled(round_: str):
+    def mutate(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["metadata"]["labels"]["round"] = round_
+        return obj
+
+    return mutate
+
+
+async def test_a_consistent_read_waits_for_the_writes_another_replica_made(
+        lagging: tuple[KubeObjectStore, KubeObjectStore, asyncio.Event]) -> None:
+    """b's cache gets a's writes 0.2 s late: its reads after consistent_read see them all."""
+    a, b, delivery = lagging
+    await a.create(record("old"))
+    await b.consistent_read("ns")
+    loop = asyncio.get_running_loop()
+
+    delivery.clear()
+    created = await a.create(record("new"))
+    await a.guaranteed_update("ns", "old", labelled("1"))
+    with pytest.raises(NotFound):
+        await b.get("ns", "new")  # the cache as it is
+    loop.call_later(0.2, delivery.set)
+    started = loop.time()
+    await b.consistent_read("ns", "new")
+    assert loop.time() - started >= 0.15
+    assert (await b.get("ns", "new"))["metadata"]["uid"] == created["metadata"]["uid"]
+
+    delivery.clear()
+    await a.delete("ns", "new")
+    await a.guaranteed_update("ns", "old", labelled("2"))
+    loop.call_later(0.2, delivery.set)
+    await b.consistent_read("ns")
+    [only] = (await b.list("ns")).items
+    assert (only["metadata"]["name"], only["metadata"]["labels"]["round"]) == ("old", "2")
+
+
+async def test_a_consistent_read_of_a_quiet_resource_does_not_wait(
+        store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    """kube-apiserver's resourceVersion moved with writes elsewhere in the cluster, this
+    cache's did not: each read is one metadata LIST of what it covers and no wait."""
+    await store.create(record("a"))
+    api.rv += 50
+    api.lists.clear()
+    loop = asyncio.get_running_loop()
+
+    started = loop.time()
+    for namespace, name in (("ns", "a"), ("ns", "gone"), ("ns", ""), ("empty", ""), (None, "")):
+        await store.consistent_read(namespace, name)
+    assert loop.time() - started < 0.15  # the cache's own check polls every 0.2 s
+    assert int((await store.list("ns")).resource_version) < api.rv
+    selector = f"{INSTANCE_LABEL}=test"
+    assert api.lists == [
+        (POD_NOTIFIERS, {"labelSelector": f"{selector},{NAMESPACE_LABEL}=ns",
+                         "fieldSelector": "metadata.name=ns.a"}, METADATA_ONLY),
+        (POD_NOTIFIERS, {"labelSelector": f"{selector},{NAMESPACE_LABEL}=ns",
+                         "fieldSelector": "metadata.name=ns.gone"}, METADATA_ONLY),
+        (POD_NOTIFIERS, {"labelSelector": f"{selector},{NAMESPACE_LABEL}=ns"}, METADATA_ONLY),
+        (POD_NOTIFIERS, {"labelSelector": f"{selector},{NAMESPACE_LABEL}=empty"},
+         METADATA_ONLY),
+        (POD_NOTIFIERS, {"labelSelector": selector}, METADATA_ONLY)]
+
+
+async def test_a_consistent_read_counts_malformed_objects_as_held(
+        store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    """A malformed storage object is listed by kube-apiserver but never read: the cache holds
+    it all the same, so a read of its namespace does not wait for it."""
+    await store.create(record("a"))
+    bad = storage_object(storage_kind(PODNOTIFIERS), STORAGE_NAMESPACE, "test", record("b"), 1)
+    await api.client().post(POD_NOTIFIERS, bad)  # no uid nor creationTimestamp: malformed
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(5):
+        while store._informer.get(STORAGE_NAMESPACE, "ns.b") is None:
+            await asyncio.sleep(0.01)
+
+    started = loop.time()
+    await store.consistent_read("ns")
+    await store.consistent_read("ns", "b")
+    assert loop.time() - started < 0.15
+    assert [o["metadata"]["name"] for o in (await store.list("ns")).items] == ["a"]
+
+
+async def test_a_name_that_cannot_be_stored_is_not_asked_for(
+        store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    await store.list("ns")
+    api.lists.clear()
+
+    await store.consistent_read("ns", "Not,A=Name")
+    await store.consistent_read("Not_A_Namespace", "a")
+    await store.consistent_read("Not_A_Namespace")
+
+    assert api.lists == []
+    with pytest.raises(NotFound):
+        await store.get("ns", "Not,A=Name")
+
+
+async def test_a_consistent_read_without_kube_apiserver_is_storage_unavailable(
+        store: KubeObjectStore, api: FakeStorageAPI) -> None:
+    await store.create(record())
+    api.down = True
+
+    with pytest.raises(StorageUnavailable, match="the latest state cannot be read from "
+                                                 "kube-apiserver .*resourceVersion=0"):
+        await store.consistent_read("ns", "a")
+    assert (await store.get("ns", "a"))["metadata"]["name"] == "a"  # the cache as it is
+
+
+async def test_a_cache_that_does_not_catch_up_is_storage_unavailable(
+        lagging: tuple[KubeObjectStore, KubeObjectStore, asyncio.Event],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b, delivery = lagging
+    await b.list("ns")
+    monkeypatch.setattr(kube_store, "CATCH_UP_SECONDS", 0.3)
+    delivery.clear()
+    await a.create(record())
+
+    with pytest.raises(StorageUnavailable) as raised:
+        await b.consistent_read("ns", "a")
+
+    assert raised.value.code == 503
+    assert "has not caught up with kube-apiserver" in raised.value.message
+    assert "resourceVersion=0" in raised.value.message

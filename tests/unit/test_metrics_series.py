@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from apiserver.handlers.watch_response import Watches
@@ -65,6 +67,24 @@ def test_leader_gauge_follows_the_elector():
     assert metrics.registry.get_sample_value("container_notifier_leader") == 1
 
 
+async def test_timed_store_reads_the_current_object_through_the_store_it_wraps(
+        database: SqliteDatabase) -> None:
+    """Not through its own get: on the Kubernetes backend get reads the cache, get_current
+    kube-apiserver."""
+
+    class Live(SqliteObjectStore):
+        async def get_current(self, namespace: str, name: str) -> dict[str, Any]:
+            return {"live": [namespace, name]}
+
+    metrics = Metrics()
+    store = TimedObjectStore(Live(database, PODNOTIFIERS), metrics)
+
+    assert await store.get_current("ns", "a") == {"live": ["ns", "a"]}
+    assert metrics.registry.get_sample_value(
+        "container_notifier_store_operation_duration_seconds_count",
+        {"operation": "get", "resource": "podnotifiers"}) == 1
+
+
 async def test_timed_store_observes_each_operation_by_resource_errors_included(
         database: SqliteDatabase):
     metrics = Metrics()
@@ -76,6 +96,7 @@ async def test_timed_store_observes_each_operation_by_resource_errors_included(
         assert (await store.get("ns", "a"))["metadata"]["uid"] == created["metadata"]["uid"]
         with pytest.raises(NotFound):
             await store.get("ns", "missing")
+        await store.consistent_read("ns", "a")
         await store.guaranteed_update("ns", "a", lambda obj: obj)
         assert [o["metadata"]["name"] for o in (await store.list("ns")).items] == ["a", "b"]
         await store.watch("ns")
@@ -91,7 +112,7 @@ async def test_timed_store_observes_each_operation_by_resource_errors_included(
 
     assert {operation: count(operation) for operation in OPERATIONS} == {
         "get": 2, "list": 1, "watch": 1, "create": 2, "update": 1, "delete": 1,
-        "deletecollection": 1}
+        "deletecollection": 1, "consistentread": 1}
     total = metrics.registry.get_sample_value(
         "container_notifier_store_operation_duration_seconds_sum",
         {"operation": "create", "resource": "podnotifiers"})
