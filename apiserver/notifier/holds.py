@@ -66,6 +66,7 @@ class HoldReleases:
         Raises the registry's ``NotFound`` if there is no such record and ``NotHeldNotifier``
         if it is not a held notifier's. The first request counts: later ones, and requests on
         a finished record, change nothing."""
+        await self._store.consistent_read(namespace, name)  # created through another replica
         record = await self._store.get(namespace, name)
         self._check_held(record)
         if records.is_finished(record) or records.release_requested(record) is not None:
