@@ -293,12 +293,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     kube_exec = KubeExec(exec_endpoint)
     runner = Runner(records, kube_exec, pod_index, metrics,
                     options.max_concurrent_executions, RunEvents(events), holding=kube_exec)
-    legacy_after = (max(options.max_timeout_seconds, options.max_hold_seconds)
-                    + options.leader_elect_lease_duration)
     takeover = housekeeping.Takeover(
         records, replica_lease, running=runner.is_running,
-        lease_duration_seconds=options.leader_elect_lease_duration,
-        legacy_after_seconds=legacy_after, stopper=kube_exec)
+        lease_duration_seconds=options.leader_elect_lease_duration, stopper=kube_exec)
     admission = Admission(
         pods=pod_cache, trust=TrustRules(owners, authorizer), records=records,
         runner=runner, limits=Limits(
@@ -332,8 +329,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for cache in caches:
             cache.start()
-        await housekeeping.recover_interrupted(records, stopper=kube_exec,
-                                               grace_seconds=legacy_after)
+        await housekeeping.recover_interrupted(
+            records, stopper=kube_exec, grace_seconds=options.leader_elect_lease_duration)
         event_writer = asyncio.create_task(events.run(), name="event-recorder")
         heartbeat = asyncio.create_task(replica_lease.run(), name="replica-lease")
         election = asyncio.create_task(elector.run(fanout.lead, fanout.step_down),

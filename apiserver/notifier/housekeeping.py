@@ -83,10 +83,8 @@ async def recover_interrupted(store: PodNotifierStore, *, clock: Callable[[], fl
                               grace_seconds: float = DEFAULT_LEASE_DURATION_SECONDS) -> int:
     """At start, end as Interrupted every unfinished record this replica (``store.replica``, an
     earlier process of it) runs, and every unfinished record that names no replica (written by
-    an earlier version) once older than ``grace_seconds``: give it the longest a run may take,
-    so that a run an earlier version's replica still holds during an upgrade is not ended. The
-    held commands of this replica's runs are stopped first, by the PIDs the records hold
-    (through ``stopper``).
+    an earlier version) once older than ``grace_seconds``. The held commands of this replica's
+    runs are stopped first, by the PIDs the records hold (through ``stopper``).
 
     Runs before the server serves, so no run of this process can be mistaken for one."""
     now = clock()
@@ -121,8 +119,10 @@ class Takeover:
     (``liveness``): a replica that stops has its runs ended within lease duration + interval
     (plus a cache's lag) after its last Lease renewal; those of this replica that this process
     does not run (``running``: a refused create whose deletion failed, a run that ended without
-    writing its result); and those that name no replica (an earlier version wrote them) once
-    older than ``legacy_after_seconds``, the longest such a run may take.
+    writing its result); and those that name no replica (an earlier version wrote them, which
+    named the replica in its ledgers): as a stopped replica's, since a held command left behind
+    by a replica an upgrade replaced must not stay held (during the upgrade this may end a run a
+    replica of the earlier version still holds: its holder sees it end Interrupted).
 
     A held notifier's commands keep running when their replica dies (closing a stream stops no
     process): the takeover stops them first through ``stopper``, by the PIDs the record holds,
@@ -132,7 +132,6 @@ class Takeover:
     def __init__(self, store: PodNotifierStore, liveness: Liveness, *,
                  running: Callable[[str, str], bool],
                  lease_duration_seconds: float = DEFAULT_LEASE_DURATION_SECONDS,
-                 legacy_after_seconds: float = DEFAULT_LEASE_DURATION_SECONDS,
                  interval: float = TAKEOVER_INTERVAL_SECONDS,
                  clock: Callable[[], float] = time.time,
                  stopper: CommandStopper | None = None) -> None:
@@ -141,7 +140,6 @@ class Takeover:
         self._liveness = liveness
         self._running = running
         self._lease_duration = lease_duration_seconds
-        self._legacy_after = legacy_after_seconds
         self._interval = interval
         self._clock = clock
 
@@ -163,11 +161,8 @@ class Takeover:
                 return ""
             return (f'the server replica "{replica}" that ran this notifier stopped: its Lease '
                     f'had expired when replica "{me}" checked at {checked}')
-        if age <= self._legacy_after:
-            return ""
         return ("the record names no server replica that runs it (an earlier version wrote it) "
-                f"and was older than the longest such a run may take when replica \"{me}\" "
-                f"checked at {checked}")
+                f'and was older than the lease duration when replica "{me}" checked at {checked}')
 
     async def once(self) -> int:
         """One look at every unfinished record; how many it ended."""

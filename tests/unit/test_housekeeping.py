@@ -263,20 +263,6 @@ async def test_takeover_ends_its_own_records_that_this_process_does_not_run(
     assert (await store.get("prod", "run"))["status"]["phase"] == "Running"
 
 
-async def test_takeover_gives_records_naming_no_replica_the_longest_run(
-    store: PodNotifierStore,
-) -> None:
-    """An earlier version's replica may still run them during an upgrade: ended only once
-    older than the longest such a run may take."""
-    await store.create(record("legacy", "Running"))
-    longest = 600.0
-
-    assert await Takeover(store, Alive(), running=runs_everything, legacy_after_seconds=longest,
-                          clock=after_the_lease).once() == 0
-    assert await Takeover(store, Alive(), running=runs_everything, legacy_after_seconds=longest,
-                          clock=lambda: time.time() + longest + 1).once() == 1
-
-
 async def test_takeover_ends_old_records_naming_no_replica(store: PodNotifierStore) -> None:
     await store.create(record("legacy", "Running"))
 
@@ -290,7 +276,7 @@ async def test_takeover_ends_old_records_naming_no_replica(store: PodNotifierSto
     assert status["reason"] == "Interrupted"
     assert status["message"].startswith(
         "the record names no server replica that runs it (an earlier version wrote it) and was "
-        'older than the longest such a run may take when replica "replica-0" checked at ')
+        'older than the lease duration when replica "replica-0" checked at ')
     assert status["message"].endswith(
         "; the notifier may or may not have completed in the container")
 
