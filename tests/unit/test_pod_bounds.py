@@ -56,27 +56,16 @@ def runs_everything(namespace: str, record: str) -> bool:
     return True
 
 
-class Clock:
-    """A replica's clock, which a test moves on."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-
 @dataclass
 class Replicas:
     a: PodNotifierStore
     b: PodNotifierStore
-    clock: Clock
 
     def __iter__(self) -> Iterator[PodNotifierStore]:
         return iter((self.a, self.b))
 
 
-def replica(backend: Backend, name: str, clock: Clock, trim_delay: float = 0.05
+def replica(backend: Backend, name: str, trim_delay: float = 0.05
             ) -> PodNotifierStore:
     return PodNotifierStore(backend.store(PODNOTIFIERS), name, trim_delay_seconds=trim_delay)
 
@@ -91,9 +80,7 @@ def after_the_grace() -> float:
 
 @pytest.fixture
 async def replicas(backend: Backend) -> AsyncIterator[Replicas]:
-    clock = Clock()
-    opened = Replicas(replica(backend, "replica-a", clock), replica(backend, "replica-b", clock),
-                      clock)
+    opened = Replicas(replica(backend, "replica-a"), replica(backend, "replica-b"))
     yield opened
     for store in opened:
         store.close()
@@ -384,7 +371,7 @@ async def test_takeover_waits_for_the_lease_duration(replicas: Replicas) -> None
 
 async def test_two_survivors_end_a_run_once(replicas: Replicas, backend: Backend) -> None:
     dead = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
-    third = replica(backend, "replica-c", replicas.clock)
+    third = replica(backend, "replica-c")
     survivors = [Takeover(store, Alive("replica-b", "replica-c"), running=runs_everything,
                           lease_duration_seconds=LEASE,
                           clock=after_the_lease) for store in (replicas.b, third)]
@@ -429,7 +416,7 @@ async def test_a_bounded_create_trims_the_pod_to_k_soon_after(
     """Two replicas that evict against the same (stale) records at once may leave more than K:
     here b's creates land just after c's bounded create, evicting nothing, as if late; c's trim
     restores the bound soon after, oldest finished first."""
-    creator = replica(backend, "replica-c", replicas.clock, trim_delay=0.5)
+    creator = replica(backend, "replica-c", trim_delay=0.5)
     for i in range(K):
         await replicas.a.create(finished_record(f"old{i}", ago=100 - i))
 
