@@ -6,6 +6,10 @@ closed connection turned one caller's failure into another caller's ``503 error 
 service: EOF``. This middleware wraps the whole app: it answers a 500 Status, keeps the
 connection, logs the traceback under a request id (given in the message, so a user can quote it)
 and counts it.
+
+A client that went away before its request was read (``ClientDisconnect``: kube-apiserver
+cancelled the proxied request, a caller hung up) is not an error of the server: it is logged as
+such, at info, neither counted nor answered (nobody is left to read an answer).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import uuid
 from typing import Protocol
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from apiserver import errors
@@ -45,6 +50,10 @@ class FailSafeMiddleware:
 
         try:
             await self._app(scope, receive, tracked_send)
+        except ClientDisconnect:
+            log.info("client disconnected before its request was read", extra={
+                "method": scope.get("method"), "path": scope.get("path"),
+                "client": _address(scope.get("client"))})
         except Exception:
             request_id = uuid.uuid4().hex[:16]
             log.exception("unexpected error", extra={"request_id": request_id,
@@ -57,3 +66,10 @@ class FailSafeMiddleware:
             error = errors.internal_error(
                 f"an unexpected error occurred (request id {request_id}); see the server log")
             await status.response(error)(scope, receive, send)
+
+
+def _address(client: object) -> str:
+    """host:port of the ASGI scope's ``client`` ("" when the server does not know it)."""
+    if isinstance(client, (tuple, list)) and len(client) == 2:
+        return f"{client[0]}:{client[1]}"
+    return ""

@@ -1,17 +1,19 @@
 """An error nobody handled: a 500 Status with a request id, counted, and the connection kept
-(kube-apiserver's aggregator reuses it for the next user's request)."""
+(kube-apiserver's aggregator reuses it for the next user's request). A client that hangs up
+mid-request is logged as such, not as an unexpected error."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import uvicorn
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
 
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Readiness
@@ -25,6 +27,10 @@ def failing_app(metrics: Metrics) -> FastAPI:
     @router.get("/apis/notifier.x-k8s.io/v1alpha1/namespaces/ns/podnotifiers/boom")
     async def boom() -> dict[str, Any]:
         raise RuntimeError("a bug")
+
+    @router.post("/apis/notifier.x-k8s.io/v1alpha1/namespaces/ns/pods/web/notify")
+    async def notify(request: Request) -> dict[str, Any]:
+        return {"read": len(await request.body())}
 
     return create_app(authenticator=AllowAll(), authorizer=AllowAll(),  # type: ignore[arg-type]
                       readiness=Readiness(), resource_router=router, metrics=metrics)
@@ -71,3 +77,26 @@ async def test_unexpected_error_is_a_status_and_keeps_the_connection(
     writer.close()
     exposition = metrics.exposition()[0].decode()
     assert "container_notifier_unexpected_errors_total 1.0" in exposition
+
+
+async def test_a_client_that_hangs_up_mid_body_is_logged_as_gone_not_as_an_error(
+        port: tuple[int, Metrics], caplog: pytest.LogCaptureFixture) -> None:
+    number, metrics = port
+    caplog.set_level(logging.INFO, logger="apiserver.serving.failsafe")
+    reader, writer = await asyncio.open_connection("127.0.0.1", number)
+    writer.write(b"POST /apis/notifier.x-k8s.io/v1alpha1/namespaces/ns/pods/web/notify "
+                 b"HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n{\"notifier\":")
+    await writer.drain()
+    await asyncio.sleep(0.2)  # the handler is reading the body
+    writer.close()
+    async with asyncio.timeout(5):
+        while not [r for r in caplog.records if "disconnected" in r.getMessage()]:
+            await asyncio.sleep(0.02)
+    (gone,) = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert gone.levelno == logging.INFO
+    assert (gone.method, gone.path) == (  # type: ignore[attr-defined]
+        "POST", "/apis/notifier.x-k8s.io/v1alpha1/namespaces/ns/pods/web/notify")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    exposition = metrics.exposition()[0].decode()
+    assert "container_notifier_unexpected_errors_total 0.0" in exposition
