@@ -389,4 +389,5 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         readiness=readiness,
         resource_router=routes,
         metrics=metrics,
+        draining=draining,
     )

@@ -22,7 +22,8 @@ from apiserver.errors import APIError
 from apiserver.kube import KubeUnavailable
 from apiserver.serving.access import AccessControlMiddleware
 from apiserver.serving.failsafe import FailSafeMiddleware
-from apiserver.serving.health import Readiness, health_router
+from apiserver.serving.health import Draining, Readiness, health_router
+from apiserver.serving.late_requests import LateRequestsMiddleware
 from apiserver.serving.metrics import Metrics, metrics_router
 
 log = logging.getLogger(__name__)
@@ -30,11 +31,13 @@ log = logging.getLogger(__name__)
 
 def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readiness: Readiness,
                resource_router: APIRouter, metrics: Metrics | None = None,
+               draining: Draining | None = None,
                lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
                ) -> FastAPI:
     """The app. `resource_router` serves the resource paths (apiserver.handlers); `metrics`,
     if given, is served at /metrics and counts the requests; `lifespan` runs background work
-    from startup to shutdown.
+    from startup to shutdown; `draining`, if given, refuses the requests that arrive after the
+    shutdown delay (``serving.late_requests``).
 
     Handlers get the caller by declaring a parameter of the type ``CurrentUser``
     (apiserver.handlers.caller).
@@ -53,6 +56,8 @@ def create_app(*, authenticator: Authenticator, authorizer: Authorizer, readines
     app.add_middleware(AccessControlMiddleware, authenticator=authenticator,
                        authorizer=authorizer, requests=metrics)
     app.add_middleware(FailSafeMiddleware, counter=metrics)
+    if draining is not None:
+        app.add_middleware(LateRequestsMiddleware, draining=draining)
     return app
 
 

@@ -7,17 +7,30 @@ from collections.abc import Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 
+HEALTH_PATHS = ("/healthz", "/livez", "/readyz")
+"""The probes' paths: answered in every phase of a shutdown (``serving.late_requests``)."""
+
 
 class Draining:
-    """Whether the server is draining before it stops: from the first SIGTERM until the end of
-    --shutdown-delay-duration it serves every request as usual, but /readyz fails (check
-    ``shutdown``, as kube-apiserver's), so load balancers and endpoints take it out first."""
+    """Where the server is in its shutdown (docs/high-availability.md, "Rolling restarts").
+
+    From the first SIGTERM until the end of --shutdown-delay-duration (``active``) it serves
+    every request as usual, but /readyz fails (check ``shutdown``, as kube-apiserver's), so load
+    balancers and endpoints take it out first. After the delay (``late``, as k8s.io/apiserver's
+    "not accepting new requests" phase) it listens no more and a request that still arrives on
+    an open connection is refused with 429 and Retry-After (``serving.late_requests``): it
+    started nothing, so the client may retry it on another replica."""
 
     def __init__(self) -> None:
         self.active = False
+        self.late = False
 
     def begin(self) -> None:
         self.active = True
+
+    def stop_accepting(self) -> None:
+        self.active = True
+        self.late = True
 
 
 class Readiness:
@@ -46,13 +59,15 @@ def _report(endpoint: str, results: dict[str, bool], verbose: bool) -> PlainText
 def health_router(readiness: Readiness) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/healthz")
-    @router.get("/livez")
+    healthz, livez, readyz = HEALTH_PATHS
+
+    @router.get(healthz)
+    @router.get(livez)
     async def live(request: Request) -> PlainTextResponse:
         endpoint = request.url.path.lstrip("/")
         return _report(endpoint, {"ping": True}, "verbose" in request.query_params)
 
-    @router.get("/readyz")
+    @router.get(readyz)
     async def ready(request: Request) -> PlainTextResponse:
         results = {"ping": True, **readiness.results()}
         return _report("readyz", results, "verbose" in request.query_params)

@@ -1,16 +1,28 @@
 """Serve an app over HTTPS with uvicorn, and shut down gracefully.
 
-On the first SIGINT/SIGTERM the server first drains for the shutdown delay
-(--shutdown-delay-duration, as k8s.io/apiserver's): it keeps serving, /readyz fails, and every
-response carries ``Connection: close``, so clients and load balancers move their connections to
-other replicas without a request failing. Then uvicorn stops accepting connections, lets running
-requests finish for up to GRACEFUL_SHUTDOWN_SECONDS, and runs the app's lifespan shutdown.
-(uvicorn then re-raises the signal, so cleanup must happen in the lifespan, not after serve()
-returns.) A second signal during the delay ends it at once.
+On the first SIGINT/SIGTERM the server drains as k8s.io/apiserver's GenericAPIServer does
+(docs/high-availability.md, "Rolling restarts"):
+
+1. For the shutdown delay (--shutdown-delay-duration) it keeps listening and serving, /readyz
+   fails, and every response carries ``Connection: close``: load balancers take the replica out,
+   and each connection a client uses is closed by the client's own choice after its answer.
+2. Then it stops listening ("not accepting new requests"). A request that still arrives on an
+   open connection gets 429 with Retry-After and ``Connection: close``
+   (``serving.late_requests``); requests running go on. An idle keep-alive connection is not
+   closed at once, which would fail a request the client sends on it at that moment (a POST is
+   not retried after a dropped connection): it is closed only once it has been idle for
+   KEEP_ALIVE_SECONDS, as any idle connection is in normal serving, and one a client had opened
+   but sent nothing on yet likewise.
+3. Once no connection is left (or GRACEFUL_SHUTDOWN_SECONDS have passed: running requests are
+   cancelled) the app's lifespan shutdown runs. (uvicorn then re-raises the signal, so cleanup
+   must happen in the lifespan, not after serve() returns.)
+
+A second signal during the delay ends it at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl
@@ -20,6 +32,7 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from apiserver.serving.health import Draining
 from apiserver.serving.protocol import PeerCertH11Protocol
@@ -28,6 +41,9 @@ from apiserver.serving.tls import ServingTLS
 log = logging.getLogger(__name__)
 
 GRACEFUL_SHUTDOWN_SECONDS = 25
+KEEP_ALIVE_SECONDS = 5
+"""How long an idle keep-alive connection is kept open, in normal serving and after the
+shutdown delay (uvicorn's default)."""
 _CLOSE = (b"connection", b"close")
 
 
@@ -50,6 +66,7 @@ def uvicorn_config(app: FastAPI, tls: ServingTLS, host: str, port: int) -> uvico
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
 
 
@@ -88,5 +105,40 @@ class Server(uvicorn.Server):
         return should_exit
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's shutdown, but idle connections close on their keep-alive timer instead of
+        at once, and late requests are refused (see the module docstring)."""
         self._on_shutdown()
-        await super().shutdown(sockets)
+        self._draining.stop_accepting()
+        log.info("shutting down: not accepting new requests", extra={
+            "connections": len(self.server_state.connections)})
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            _close_when_done_or_idle(connection, self.config.timeout_keep_alive)
+        try:
+            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
+                await self._wait_tasks_to_complete()
+        except TimeoutError:
+            log.error("graceful shutdown timed out: cancelling the requests still running",
+                      extra={"requests": len(self.server_state.tasks),
+                             "timeout_seconds": self.config.timeout_graceful_shutdown})
+            for task in self.server_state.tasks:
+                task.cancel(msg="graceful shutdown timed out")
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+
+def _close_when_done_or_idle(connection: object, keep_alive_seconds: float) -> None:
+    """A connection with a request running closes after its answer; an idle one once it has
+    been idle for `keep_alive_seconds` (its keep-alive timer, started now if it has none: a
+    connection that never carried a request)."""
+    if not isinstance(connection, H11Protocol):
+        connection.shutdown()  # type: ignore[attr-defined]
+        return
+    if connection.cycle is not None and not connection.cycle.response_complete:
+        connection.shutdown()
+    elif connection.timeout_keep_alive_task is None:
+        connection.timeout_keep_alive_task = connection.loop.call_later(
+            keep_alive_seconds, connection.timeout_keep_alive_handler)

@@ -356,6 +356,67 @@ def test_a_client_loop_through_a_replica_kill_and_a_restart_sees_only_in_flight_
     assert not unavailable, "the APIService stayed Available"
 
 
+ROLLING_CALLERS = 8
+CLIENT_GO_RETRIES = 10
+"""client-go's default: it retries a request answered 429 (or 5xx) with Retry-After, any verb,
+up to 10 times, after the seconds the header gives."""
+
+
+def post_as_client_go(client: httpx.Client, path: str, **kwargs: Any
+                      ) -> tuple[httpx.Response, int]:
+    """POST as client-go's rest.Request does (kubectl's): a 429 with Retry-After is sent again
+    after those seconds. Returns the last answer and how many 429s came before it."""
+    for retried in range(CLIENT_GO_RETRIES + 1):
+        response = client.post(path, **kwargs)
+        after = response.headers.get("retry-after", "")
+        if response.status_code != 429 or not after.isdigit() or retried == CLIENT_GO_RETRIES:
+            return response, retried
+        time.sleep(int(after))
+    raise AssertionError("unreachable")
+
+
+def test_a_rolling_restart_under_8_callers_fails_no_notify(
+        cluster: Cluster, namespace: str, caller: User) -> None:
+    """Each replica in turn gets SIGTERM and starts again, as a Deployment's rolling update
+    does, while 8 callers notify in a loop through the aggregator: every answer is 201."""
+    pods = cluster.deploy(namespace, "rolling", replicas=ROLLING_CALLERS, annotations=declare(
+        app=[exec_notifier("ping", "sleep 0.1; echo pong")]))
+    stop = threading.Event()
+    outcomes: list[tuple[int, str]] = []
+    late_refusals: list[int] = []
+
+    def loop(pod: str) -> None:
+        with cluster.client_for(caller, timeout=60) as client:
+            while not stop.is_set():
+                try:
+                    response, refused = post_as_client_go(
+                        client, notify_path(namespace, pod), params={"waitSeconds": "20"},
+                        json=body("ping"))
+                    outcomes.append((response.status_code, response.text[:300]))
+                    late_refusals.append(refused)
+                except httpx.HTTPError as error:
+                    outcomes.append((0, repr(error)))
+
+    threads = [threading.Thread(target=loop, args=(p["metadata"]["name"],)) for p in pods]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(3)
+        for replica in range(cluster.replicas):
+            cluster.restart_replica(replica)  # SIGTERM, start again, wait until routed
+            time.sleep(3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    statuses = Counter(status for status, _ in outcomes)
+    print(f"\nHA: {len(outcomes)} notifies by {ROLLING_CALLERS} callers through a rolling "
+          f"restart of {cluster.replicas} replicas: {dict(statuses)}; late requests answered "
+          f"429 and retried: {sum(late_refusals)}")
+    assert statuses[201] > 0
+    assert [(status, text) for status, text in outcomes if status != 201] == []
+
+
 def test_killing_the_leader_during_a_200_pod_notification_notifies_each_pod_once(
         cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     operator = cluster.user("ha-operator")

@@ -1,16 +1,24 @@
 """--shutdown-delay-duration: after the first SIGTERM the server keeps serving while /readyz
-fails and each response closes its connection; after the delay uvicorn shuts down."""
+fails and each response closes its connection; after the delay it listens no more, answers late
+requests 429 with Retry-After, closes idle connections only on their keep-alive timer, and shuts
+down once no connection is left."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import signal
+import socket
 
+import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from apiserver.serving.health import Draining
+from apiserver.serving.app import create_app
+from apiserver.serving.health import Draining, Readiness
 from apiserver.serving.server import Server
+from tests.support.access import AllowAll
 from tests.unit.conftest import InProcessServer
 
 CLOSE = (b"connection", b"close")
@@ -64,3 +72,76 @@ def test_readyz_fails_while_draining_and_the_api_still_serves(
             "GET", "/apis/notifier.x-k8s.io/v1alpha1").status == 200
     finally:
         in_process_server.draining.active = False
+
+
+def test_after_the_delay_a_request_is_refused_429_with_retry_after_and_the_probes_answer(
+        in_process_server: InProcessServer) -> None:
+    in_process_server.draining.stop_accepting()
+    try:
+        answer = in_process_server.request(
+            "POST", "/apis/notifier.x-k8s.io/v1alpha1/namespaces/default/pods/web/notify",
+            body=b'{"notifier": "reload"}', headers={"content-type": "application/json"})
+        assert answer.status == 429, answer.body
+        status = json.loads(answer.body)
+        assert (status["kind"], status["reason"]) == ("Status", "TooManyRequests")
+        assert "shutting down" in status["message"] and "not started" in status["message"]
+        assert status["details"]["retryAfterSeconds"] == 1
+        assert answer.header_values("retry-after") == ["1"]
+        assert answer.header_values("connection") == ["close"]
+        assert in_process_server.request("GET", "/readyz", token=False).status == 500
+        assert in_process_server.request("GET", "/livez", token=False).status == 200
+    finally:
+        in_process_server.draining.active = in_process_server.draining.late = False
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str
+                    ) -> tuple[int, dict[str, str]]:
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    head = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in head[1:] if line)
+    await reader.readexactly(int(headers["content-length"]))
+    return int(head[0].split(" ")[1]), headers
+
+
+async def test_a_drain_keeps_idle_connections_until_their_keep_alive_and_refuses_late_requests(
+        ) -> None:
+    """Through a real uvicorn: a connection idle through the delay is still open after it, and
+    answers a request there 429 and closes; one that stays idle closes on its keep-alive timer
+    and not before; then the server ends."""
+    draining, stopped = Draining(), []
+    app = create_app(authenticator=AllowAll(), authorizer=AllowAll(),  # type: ignore[arg-type]
+                     readiness=Readiness(), resource_router=FastAPI().router, draining=draining)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False,
+                            timeout_keep_alive=1, timeout_graceful_shutdown=5)
+    uv = Server(config, lambda: stopped.append("stopped"), draining=draining,
+                shutdown_delay=0.3)
+    # uvicorn raises the signals it caught again once it has stopped: none here (the signal
+    # is simulated; raising it would end pytest).
+    uv.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    serving = asyncio.create_task(uv.serve(sockets=[sock]))
+    while not uv.started:
+        await asyncio.sleep(0.01)
+    port = sock.getsockname()[1]
+    late = await asyncio.open_connection("127.0.0.1", port)
+    idle = await asyncio.open_connection("127.0.0.1", port)
+    path = "/apis/notifier.x-k8s.io/v1alpha1"
+    assert (await _exchange(*late, path))[0] == 200
+    assert (await _exchange(*idle, path))[0] == 200
+
+    uv.handle_exit(signal.SIGTERM, None)
+    while not draining.late:
+        await asyncio.sleep(0.02)
+    assert stopped == ["stopped"]
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", port)  # it listens no more
+    code, headers = await _exchange(*late, path)
+    assert (code, headers["retry-after"], headers["connection"]) == (429, "1", "close")
+    assert await late[0].read() == b""  # closed after the answer
+    assert not serving.done()
+    assert await asyncio.wait_for(idle[0].read(), 5) == b""  # its keep-alive timer closed it
+    await asyncio.wait_for(serving, 5)
+    for _, writer in (late, idle):
+        writer.close()
