@@ -9,6 +9,7 @@ timeout, 502, 503, 504), which callers turn into 503 to fail closed, and `KubeRe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Mapping
@@ -93,6 +94,7 @@ class KubeClient:
                             if connection.tls_server_name else None)
         self.last_success: float | None = None
         """time.monotonic() of the last request kube-apiserver answered, or None."""
+        self._next_answer = asyncio.Event()
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             verify=self.ssl_context,
@@ -162,7 +164,7 @@ class KubeClient:
                 if response.status_code != 200:
                     await response.aread()
                     self._raise_for(response)
-                self.last_success = time.monotonic()
+                self._answered()
                 async for line in response.aiter_lines():
                     if line.strip():
                         yield json.loads(line)
@@ -181,8 +183,20 @@ class KubeClient:
             raise KubeUnavailable(f"{method} {path}: {type(error).__name__}: {error}") from error
         if response.status_code >= 400:
             self._raise_for(response)
-        self.last_success = time.monotonic()
+        self._answered()
         return response.json()
+
+    async def next_answer(self) -> None:
+        """Return once kube-apiserver has answered a request of this client (any, with
+        success) made after the call: who waits for kube-apiserver to come back (an informer
+        backing off) retries at once when another component's request (a Lease renewal every
+        few seconds) gets through."""
+        await self._next_answer.wait()
+
+    def _answered(self) -> None:
+        self.last_success = time.monotonic()
+        answered, self._next_answer = self._next_answer, asyncio.Event()
+        answered.set()
 
     @staticmethod
     def _raise_for(response: httpx.Response) -> None:

@@ -9,16 +9,25 @@ handlers) and kopf's watching loop, in one asyncio task and without threads:
 - **watch** from the list's resourceVersion with ``allowWatchBookmarks`` and a jittered
   ``timeoutSeconds``; a watch the server ends cleanly is resumed from the last resourceVersion
   seen (bookmarks advance it without touching the cache).
-- **410 Gone** (as the answer to the watch or list, or as an ``ERROR`` event): list again.
+- **410 Gone** (as the answer to the watch or list, or as an ``ERROR`` event): list again, at
+  once if the watch had been open (or resuming) for a while since the last list (after
+  kube-apiserver restarted, every watch's resourceVersion is gone: waiting would only leave the
+  cache stale), after a backoff if it expired at once.
 - a **dropped connection** or an unavailable kube-apiserver (``KubeUnavailable``: it is
   restarting, 502/503/504) during a watch: back off, then resume the watch from the last
-  resourceVersion (a 410 then means list again).
+  resourceVersion (a 410 then means list again). The backoff ends early once kube-apiserver
+  answers another request of the same client (``KubeClient.next_answer``: the Lease renewals
+  every few seconds), so the cache resyncs within seconds of kube-apiserver being back, however
+  long it was gone. Until the next list succeeds, every failure ends its backoff so: a
+  kube-apiserver that has just started answers 403 (its authorizer has not synced) and 429
+  ("storage is (re)initializing") for some seconds, and the informer must not then sleep 30 s.
 - **any other failure** (an ``ERROR`` event, an error answer, a failed list, a malformed
   event): back off, then list again.
 
 Backoff is exponential, capped and jittered (`Backoff`), and resets once a watch has stayed
 open for `healthy_seconds`. A watch that ends cleanly but at once (under a second) is backed off
-too, so no answer of kube-apiserver can make the loop spin.
+too, so no answer of kube-apiserver can make the loop spin (an early end of a backoff needs an
+answer to another request, so it is bounded by that request's rate).
 
 The cache keeps each object (after the optional `transform`, which trims it to the fields a
 user needs, bounding memory), keyed by (namespace, name), and named indexes
@@ -187,6 +196,9 @@ class Informer:
         """Set once the first list is in the cache (and stays set)."""
         self.resource_version = ""
         """The last resourceVersion seen (list, event or bookmark)."""
+        self._recovering = False
+        """kube-apiserver was unavailable since the last list: back off only until it
+        answers another request."""
 
     # reading the cache
 
@@ -220,24 +232,45 @@ class Informer:
     async def run(self) -> None:
         """List and watch until cancelled."""
         while True:
+            listed_at: float | None = None
             try:
-                await self._watch_from(await self._list())
+                resource_version = await self._list()
+                listed_at = self._clock()
+                await self._watch_from(resource_version)
             except _Expired:
                 log.info("informer: resourceVersion expired; listing again",
                          extra={"informer": self.name})
-            except (KubeUnavailable, KubeRejected) as error:
+                if listed_at is not None and self._clock() - listed_at >= MIN_WATCH_SECONDS:
+                    continue
+            except KubeUnavailable as error:
+                log.warning("informer: list failed, kube-apiserver unavailable; listing again",
+                            extra={"informer": self.name, "error": str(error)})
+                self._recovering = True
+            except KubeRejected as error:
                 log.warning("informer: list/watch failed; listing again",
                             extra={"informer": self.name, "error": str(error)})
             except Exception as error:  # a malformed answer must not end the loop
                 log.exception("informer: unexpected failure; listing again",
                               extra={"informer": self.name, "error": str(error)})
-            await self._back_off()
+            await self._back_off(until_answered=self._recovering)
 
-    async def _back_off(self) -> None:
+    async def _back_off(self, *, until_answered: bool = False) -> None:
+        """Sleep the next backoff delay; with `until_answered`, less if kube-apiserver answers
+        another request of the client meanwhile."""
         delay = self._backoff.delay()
         log.debug("informer: backing off", extra={"informer": self.name,
                                                   "retry_seconds": round(delay, 3)})
-        await self._sleep(delay)
+        if not until_answered:
+            await self._sleep(delay)
+            return
+        waits = [asyncio.ensure_future(self._sleep(delay)),
+                 asyncio.ensure_future(self._kube.next_answer())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def _list(self) -> str:
         listed: dict[Key, Object] = {}
@@ -264,6 +297,7 @@ class Informer:
         log.info("informer: listed", extra={"informer": self.name, "objects": len(listed),
                                             "resource_version": self.resource_version})
         self.synced.set()
+        self._recovering = False
         for handlers in list(self._handlers):
             if handlers.on_listed is not None:
                 self._call(handlers.on_listed)
@@ -295,7 +329,8 @@ class Informer:
                 log.warning("informer: watch interrupted; resuming", extra={
                     "informer": self.name, "error": str(error),
                     "resource_version": resource_version})
-                await self._back_off()
+                self._recovering = True
+                await self._back_off(until_answered=True)
                 continue
             if self._note_watch_lasted(started) < MIN_WATCH_SECONDS:
                 # kube-apiserver ends a watch at its timeout; one that ends at once, whatever

@@ -344,6 +344,95 @@ async def test_503_and_refused_connections_are_retried_with_growing_delays() -> 
     assert time.sleeps == [1, 2, 4, 8, 16]  # the last: that watch ended at once
 
 
+async def test_a_410_after_a_long_watch_lists_again_at_once() -> None:
+    """After kube-apiserver restarts, the resumed watch's resourceVersion is gone: the cache
+    relists with no backoff, or it would stay stale."""
+    time = FakeTime()
+
+    def long_watch_then_410(request: httpx.Request) -> httpx.Response:
+        time.now += 60
+        return status(410, "Expired")
+
+    api = FakeAPI([listing([obj("a")], "5"), long_watch_then_410,
+                   listing([obj("a", rv="20")], "21")])
+    inf = informer(api, time)
+    await run_until(inf, api.idle)
+    assert [kind for kind, _ in api.calls()] == ["list", "watch", "list", "watch"]
+    assert time.sleeps == []
+
+
+async def test_an_unavailable_kube_apiserver_is_retried_at_once_when_it_answers_again() -> None:
+    """The backoff after a 503 (here an hour, never ending by itself) ends as soon as the
+    same client's other request (a Lease renewal) is answered."""
+    api = FakeAPI([listing([obj("a")], "5"), status(503), listing([], "9"),
+                   events(event("ADDED", obj("b", rv="6")))])
+    kube = api.client()
+    slept: list[float] = []
+
+    async def forever(seconds: float) -> None:
+        slept.append(seconds)
+        await asyncio.Event().wait()
+
+    inf = Informer(kube, PATH, name="test", sleep=forever,
+                   backoff=Backoff(initial=3600, maximum=3600, random=lambda: 0.0))
+    task = asyncio.create_task(inf.run())
+    try:
+        async with asyncio.timeout(5):
+            while not slept:
+                await asyncio.sleep(0.001)
+            await kube.get("/api/v1/namespaces/other/configmaps")  # answered: it is back
+            while inf.get("ns", "b") is None:
+                await asyncio.sleep(0.001)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert slept[0] == 3600  # then the watch resumed at once, not an hour later
+    kind, params = api.calls()[3]
+    assert (kind, params["resourceVersion"]) == ("watch", "5")
+
+
+async def test_after_an_outage_403_and_429_while_kube_apiserver_starts_end_early_too() -> None:
+    """A kube-apiserver just started answers 403 (authorizer not synced) and 429 (storage
+    initializing): until the informer has listed again, each backoff ends at the next answer
+    to another request, not after its delay."""
+    api = FakeAPI([listing([obj("a")], "5"), status(503), listing([], "1"), status(410),
+                   listing([], "1"), status(403, "Forbidden"), listing([], "1"),
+                   status(429, "TooManyRequests"), listing([], "1"),
+                   listing([obj("b", rv="30")], "31"), events()])
+    kube = api.client()
+    slept: list[float] = []
+
+    async def forever(seconds: float) -> None:
+        slept.append(seconds)
+        await asyncio.Event().wait()
+
+    inf = Informer(kube, PATH, name="test", sleep=forever,
+                   backoff=Backoff(initial=3600, maximum=3600, random=lambda: 0.0))
+    task = asyncio.create_task(inf.run())
+    try:
+        async with asyncio.timeout(5):
+            for backoffs in range(1, 5):  # after the 503, the 410, the 403 and the 429
+                while len(slept) < backoffs:
+                    await asyncio.sleep(0.001)
+                await kube.get("/api/v1/namespaces/other/configmaps")  # another answer
+            while inf.get("ns", "b") is None:
+                await asyncio.sleep(0.001)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert inf.get("ns", "a") is None  # relisted
+
+
+async def test_a_403_without_an_outage_backs_off_its_whole_delay() -> None:
+    api = FakeAPI([status(403, "Forbidden"), listing([], "1")])
+    kube = api.client()
+    time = FakeTime()
+    inf = Informer(kube, PATH, name="test", clock=time.clock, sleep=time.sleep,
+                   backoff=Backoff(initial=7, maximum=7, random=lambda: 0.0))
+    await run_until(inf, api.idle)
+    assert time.sleeps == [7]
+
+
 async def test_other_error_answers_back_off_and_list_again() -> None:
     api = FakeAPI([listing([obj("a")], "5"), status(403, "Forbidden"), listing([], "6")])
     time = FakeTime()
