@@ -231,9 +231,9 @@ class ServerOptions:
         "response closing its connection, so that load balancers and clients move to other "
         "replicas before this one stops (as k8s.io/apiserver's flag); then stop listening, "
         "answer a request still arriving on an open connection 429 with Retry-After (it "
-        "started nothing: clients such as kubectl retry it elsewhere), close each idle "
-        "connection on its keep-alive timeout, and shut down once none is left. The deploy "
-        "manifests set 10s, the local control plane 3s")
+        "started nothing: clients such as kubectl retry it elsewhere), close the idle "
+        "connections left 2s later, and shut down once none is left. The deploy manifests set "
+        "10s, the local control plane 3s")
     leader_elect_lease_duration: float = option(
         15.0, parse=parse_duration, show=format_duration, metavar="DURATION",
         help="how long a candidate waits after the fan-out leader's last renewal before it takes "

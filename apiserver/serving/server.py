@@ -8,11 +8,12 @@ On the first SIGINT/SIGTERM the server drains as k8s.io/apiserver's GenericAPISe
    and each connection a client uses is closed by the client's own choice after its answer.
 2. Then it stops listening ("not accepting new requests"). A request that still arrives on an
    open connection gets 429 with Retry-After and ``Connection: close``
-   (``serving.late_requests``); requests running go on. An idle keep-alive connection is not
-   closed at once, which would fail a request the client sends on it at that moment (a POST is
-   not retried after a dropped connection): it is closed only once it has been idle for
-   KEEP_ALIVE_SECONDS, as any idle connection is in normal serving, and one a client had opened
-   but sent nothing on yet likewise.
+   (``serving.late_requests``); requests running go on. An idle keep-alive connection (idle
+   since before the delay: every one used during it was closed after its answer) is given
+   LATE_IDLE_SECONDS more for a request, which gets that 429, before it is closed: closing an
+   idle connection fails a request the client sends on it at that moment (Go does not retry a
+   POST on it: "http: server closed idle connection"), and a connection idle that long is the
+   least likely to be picked.
 3. Once no connection is left (or GRACEFUL_SHUTDOWN_SECONDS have passed: running requests are
    cancelled) the app's lifespan shutdown runs. (uvicorn then re-raises the signal, so cleanup
    must happen in the lifespan, not after serve() returns.)
@@ -41,9 +42,15 @@ from apiserver.serving.tls import ServingTLS
 log = logging.getLogger(__name__)
 
 GRACEFUL_SHUTDOWN_SECONDS = 25
-KEEP_ALIVE_SECONDS = 5
-"""How long an idle keep-alive connection is kept open, in normal serving and after the
-shutdown delay (uvicorn's default)."""
+KEEP_ALIVE_SECONDS = 120
+"""How long an idle keep-alive connection is kept open in normal serving: longer than the idle
+timeout of kube-apiserver's clients (Go's 90 s, which k8s.io/apimachinery's transports keep), so
+that the aggregator, not this server, closes an idle connection, and never while it sends a
+request on it (uvicorn's 5 s made the server close connections the aggregator was about to
+reuse)."""
+LATE_IDLE_SECONDS = 2.0
+"""After the shutdown delay, how long an idle connection is kept for a late request (answered
+429) before it is closed."""
 _CLOSE = (b"connection", b"close")
 
 
@@ -77,8 +84,10 @@ class Server(uvicorn.Server):
     period."""
 
     def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None], *,
-                 draining: Draining, shutdown_delay: float = 0.0) -> None:
+                 draining: Draining, shutdown_delay: float = 0.0,
+                 late_idle_seconds: float = LATE_IDLE_SECONDS) -> None:
         super().__init__(config)
+        self._late_idle_seconds = late_idle_seconds
         self._on_shutdown = on_shutdown
         self._draining = draining
         self._shutdown_delay = shutdown_delay
@@ -116,7 +125,7 @@ class Server(uvicorn.Server):
         for sock in sockets or []:
             sock.close()
         for connection in list(self.server_state.connections):
-            _close_when_done_or_idle(connection, self.config.timeout_keep_alive)
+            _close_when_done_or_idle(connection, self._late_idle_seconds)
         try:
             async with asyncio.timeout(self.config.timeout_graceful_shutdown):
                 await self._wait_tasks_to_complete()
@@ -130,15 +139,17 @@ class Server(uvicorn.Server):
             await self.lifespan.shutdown()
 
 
-def _close_when_done_or_idle(connection: object, keep_alive_seconds: float) -> None:
-    """A connection with a request running closes after its answer; an idle one once it has
-    been idle for `keep_alive_seconds` (its keep-alive timer, started now if it has none: a
-    connection that never carried a request)."""
+def _close_when_done_or_idle(connection: object, idle_seconds: float) -> None:
+    """A connection with a request running closes after its answer; an idle one (or one that
+    never carried a request) in `idle_seconds` if no request comes first (its keep-alive
+    timer, set anew)."""
     if not isinstance(connection, H11Protocol):
         connection.shutdown()  # type: ignore[attr-defined]
         return
     if connection.cycle is not None and not connection.cycle.response_complete:
         connection.shutdown()
-    elif connection.timeout_keep_alive_task is None:
-        connection.timeout_keep_alive_task = connection.loop.call_later(
-            keep_alive_seconds, connection.timeout_keep_alive_handler)
+        return
+    if connection.timeout_keep_alive_task is not None:
+        connection.timeout_keep_alive_task.cancel()
+    connection.timeout_keep_alive_task = connection.loop.call_later(
+        idle_seconds, connection.timeout_keep_alive_handler)
