@@ -12,7 +12,8 @@ HEALTH_PATHS = ("/healthz", "/livez", "/readyz")
 
 
 class Draining:
-    """Where the server is in its shutdown (docs/high-availability.md, "Rolling restarts").
+    """Where the server is in its shutdown (docs/high-availability.md, "Stopping a replica
+    without failing a request").
 
     From the first SIGTERM until the end of --shutdown-delay-duration (``active``) it serves
     every request as usual, but /readyz fails (check ``shutdown``, as kube-apiserver's), so load

@@ -1,7 +1,7 @@
 """Serve an app over HTTPS with uvicorn, and shut down gracefully.
 
 On the first SIGINT/SIGTERM the server drains as k8s.io/apiserver's GenericAPIServer does
-(docs/high-availability.md, "Rolling restarts"):
+(docs/high-availability.md, "Stopping a replica without failing a request"):
 
 1. For the shutdown delay (--shutdown-delay-duration) it keeps listening and serving, /readyz
    fails, and every response carries ``Connection: close``: load balancers take the replica out,
@@ -9,11 +9,12 @@ On the first SIGINT/SIGTERM the server drains as k8s.io/apiserver's GenericAPISe
 2. Then it stops listening ("not accepting new requests"). A request that still arrives on an
    open connection gets 429 with Retry-After and ``Connection: close``
    (``serving.late_requests``); requests running go on. An idle keep-alive connection (idle
-   since before the delay: every one used during it was closed after its answer) is given
-   LATE_IDLE_SECONDS more for a request, which gets that 429, before it is closed: closing an
-   idle connection fails a request the client sends on it at that moment (Go does not retry a
-   POST on it: "http: server closed idle connection"), and a connection idle that long is the
-   least likely to be picked.
+   since before the delay: every one used during it was closed after its answer), and one whose
+   running answer began before the delay (a watch the shutdown ends: no ``Connection: close``)
+   once that answer is out, is given LATE_IDLE_SECONDS more for a request, which gets that
+   429, before it is closed: closing an idle connection fails a request the client sends on it
+   at that moment (Go does not retry a POST on it: "http: server closed idle connection"), and a
+   connection idle that long is the least likely to be picked.
 3. Once no connection is left (or GRACEFUL_SHUTDOWN_SECONDS have passed: running requests are
    cancelled) the app's lifespan shutdown runs. (uvicorn then re-raises the signal, so cleanup
    must happen in the lifespan, not after serve() returns.)
@@ -114,8 +115,8 @@ class Server(uvicorn.Server):
         return should_exit
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """uvicorn's shutdown, but idle connections close on their keep-alive timer instead of
-        at once, and late requests are refused (see the module docstring)."""
+        """uvicorn's shutdown, but an idle connection is closed LATE_IDLE_SECONDS later instead
+        of at once, and late requests are refused (see the module docstring)."""
         self._on_shutdown()
         self._draining.stop_accepting()
         log.info("shutting down: not accepting new requests", extra={
@@ -140,14 +141,18 @@ class Server(uvicorn.Server):
 
 
 def _close_when_done_or_idle(connection: object, idle_seconds: float) -> None:
-    """A connection with a request running closes after its answer; an idle one (or one that
-    never carried a request) in `idle_seconds` if no request comes first (its keep-alive
-    timer, set anew)."""
+    """Close the connection once it has been idle for `idle_seconds` (its keep-alive timeout,
+    from now on): at once if idle now (or never used), else after its running request's answer.
+
+    A running request is not made to close its connection after its answer: an answer begun
+    before the delay (a watch that the shutdown ends) carries no ``Connection: close``, so the
+    client takes the connection back into its pool and may send its next request on it at once;
+    that request gets the late 429 instead of a closed connection."""
     if not isinstance(connection, H11Protocol):
         connection.shutdown()  # type: ignore[attr-defined]
         return
+    connection.timeout_keep_alive = idle_seconds  # type: ignore[assignment]
     if connection.cycle is not None and not connection.cycle.response_complete:
-        connection.shutdown()
         return
     if connection.timeout_keep_alive_task is not None:
         connection.timeout_keep_alive_task.cancel()

@@ -382,7 +382,8 @@ def test_a_rolling_restart_under_8_callers_fails_no_notify(
     pods = cluster.deploy(namespace, "rolling", replicas=ROLLING_CALLERS, annotations=declare(
         app=[exec_notifier("ping", "sleep 0.1; echo pong")]))
     stop = threading.Event()
-    outcomes: list[tuple[int, str]] = []
+    outcomes: list[tuple[int, str, float]] = []
+    events: list[tuple[str, float]] = []
     late_refusals: list[int] = []
 
     def loop(pod: str) -> None:
@@ -392,10 +393,11 @@ def test_a_rolling_restart_under_8_callers_fails_no_notify(
                     response, refused = post_as_client_go(
                         client, notify_path(namespace, pod), params={"waitSeconds": "20"},
                         json=body("ping"))
-                    outcomes.append((response.status_code, response.text[:300]))
+                    outcomes.append((response.status_code, response.text[:300],
+                                     time.monotonic()))
                     late_refusals.append(refused)
                 except httpx.HTTPError as error:
-                    outcomes.append((0, repr(error)))
+                    outcomes.append((0, repr(error), time.monotonic()))
 
     threads = [threading.Thread(target=loop, args=(p["metadata"]["name"],)) for p in pods]
     for thread in threads:
@@ -409,12 +411,13 @@ def test_a_rolling_restart_under_8_callers_fails_no_notify(
         stop.set()
         for thread in threads:
             thread.join()
-    statuses = Counter(status for status, _ in outcomes)
+    statuses = Counter(status for status, _, _ in outcomes)
     print(f"\nHA: {len(outcomes)} notifies by {ROLLING_CALLERS} callers through a rolling "
           f"restart of {cluster.replicas} replicas: {dict(statuses)}; late requests answered "
           f"429 and retried: {sum(late_refusals)}")
     assert statuses[201] > 0
-    assert [(status, text) for status, text in outcomes if status != 201] == []
+    assert [(status, text, [(what, round(at - then, 2)) for what, then in events])
+            for status, text, at in outcomes if status != 201] == []
 
 
 def test_killing_the_leader_during_a_200_pod_notification_notifies_each_pod_once(

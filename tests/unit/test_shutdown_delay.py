@@ -10,10 +10,12 @@ import contextlib
 import json
 import signal
 import socket
+from collections.abc import AsyncIterator
 
 import pytest
 import uvicorn
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import StreamingResponse
 
 from apiserver.serving.app import create_app
 from apiserver.serving.health import Draining, Readiness
@@ -146,3 +148,47 @@ async def test_a_drain_keeps_idle_connections_until_their_keep_alive_and_refuses
     await asyncio.wait_for(serving, 5)
     for _, writer in (late, idle):
         writer.close()
+
+
+async def test_a_connection_whose_answer_began_before_the_drain_takes_a_late_request_after_it(
+        ) -> None:
+    """A streamed answer (a watch) begun before SIGTERM ends after the delay without
+    ``Connection: close``: the client keeps the connection, and its next request there is
+    answered 429, not met by a closed connection."""
+    draining = Draining()
+    router = APIRouter()
+
+    @router.get("/apis/notifier.x-k8s.io/v1alpha1/podnotifiers")
+    async def watch() -> StreamingResponse:
+        async def events() -> AsyncIterator[bytes]:
+            yield b"{}\n"
+            while not draining.late:
+                await asyncio.sleep(0.05)
+            yield b"{}\n"
+
+        return StreamingResponse(events(), media_type="application/json")
+
+    app = create_app(authenticator=AllowAll(), authorizer=AllowAll(),  # type: ignore[arg-type]
+                     readiness=Readiness(), resource_router=router, draining=draining)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False,
+                            timeout_keep_alive=3600, timeout_graceful_shutdown=5)
+    uv = Server(config, lambda: None, draining=draining, shutdown_delay=0.3,
+                late_idle_seconds=1.0)
+    uv.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    serving = asyncio.create_task(uv.serve(sockets=[sock]))
+    while not uv.started:
+        await asyncio.sleep(0.01)
+    reader, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+    writer.write(b"GET /apis/notifier.x-k8s.io/v1alpha1/podnotifiers HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+    assert "connection: close" not in head
+    uv.handle_exit(signal.SIGTERM, None)
+    await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5)  # the stream ended, late
+    assert draining.late
+    code, headers = await _exchange(reader, writer, "/apis/notifier.x-k8s.io/v1alpha1")
+    assert (code, headers["connection"]) == (429, "close")
+    await asyncio.wait_for(serving, 5)
+    writer.close()
