@@ -21,6 +21,10 @@ Figures:
   (/proc/<pid>/stat of the recorded pids and their descendants), and each one's idle rate;
 - the server's peak RSS (VmHWM, the largest replica's) after 10,000 notifications, and records
   kept per pod;
+- recovery after kube-apiserver restarts (full run): kube-apiserver stopped for 20 s and started
+  again, the replicas left running; seconds from it answering /readyz until the APIService is
+  Available, until a notify through the aggregator is answered 201, and until one on a pod
+  created then is (tests/support/control_plane.py);
 - a Notification over 1000 pods at parallelism 1, 10 and 50, against a sequential loop of raw
   pods/exec (what a backup tool running hooks one by one does) and raw pods/exec at the same
   concurrency (the limit); the server's peak RSS during those runs (the server is restarted
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -50,11 +55,17 @@ from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
 from localcluster import __main__ as localcluster
 from localcluster import haproxy, pki, plane, processes
 from localcluster.layout import REPO_ROOT, Layout, Ports
+from tests.support.control_plane import (
+    OUTAGE_SECONDS,
+    restart_kube_apiserver_and_time_recovery,
+    settle_after_kube_apiserver_restart,
+)
 from tests.support.kube import Cluster, User, wait_until
 
 NAMESPACE = "bench"
 COMMAND = ["/bin/sh", "-c", "echo ok"]
 NOTIFIERS = json.dumps({"app": [{"name": "ping", "action": {"exec": {"command": COMMAND}}}]})
+ANNOTATIONS = {"notifier.x-k8s.io/notifiers": NOTIFIERS}
 API = "/apis/notifier.x-k8s.io/v1alpha1"
 BODY = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
         "spec": {"notifier": "ping"}}
@@ -361,7 +372,7 @@ def setup(cluster: Cluster, replicas: int) -> tuple[User, list[str]]:
     ], name="bench-client")
     cluster.kubectl("create", "configmap", FLOOR_CONFIGMAP, "-n", NAMESPACE, check=False)
     pods = cluster.deploy(NAMESPACE, "target", replicas=replicas,
-                          annotations={"notifier.x-k8s.io/notifiers": NOTIFIERS})
+                          annotations=ANNOTATIONS)
     return user, sorted(p["metadata"]["name"] for p in pods)
 
 
@@ -410,14 +421,29 @@ async def full_run(cluster: Cluster, bench: Bench, args: argparse.Namespace,
                                        params={"fieldSelector": f"spec.podName={pod}"})).json()
         per_pod.append(len(listed["items"]))
     results["records_per_pod"] = {"max": max(per_pod), "min": min(per_pod)}
+    results["recovery_after_apiserver_restart_seconds"] = await asyncio.to_thread(
+        apiserver_restart_recovery, cluster, bench.user, pods[0])
     if args.fanout_pods:
         results["fanout"] = await fanout(cluster, bench, args)
+
+
+def apiserver_restart_recovery(cluster: Cluster, user: User, pod: str) -> dict[str, float]:
+    """kube-apiserver stopped for OUTAGE_SECONDS, then started again: seconds from its /readyz
+    answering until a notify through the aggregator on `pod` is answered 201 (``notify``),
+    the APIService is Available, a pod created then is Running and is notified."""
+    with cluster.client_for(user, timeout=15) as client:
+        recovery = restart_kube_apiserver_and_time_recovery(
+            cluster, client, NAMESPACE, pod, ANNOTATIONS)
+    settle_after_kube_apiserver_restart(cluster)
+    figures = dataclasses.asdict(recovery)
+    return {"outage": OUTAGE_SECONDS, "notify": figures.pop("first_notify_seconds"),
+            **{key.removesuffix("_seconds"): value for key, value in figures.items()}}
 
 
 async def fanout(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> dict:
     fleet = sorted(p["metadata"]["name"] for p in cluster.deploy(
         NAMESPACE, "fleet", replicas=args.fanout_pods,
-        annotations={"notifier.x-k8s.io/notifiers": NOTIFIERS}))
+        annotations=ANNOTATIONS))
     cluster.restart_notifier(signal.SIGTERM)
     out: dict = {"pods": len(fleet), "notification_seconds": {}, "exec_seconds": {}}
     for parallelism in args.fanout_parallelism:
@@ -498,6 +524,12 @@ def report(results: dict) -> str:
                  f"{bulk['slowest_seconds']:.1f} s; failed: "
                  f"{bulk['failures'] or 'none'} | | |")
     lines.append(f"| records kept per pod (max) | {results['records_per_pod']['max']} | | |")
+    recovery = results["recovery_after_apiserver_restart_seconds"]
+    lines.append(f"| after a {recovery['outage']:.0f} s kube-apiserver outage, from its /readyz "
+                 f"answering: first notify 201 | {recovery['notify']:.1f} s (APIService "
+                 f"Available {recovery['apiservice_available']:.1f} s; a pod created then "
+                 f"Running {recovery['new_pod_running']:.1f} s, notified "
+                 f"{recovery['new_pod_notify']:.1f} s) | | |")
     if "fanout" in results:
         fan = results["fanout"]
         sequential = fan["exec_seconds"]["1"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -88,7 +89,8 @@ def restart_kube_apiserver_and_time_recovery(
 
     wait_until(recovered, "a notify through the aggregator answered 201 and the APIService "
                "Available after kube-apiserver restarted", timeout, interval=0.2)
-    (created,) = cluster.deploy(namespace, "after-outage", annotations=annotations)
+    (created,) = cluster.deploy(namespace, f"after-outage-{uuid.uuid4().hex[:6]}",
+                                annotations=annotations)
     new_pod = created["metadata"]["name"]
     firsts["new_pod_running"] = time.monotonic() - back
     wait_until(recovered, "a notify through the aggregator on a pod created after "
