@@ -273,14 +273,13 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         renew_deadline=options.leader_elect_renew_deadline,
         retry_period=options.leader_elect_retry_period)
     metrics.watch_leader(lambda: elector.is_leader)
-    pod_index = PodDirectory(kube)
     pod_cache = PodCache(kube)
+    pod_index = PodDirectory(pod_cache.informer)
     owners = OwnerTemplates(kube)
     trust_watcher = TrustWatcher(clients.authentication, trust_store)
-    readiness.add("pod-index", pod_index.synced.is_set)
     readiness.add("pod-cache", pod_cache.has_synced)
     readiness.add("owner-templates", owners.has_synced)
-    metrics.watch_caches({"pod-index": pod_index.synced.is_set, "pod-cache": pod_cache.has_synced,
+    metrics.watch_caches({"pod-cache": pod_cache.has_synced,
                           "owner-templates": owners.has_synced,
                           **{f"storage-{cache.resource.plural}": functools.partial(
                               _synced, cache) for cache in caches}})
@@ -337,7 +336,6 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
                                        name="leader-election")
         background = [
             asyncio.create_task(trust_watcher.run(), name="trust-watcher"),
-            asyncio.create_task(pod_index.run(), name="pod-index"),
             asyncio.create_task(pod_cache.run(), name="pod-cache"),
             asyncio.create_task(owners.run(), name="owner-templates"),
             asyncio.create_task(housekeeping.collect_forever(

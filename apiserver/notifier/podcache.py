@@ -82,7 +82,8 @@ async def _get_or_none(kube: KubeClient, path: str) -> Object | None:
 
 
 class PodCache:
-    """All pods, trimmed (see the module's docstring), indexed by namespace."""
+    """All pods, trimmed (see the module's docstring), indexed by namespace: the replica's one
+    informer of pods, which ``notifier.pods.PodDirectory`` reads too."""
 
     def __init__(self, kube: KubeClient, *, backoff: Backoff | None = None) -> None:
         self._kube = kube
