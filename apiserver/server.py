@@ -54,12 +54,9 @@ from apiserver.notifier.runner import KubeExec, Runner
 from apiserver.notifier.trust import TrustRules
 from apiserver.registry import namespace_guard
 from apiserver.registry.decoding import Decoder
-from apiserver.registry.kube_store import (
-    DEFAULT_HISTORY,
-    DEFAULT_INSTANCE,
-    KubeObjectStore,
-    check_installed,
-)
+from apiserver.registry.kube_cache import DEFAULT_HISTORY
+from apiserver.registry.kube_objects import DEFAULT_INSTANCE, check_installed
+from apiserver.registry.kube_store import KubeObjectStore
 from apiserver.registry.layout_migration import LayoutMigration
 from apiserver.registry.namespace_guard import NamespaceGuardedStore
 from apiserver.registry.podnotifiers import PodNotifierStore

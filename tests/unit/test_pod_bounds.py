@@ -30,12 +30,8 @@ from apiserver.notifier.housekeeping import (
 )
 from apiserver.notifier.stopping import Stopped
 from apiserver.registry.errors import AlreadyExists, Conflict, NotFound, TooManyRequests
-from apiserver.registry.kube_store import (
-    STORAGE_GROUP,
-    STORAGE_VERSION,
-    KubeObjectStore,
-    storage_kind,
-)
+from apiserver.registry.kube_objects import STORAGE_GROUP, STORAGE_VERSION, storage_kind
+from apiserver.registry.kube_store import KubeObjectStore
 from apiserver.registry.podnotifiers import PodNotifierStore, eviction_low_water
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import Object
