@@ -273,6 +273,26 @@ class StorageCache:
                 return [self._entries[key] for key in keys]
         return [e for k, e in self._entries.items() if k[0] == namespace]
 
+    def candidates_at(self, namespace: str, selector: FieldSelector, at: int
+                      ) -> builtins.list[Entry] | None:
+        """The entries of ``namespace`` that match ``selector``, as they were at resourceVersion
+        ``at`` (the current ones, with the window's later changes undone); None if the window
+        no longer reaches back to ``at``. The cache must have reached ``at``."""
+        if at < self._compacted:
+            return None
+        found = {key_of(entry.object): entry for entry in self.candidates(namespace, selector)
+                 if selector.matches(entry.object)}
+        for event in reversed(self._window):
+            if event.rv <= at:
+                break
+            if event.key[0] != namespace:
+                continue
+            if event.before is not None and selector.matches(event.before.object):
+                found[event.key] = event.before
+            else:
+                found.pop(event.key, None)
+        return list(found.values())
+
     def snapshot(self, at: int) -> dict[Key, Object]:
         """The objects as of resourceVersion ``at`` (at least the window's oldest)."""
         objects = {key: entry.object for key, entry in self._entries.items()}

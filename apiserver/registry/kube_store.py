@@ -187,20 +187,25 @@ class KubeObjectStore(ObjectStore):
     async def _admit(self, stored: Object, cohort: FieldSelector,
                      admit: Callable[[builtins.list[Object]], None]) -> None:
         """``admit`` the created storage object ``stored`` among the cohort's members created
-        before it (``Cohort.admit``): once the cache has reached its creation, the cache holds
-        every member created before it (and whatever each became since), so every replica
-        that creates into the cohort decides in the same order. If refused, or if the cache
-        does not get there in time, the object is deleted again."""
+        before it, as they were at its creation (``Cohort.admit``): once the cache has reached
+        the creation, its window rebuilds the cohort as of that revision, so every replica
+        that creates into the cohort decides in the same order on the same state (a member
+        that ended after the creation still counts, so no revision ever holds more admitted
+        members than the bound). If refused, or if the cache does not get there in time or no
+        longer holds that revision, the object is deleted again."""
         public = public_of(stored)
         namespace, name = key_of(public)
+        created = revision(stored)
         try:
-            if not await self._cache.reached(revision(stored), SYNC_TIMEOUT_SECONDS):
+            members = (self._cache.candidates_at(namespace, cohort, created)
+                       if await self._cache.reached(created, SYNC_TIMEOUT_SECONDS) else None)
+            if members is None:
                 raise StorageUnavailable(
                     f"{self.resource.qualified}: the storage cache of {self._kind.crd_name} did "
-                    f"not reach the create of {name!r} within {SYNC_TIMEOUT_SECONDS:.0f} s, so "
-                    "the bounds could not be checked; nothing was stored, retry later")
-            before = sorted((e for e in self._cache.candidates(namespace, cohort)
-                             if cohort.matches(e.object) and e.created < revision(stored)),
+                    f"not hold the state at the create of {name!r} within "
+                    f"{SYNC_TIMEOUT_SECONDS:.0f} s, so the bounds could not be checked; nothing "
+                    "was stored, retry later")
+            before = sorted((e for e in members if e.created < created),
                             key=lambda e: (e.created, key_of(e.object)))
             admit(copy.deepcopy([e.object for e in before]))
         except StoreError as refusal:

@@ -6,27 +6,32 @@ waits for the watch to bring this replica's writes; a relist keeps only writes n
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
+from apiserver.kube import Connection
 from apiserver.kube.client import KubeClient
 from apiserver.registry import kube_cache
-from apiserver.registry.errors import NotFound
+from apiserver.registry.errors import NotFound, TooManyRequests
 from apiserver.registry.kube_cache import StorageCache
 from apiserver.registry.kube_objects import STORAGE_API, storage_kind, storage_object
 from apiserver.registry.kube_store import KubeObjectStore
+from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import PODNOTIFIERS
 from tests.support.fake_storage_api import FakeStorageAPI
 
 STORAGE_NAMESPACE = "cn-storage"
 
 
-def record(name: str = "a", phase: str = "Pending") -> dict[str, Any]:
+def record(name: str = "a", phase: str = "Pending", notifier: str = "quiesce"
+           ) -> dict[str, Any]:
     return {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "PodNotifier",
             "metadata": {"namespace": "ns", "name": name},
-            "spec": {"podName": "web-0", "notifier": "quiesce"}, "status": {"phase": phase}}
+            "spec": {"podName": "web-0", "notifier": notifier}, "status": {"phase": phase}}
 
 
 def phase_to(phase: str) -> Any:
@@ -162,3 +167,44 @@ async def test_a_relist_keeps_only_the_writes_newer_than_the_list(api: FakeStora
     finally:
         cache.close()
         await kube.aclose()
+
+
+async def test_admission_decides_on_the_state_at_the_create(api: FakeStorageAPI) -> None:
+    """b's create of R comes after a's create of M (which b's check before the create did not
+    see) and M finishes only after R's create: at R's revision M was unfinished, so with one
+    run allowed R is refused, though M has finished by the time b's cache gets there (deciding
+    on that later state would leave a moment with two unfinished admitted records)."""
+    delivery = asyncio.Event()
+    delivery.set()
+    a_kube = api.client()
+    a = PodNotifierStore(KubeObjectStore(a_kube, PODNOTIFIERS,
+                                         storage_namespace=STORAGE_NAMESPACE, instance="test"),
+                         "replica-a")
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        posting_r = request.method == "POST" and b'"r-' in request.content
+        if posting_r:  # b has checked the pod's records: now a's M comes first
+            delivery.clear()
+            await a.create_bounded(record("m", notifier="flush"), max_per_pod=1)
+        answer = await api.handle(request, delivery)
+        if posting_r:  # R is created; M finishes after it, then b's watch goes on
+            await a.guaranteed_update("ns", "m", phase_to("Succeeded"))
+            delivery.set()
+        return answer
+
+    b_kube = KubeClient(Connection("https://kube.test", ssl.create_default_context()),
+                        transport=httpx.MockTransport(handle))
+    b = PodNotifierStore(KubeObjectStore(b_kube, PODNOTIFIERS,
+                                         storage_namespace=STORAGE_NAMESPACE, instance="test"),
+                         "replica-b")
+    try:
+        async with asyncio.timeout(30):
+            with pytest.raises(TooManyRequests):
+                await b.create_bounded(record("r-1"), max_per_pod=1)
+            names = [obj["metadata"]["name"] for obj in (await b.list("ns")).items]
+    finally:
+        a.close()
+        b.close()
+        await a_kube.aclose()
+        await b_kube.aclose()
+    assert names == ["m"]

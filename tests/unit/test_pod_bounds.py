@@ -74,6 +74,13 @@ def after_the_grace() -> float:
     return time.time() + LEASE + 2
 
 
+@pytest.fixture(autouse=True)
+def long_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests churn many records at once: a window as short as the conformance suite's
+    (20 changes) would roll past a create before its admission (which then answers 503)."""
+    monkeypatch.setattr(Backend, "history", 10_000)
+
+
 @pytest.fixture
 async def replicas(backend: Backend) -> AsyncIterator[Replicas]:
     opened = Replicas(replica(backend, "replica-a"), replica(backend, "replica-b"))
