@@ -627,12 +627,19 @@ async def test_a_dry_run_decides_on_the_current_records_and_writes_nothing(
     replicas: Replicas,
 ) -> None:
     first = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
+    await replicas.b.consistent_read(NS)
     before = (await replicas.b.list(NS)).resource_version
 
     obj = await replicas.b.check_bounded(record("quiesce", pod="fresh-0"), max_per_pod=K)
     with pytest.raises(Conflict):
         await replicas.b.check_bounded(record("quiesce"), max_per_pod=K)
+    sentinel = await replicas.b.create(finished_record("sentinel"))
 
     assert (obj["spec"]["podName"], obj["status"]["replica"]) == ("fresh-0", "replica-b")
-    assert (await replicas.a.list(NS)).resource_version == before
+    # The first change after `before` is the sentinel's: the checks wrote nothing.
+    async with asyncio.timeout(10):
+        async for event in await replicas.b.watch(NS, resource_version=before):
+            assert (event.type, event.object["metadata"]["name"]) == (
+                "ADDED", sentinel["metadata"]["name"])
+            break
     assert await run_names(replicas.a) == [first["metadata"]["name"]]
