@@ -355,6 +355,7 @@ class KubeObjectStore(ObjectStore):
 
     async def _delete_matching(self, selection: WatchFilter) -> builtins.list[Object]:
         await self._cache.ready()
+        await self._cache.caught_up()  # this replica's own writes are among what it deletes
         matching = sorted((e.object for e in self._cache.entries()
                            if selection.matches(e.object)), key=key_of)
         deleted = []
