@@ -71,6 +71,12 @@ def test_get_lists_each_pods_notifiers_and_which_the_caller_may_run(
     assert one["metadata"]["labels"] == pod["metadata"]["labels"]
     assert "annotations" not in one["metadata"]
 
+    missing = cluster.kubectl("get", NOTIFIER_PODS, "nope", "-n", namespace, user=operator,
+                              check=False)
+    assert missing.returncode != 0
+    assert 'Error from server (NotFound): pods.notifier.x-k8s.io "nope" not found' in (
+        missing.stderr)
+
     selected = cluster.kubectl("get", NOTIFIER_PODS, "-n", namespace, "-l", "app=db",
                                "-o", "name", user=operator).stdout.split()
     assert selected == [f"notifierpod.notifier.x-k8s.io/{db}"]
@@ -145,6 +151,9 @@ def test_auth_can_i_asks_about_notify_in_the_notifier_group(
         return result.stdout.strip()
 
     assert can_i(notify_only) == "yes"
+    plain = cluster.kubectl("auth", "can-i", "create", "pods", "--subresource=notify", "-n",
+                            namespace, user=notify_only, check=False)
+    assert plain.stdout.strip() == "no", "plain pods are the core group's"
     assert can_i(core_notify) == "no"
     assert can_i(one_pod) == "no"
     assert can_i(one_pod, f"/{db}") == "yes"
