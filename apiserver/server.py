@@ -37,7 +37,7 @@ from apiserver.fanout import scope, spec
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
 from apiserver.fanout.scope import ScopeStore
-from apiserver.handlers import notifications, notify, podnotifiers
+from apiserver.handlers import notifications, notifier_pods, notify, podnotifiers
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.kube.events import EventRecorder
@@ -48,6 +48,7 @@ from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.events import REPORTING_CONTROLLER, NotificationEvents, RunEvents
 from apiserver.notifier.exec_stream import KubeEndpoint
 from apiserver.notifier.holds import HoldReleases
+from apiserver.notifier.notifier_pods import NotifierPods
 from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import KubeExec, Runner
@@ -313,6 +314,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     routes.include_router(notify.router(admission, runner, records,
                                         options.max_timeout_seconds))
     routes.include_router(podnotifiers.router(records, watches))
+    routes.include_router(notifier_pods.router(NotifierPods(
+        pod_cache, owners, authorizer, max_timeout_seconds=options.max_timeout_seconds,
+        max_hold_seconds=options.max_hold_seconds), authorizer))
     routes.include_router(podnotifiers.release_router(records, holds,
                                                       authorizer))
     routes.include_router(notifications.router(
