@@ -155,7 +155,7 @@ def connection(cluster: Mapping[str, Any], user: Mapping[str, Any], source: str)
         first = run()
         if first.token:
             credentials = ExecCredentials(run, first)
-        else:
+        if first.certificate:
             certificate, key = first.certificate, first.key
     elif isinstance(user.get("auth-provider"), Mapping):
         credentials = Credentials(f"Bearer {_oidc_token(user['auth-provider'], source)}")

@@ -304,3 +304,26 @@ def test_in_cluster_uses_the_service_account_files(tmp_path: Path,
     assert (target.connection.base_url, target.namespace) == ("https://[fd00::1]:443", "team")
     assert target.connection.credentials is not None
     assert target.connection.credentials.header() == "Bearer sa-token"
+
+
+def test_an_exec_plugins_client_certificate_authenticates_tls(tmp_path: Path) -> None:
+    pair = issue(new_ca("test-ca"), "alice", client=True)
+    answer = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+              "status": {"clientCertificateData": pair.cert_pem().decode(),
+                         "clientKeyData": pair.key_pem().decode()}}
+    (tmp_path / "answer.json").write_text(json.dumps(answer))
+    path = kubeconfig(tmp_path / "k", current="a", contexts={"a": {}}, users={"u": {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": "cat",
+        "args": [str(tmp_path / "answer.json")], "interactiveMode": "Never"}}})
+    connection = resolve(Globals(kubeconfig=str(path)), {}).connection
+    assert connection.credentials is None  # the certificate authenticates, no header
+
+
+def test_a_mismatched_client_key_is_a_config_error(tmp_path: Path) -> None:
+    ca = new_ca("test-ca")
+    alice, bob = issue(ca, "alice", client=True), issue(ca, "bob", client=True)
+    path = kubeconfig(tmp_path / "k", current="a", contexts={"a": {}}, users={"u": {
+        "client-certificate-data": base64.b64encode(alice.cert_pem()).decode(),
+        "client-key-data": base64.b64encode(bob.key_pem()).decode()}})
+    with pytest.raises(ConfigError, match="client certificate unusable"):
+        resolve(Globals(kubeconfig=str(path)), {})
