@@ -48,6 +48,9 @@ WHEELHOUSE = Path(os.environ.get("CN_WHEELHOUSE") or Path(
     os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "container-notifier" / "wheels")
 """Where `make wheels` put every wheel the lock files pin (the Makefile's CN_WHEELHOUSE, with
 the same default)."""
+SERVER_FILES = ("pyproject.toml", "LICENSE", "README.md", "apiserver", "certs")
+"""What the server's sdist is made of: pyproject.toml, its licence file, and the packages its
+packages.find includes (tests/unit/test_release.py checks the two agree)."""
 PLUGIN_PROJECT = REPO_ROOT / "plugins" / "pypi"
 PLUGIN_DISTRIBUTION = "kubectl_notify"
 """The plugin's distribution name as wheel and sdist file names spell it (kubectl-notify)."""
@@ -128,7 +131,20 @@ class Release:
         return [sdist, self.backend(source, "build_wheel")]
 
     def server(self) -> list[Path]:
-        return self.sdist_and_wheel(REPO_ROOT)
+        """Built from a copy of what the server's sdist holds (SERVER_FILES), so the build
+        writes nothing into the checkout (no egg-info over the editable install's)."""
+        project = self.work / "server"
+        if project.exists():
+            shutil.rmtree(project)
+        project.mkdir()
+        for name in SERVER_FILES:
+            source = REPO_ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, project / name,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                shutil.copy(source, project / name)
+        return self.sdist_and_wheel(project)
 
     def plugin(self) -> list[Path]:
         """plugins/pypi/ with LICENSE, kubectl_notify/ and VERSION copied beside it."""

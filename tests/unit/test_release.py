@@ -66,6 +66,14 @@ def test_the_plugin_wheel_needs_only_httpx_and_pyyaml_as_the_server_pins_them(
     assert tops == {"kubectl_notify", f"kubectl_notify-{VERSION}.dist-info"}
 
 
+def test_the_server_is_built_from_what_its_pyproject_names() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"][
+        "include"]}
+    assert set(release.SERVER_FILES) == {"pyproject.toml", "README.md",
+                                         *project["project"]["license-files"], *packages}
+
+
 def test_the_server_wheel_does_not_ship_the_plugin(dist: Path) -> None:
     with zipfile.ZipFile(dist / f"container_notifier-{VERSION}-py3-none-any.whl") as wheel:
         tops = {name.split("/")[0] for name in wheel.namelist()}
