@@ -39,6 +39,7 @@ from apiserver.api.validation import (
     label_value_errors,
     qualified_name_errors,
 )
+from apiserver.config import flag_default
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 OURS = "io.x-k8s.notifier.v1alpha1"
@@ -58,6 +59,9 @@ class Phase(StrEnum):
 PHASES = tuple(Phase)
 FINISHED_PHASES = (Phase.SUCCEEDED, Phase.FAILED)
 PhaseName = Annotated[str, OneOf(PHASES)]
+NOTIFICATION_PHASES = tuple(phase for phase in Phase if phase is not Phase.HELD)
+"""A Notification is never Held (a held pod's run counts as succeeded: docs/notifications.md)."""
+NotificationPhaseName = Annotated[str, OneOf(NOTIFICATION_PHASES)]
 
 CONDITION_COMPLETE, CONDITION_FAILED = "Complete", "Failed"
 """The condition types of a finished run (PodNotifier, Notification), as a Job has them:
@@ -88,6 +92,7 @@ ConcurrencyPolicy = Annotated[str, OneOf(CONCURRENCY_POLICIES)]
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 MAX_TTL_SECONDS = 30 * 24 * 3600
+DEFAULT_PARALLELISM = 1
 MAX_DEADLINE_SECONDS = 7 * 24 * 3600
 MAX_GENERATE_NAME_LENGTH = 248
 """generateName prefixes leave room for the 5 characters the server appends (253 in all)."""
@@ -100,6 +105,12 @@ A_STRING = "must be a string"
 TIME = f"{META}.Time"
 TIME_SCHEMA: Schema = {"type": "string", "format": "date-time",
                        "description": "Time is a timestamp in RFC 3339 form, in UTC."}
+
+
+def _server_default(option: str) -> str:
+    """``the server's --flag (N unless its operator set another)``, for descriptions."""
+    flag, default = flag_default(option)
+    return f"the server's {flag} ({default} unless its operator set another)"
 
 
 def _listed(words: tuple[str, ...]) -> str:
@@ -460,8 +471,10 @@ class PodNotifierSpec(APIModel):
         description="Overrides the notifier's timeoutSeconds; bounded by the server's maximum."),
         Bounds(1, "max_timeout_seconds"), Invalid(WHOLE_NUMBER)] = None
     ttl_seconds_after_finished: Annotated[int | None, Field(
-        description="Seconds to keep this record after it finishes. Default: set by the "
-                    "server."), Bounds(0, MAX_TTL_SECONDS), Invalid(WHOLE_NUMBER)] = None
+        description="Seconds to keep this record after it finishes. Default: "
+                    f"{_server_default('default_ttl_seconds_after_finished')}; at most "
+                    f"{MAX_TTL_SECONDS} (30 days)."),
+        Bounds(0, MAX_TTL_SECONDS), Invalid(WHOLE_NUMBER)] = None
     requested_by: Annotated[RequestedBy | None, Field(
         description="Who requested the run. Set by the server from the authenticated caller; a "
                     "client-supplied value is ignored."), ServerSet()] = None
@@ -659,8 +672,9 @@ class NotificationSpec(APIModel):
         description="Abort (default): start no new pods after the first failure. Continue: "
                     "notify every pod."), OneOf(FAILURE_POLICIES)] = ABORT
     parallelism: Annotated[int, Field(
-        description="How many pods run the notifier at once; bounded by the server."),
-        Bounds(1, "max_parallelism"), Invalid(WHOLE_NUMBER)] = 1
+        description=f"How many pods run the notifier at once. Default {DEFAULT_PARALLELISM}; "
+                    f"at most {_server_default('max_notification_parallelism')}."),
+        Bounds(1, "max_parallelism"), Invalid(WHOLE_NUMBER)] = DEFAULT_PARALLELISM
     containers: Annotated[ContainerNames, Field(
         description="Containers to notify in each pod. Default: every container that declares "
                     "the notifier.")] = None
@@ -739,8 +753,8 @@ class NotificationStatus(APIModel):
 
     schema_name = f"{OURS}.NotificationStatus"
 
-    phase: Annotated[PhaseName | None, Field(
-        description="Pending, Running, Succeeded or Failed.")] = None
+    phase: Annotated[NotificationPhaseName | None, Field(
+        description=f"{_listed(NOTIFICATION_PHASES)}.")] = None
     counts: Annotated[NotificationCounts | None, Field(
         description="Pods by state of their run.")] = None
     window: Annotated[NotificationWindow | None, Field(

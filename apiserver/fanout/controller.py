@@ -57,6 +57,7 @@ from apiserver.api.types import (
     CONDITION_QUIESCED,
     CONDITION_TYPES,
     CONDITION_WAITING_FOR_PODS,
+    DEFAULT_PARALLELISM,
     WAIT,
     Phase,
 )
@@ -572,7 +573,7 @@ class NotificationRun:
     async def _run_pods(self, started: str) -> bool:
         """Start pods as slots free up; returns True if the deadline stopped the run."""
         deadline = self._deadline(started)
-        slots = asyncio.Semaphore(self.spec.get("parallelism", 1))
+        slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
         running: set[asyncio.Task[None]] = set()
         all_pods = self.spec.get("policy") == ALL_PODS
         deadline_passed = False
@@ -933,7 +934,7 @@ class NotificationRun:
         then store unquiescedTime."""
         targets = [p for p in self.pods.values()
                    if p.release in (scope.RELEASE_PENDING, scope.RELEASE_STARTED)]
-        slots = asyncio.Semaphore(self.spec.get("parallelism", 1))
+        slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
 
         async def release(pod: ScopedPod) -> None:
             async with slots:
@@ -1057,7 +1058,7 @@ class NotificationRun:
             return
         targets = [p for p in self.pods.values()
                    if p.rollback in (scope.ROLLBACK_PENDING, scope.ROLLBACK_STARTED)]
-        slots = asyncio.Semaphore(self.spec.get("parallelism", 1))
+        slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
 
         async def undo(pod: ScopedPod) -> None:
             async with slots:

@@ -239,7 +239,8 @@ async def test_fan_out_on_a_terminal_redraws_a_bar_then_lists_failed_pods() -> N
     code, out = await run(server, NotifySelector("app=db", "quiesce"), tty=True)
     assert code == FAILED
     assert out.count("\r\033[K[") == 4
-    assert "\r\033[K[====================xxxxxxxxxx] 3/3 done: 2 succeeded, 1 failed, 0 running\n" in out
+    assert ("\r\033[K[====================xxxxxxxxxx] 3/3 done: 2 succeeded, 1 failed, "
+            "0 running\n") in out
     tail = out.rsplit("\n", 6)[-6:]
     assert tail[0] == "notification/quiesce-x1 Failed: 2 succeeded, 1 failed, 0 skipped of 3 pods"
     assert tail[1] == "PodsFailed: 1 of 3 pods failed"
