@@ -288,6 +288,9 @@ class NotificationRun:
         self.holder = Holder(self.uid, self.namespace, self.name)
         self.conflicts: dict[str, str] = {}
         """Pod -> the Notification that was quiescing it (Forbid), for the Failed message."""
+        self.run_conflicts: dict[str, str] = {}
+        """Pod -> the record of the same notifier that was unfinished on it (RunConflict), for
+        the Failed message."""
         self._release_detail = ""
 
     def _note_stopped(self, reason: str) -> None:
@@ -702,6 +705,8 @@ class NotificationRun:
             raise
         except Exception as error:
             state, reason = pod_outcome(error)
+            if isinstance(error, RunConflict):
+                self.run_conflicts[pod.pod] = error.record
             extra = {"namespace": self.namespace, "notification": self.name, "pod": pod.pod,
                      "notifier": notifier, "reason": reason,
                      "error": f"{type(error).__name__}: {error}"}
@@ -1030,6 +1035,12 @@ class NotificationRun:
         if conflicts:
             message += ("; being quiesced by another Notification: "
                         + ", ".join(conflicts[:MAX_PODS_IN_MESSAGE]))
+        running = [f"{p.pod} (podnotifier {self.run_conflicts[p.pod]})"
+                   for p in self.pods.values() if p.state == scope.FAILED
+                   and p.reason == RunConflict.__name__ and p.pod in self.run_conflicts]
+        if running:
+            message += (f'; notifier "{self.spec["notifier"]}" was already running on: '
+                        + ", ".join(running[:MAX_PODS_IN_MESSAGE]))
         if detail:
             message = f"{detail}; {message}"
         return {"type": "Failed", "status": "True", "reason": reason, "message": message,
