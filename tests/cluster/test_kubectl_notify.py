@@ -95,6 +95,10 @@ def test_notify_failure_exits_1_with_the_exit_code(
     assert "Failed (NonZeroExitCode)" in lines[0]
     assert columns(lines[2])[:4] == ["db", "Failed", "NonZeroExitCode", "3"]
     assert "--- db stdout, last 1 line:" in lines and "    partial" in lines
+    (message,) = [line for line in lines if line.startswith("--- db message: ")]
+    # kwok quotes the command line it ran: the declared one, not the server's PID wrapper
+    assert "sh -c echo partial; exit 3: exit status 3" in message, message
+    assert "container-notifier" not in message and "printf" not in message, message
 
 
 def test_notify_forbidden_and_not_declared_exit_2(
