@@ -74,8 +74,13 @@ Notification created with no pod in scope has none, False once pods joined."""
 CONDITION_QUIESCED = "Quiesced"
 """A Notification with spec.release: True (reason AllPodsQuiesced) while its quiesce window is
 open, False (reason Released, or ReleasedAfterMaxHold) once its release started."""
+CONDITION_WAITING_FOR_NOTIFICATION = "WaitingForNotification"
+"""concurrencyPolicy Wait: True (reason OtherNotificationQuiescing) while pods wait for other
+Notifications that quiesce them with the same notifier, its message naming the pods and those
+Notifications; False (reason NoPodWaiting) once none waits."""
 NOTIFICATION_CONDITION_TYPES = (*CONDITION_TYPES, CONDITION_PODS_SKIPPED,
-                                CONDITION_WAITING_FOR_PODS, CONDITION_QUIESCED)
+                                CONDITION_WAITING_FOR_PODS, CONDITION_QUIESCED,
+                                CONDITION_WAITING_FOR_NOTIFICATION)
 PODNOTIFIER_REASONS = ("Completed", "NonZeroExitCode", "Timeout", "ContainerNotRunning",
                        "PodNotRunning", "PodDeleted", "ExecFailed", "Interrupted",
                        "InternalError", "Released", "HoldExpired", "HoldEnded", "NotReady",
@@ -777,7 +782,10 @@ class NotificationStatus(APIModel):
                     "in scope has none, False (reason PodsJoined) once pods joined; with "
                     "spec.release, Quiesced, True (reason AllPodsQuiesced) while the window "
                     "is open, False (reason Released or ReleasedAfterMaxHold) once the "
-                    "release started.",
+                    "release started; with concurrencyPolicy Wait, WaitingForNotification, "
+                    "True (reason OtherNotificationQuiescing) while pods wait for other "
+                    "Notifications quiescing them, its message naming the pods and those "
+                    "Notifications, False (reason NoPodWaiting) once none waits.",
         json_schema_extra=_list_map("type"))] = None
 
 
