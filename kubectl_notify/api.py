@@ -15,7 +15,15 @@ from contextlib import aclosing
 from typing import Any, TypeVar, cast
 
 from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable
-from kubectl_notify.errors import FAILED, PluginError, ServerError, Unreachable
+from kubectl_notify.errors import (
+    APISERVICE,
+    FAILED,
+    APIMissing,
+    APIUnavailable,
+    PluginError,
+    ServerError,
+    Unreachable,
+)
 
 GROUP = "notifier.x-k8s.io"
 VERSION = "v1alpha1"
@@ -45,6 +53,10 @@ async def answered(request: Awaitable[T]) -> T:
         raise Unreachable(str(error)) from None
 
 
+def _is_status(answer: Mapping[str, Any]) -> bool:
+    return answer.get("kind") == "Status"
+
+
 class NotifierAPI:
     """notifier.x-k8s.io and the core requests the commands use, in one namespace."""
 
@@ -53,6 +65,37 @@ class NotifierAPI:
         self._kube = kube
         self.namespace = namespace
         self._clock = clock
+
+    async def _ours(self, request: Awaitable[T]) -> T:
+        """`request` to notifier.x-k8s.io, its errors translated: a plain-text 404 or 503 is
+        kube-apiserver's own (no APIService, or one not Available: `APIMissing`,
+        `APIUnavailable`), a Status the server's."""
+        try:
+            return await request
+        except KubeRejected as error:
+            if error.status_code == 404 and not _is_status(error.answer):
+                raise APIMissing(str(error.answer.get("message") or "")) from None
+            raise ServerError(error.status_code, error.answer) from None
+        except KubeUnavailable as error:
+            if error.status_code and _is_status(error.answer):
+                raise ServerError(error.status_code, error.answer) from None
+            if error.status_code:
+                raise APIUnavailable(error.status_code, str(error.answer.get("message") or ""),
+                                     await self._apiservice_condition()) from None
+            raise Unreachable(str(error)) from None
+
+    async def _apiservice_condition(self) -> str:
+        """``Reason: message`` of the APIService's Available condition when it is not True;
+        "" if it cannot be read (reading APIServices needs a right most users lack)."""
+        try:
+            found = await self._kube.get(
+                f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}")
+        except (KubeRejected, KubeUnavailable):
+            return ""
+        for condition in (found.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Available" and condition.get("status") != "True":
+                return f"{condition.get('reason', '')}: {condition.get('message', '')}"
+        return ""
 
     def _path(self, resource: str, name: str = "") -> str:
         base = f"{API}/namespaces/{self.namespace}/{resource}"
@@ -63,22 +106,23 @@ class NotifierAPI:
         params = {"waitSeconds": str(wait_seconds)}
         if dry_run:
             params["dryRun"] = "All"
-        return await answered(self._kube.post(f"{self._path('pods', pod)}/notify", body, params))
+        return await self._ours(self._kube.post(f"{self._path('pods', pod)}/notify", body,
+                                                 params))
 
     async def create_notification(self, body: Mapping[str, Any], *, dry_run: bool = False
                                   ) -> dict[str, Any]:
         params = {"dryRun": "All"} if dry_run else None
-        return await answered(self._kube.post(self._path("notifications"), body, params))
+        return await self._ours(self._kube.post(self._path("notifications"), body, params))
 
     async def release(self, resource: str, name: str) -> dict[str, Any]:
         """POST the ``release`` subresource of a podnotifier or notification: the object."""
-        return await answered(self._kube.post(f"{self._path(resource, name)}/release", {}))
+        return await self._ours(self._kube.post(f"{self._path(resource, name)}/release", {}))
 
     async def get(self, resource: str, name: str) -> dict[str, Any]:
-        return await answered(self._kube.get(self._path(resource, name)))
+        return await self._ours(self._kube.get(self._path(resource, name)))
 
     async def items(self, resource: str, **params: str) -> list[dict[str, Any]]:
-        answer = await answered(self._kube.get(self._path(resource), params=params))
+        answer = await self._ours(self._kube.get(self._path(resource), params=params))
         return list(answer.get("items") or [])
 
     async def pod(self, name: str) -> dict[str, Any]:
@@ -150,7 +194,12 @@ class NotifierAPI:
                     yield event
         except KubeRejected as error:
             if error.status_code != 410:
-                raise ServerError(error.status_code, error.answer) from None
+                await self._ours(_raising(error))
             yield {"type": "ERROR", "object": {"code": 410}}
         except KubeUnavailable as error:
-            raise Unreachable(str(error)) from None
+            await self._ours(_raising(error))
+
+
+async def _raising(error: Exception) -> None:
+    """An awaitable that raises `error` (for `NotifierAPI._ours` to translate)."""
+    raise error
