@@ -67,22 +67,27 @@ class NotifierAPI:
         self._clock = clock
 
     async def _ours(self, request: Awaitable[T]) -> T:
-        """`request` to notifier.x-k8s.io, its errors translated: a plain-text 404 or 503 is
-        kube-apiserver's own (no APIService, or one not Available: `APIMissing`,
-        `APIUnavailable`), a Status the server's."""
+        """`request` to notifier.x-k8s.io, its errors translated (`_translated`)."""
         try:
             return await request
-        except KubeRejected as error:
+        except (KubeRejected, KubeUnavailable) as error:
+            raise await self._translated(error) from None
+
+    async def _translated(self, error: KubeRejected | KubeUnavailable) -> PluginError:
+        """An error answer of notifier.x-k8s.io for the command line: a plain-text 404 or
+        502/503/504 is kube-apiserver's own (no APIService, or one not Available:
+        `APIMissing`, `APIUnavailable`), a Status the server's (`ServerError`), no answer at
+        all `Unreachable`."""
+        if isinstance(error, KubeRejected):
             if error.status_code == 404 and not _is_status(error.answer):
-                raise APIMissing(str(error.answer.get("message") or "")) from None
-            raise ServerError(error.status_code, error.answer) from None
-        except KubeUnavailable as error:
-            if error.status_code and _is_status(error.answer):
-                raise ServerError(error.status_code, error.answer) from None
-            if error.status_code:
-                raise APIUnavailable(error.status_code, str(error.answer.get("message") or ""),
-                                     await self._apiservice_condition()) from None
-            raise Unreachable(str(error)) from None
+                return APIMissing(str(error.answer.get("message") or ""))
+            return ServerError(error.status_code, error.answer)
+        if error.status_code and _is_status(error.answer):
+            return ServerError(error.status_code, error.answer)
+        if error.status_code:
+            return APIUnavailable(error.status_code, str(error.answer.get("message") or ""),
+                                  await self._apiservice_condition())
+        return Unreachable(str(error))
 
     async def _apiservice_condition(self) -> str:
         """``Reason: message`` of the APIService's Available condition when it is not True;
@@ -194,12 +199,7 @@ class NotifierAPI:
                     yield event
         except KubeRejected as error:
             if error.status_code != 410:
-                await self._ours(_raising(error))
+                raise await self._translated(error) from None
             yield {"type": "ERROR", "object": {"code": 410}}
         except KubeUnavailable as error:
-            await self._ours(_raising(error))
-
-
-async def _raising(error: Exception) -> None:
-    """An awaitable that raises `error` (for `NotifierAPI._ours` to translate)."""
-    raise error
+            raise await self._translated(error) from None
