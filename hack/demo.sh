@@ -6,7 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/hack"
-export PATH="$PWD/.venv/bin:$PATH"  # kubectl finds the plugin (kubectl-notify) on PATH
 py=.venv/bin/python
 
 $py -m localcluster up
@@ -14,6 +13,15 @@ bins="$(bash hack/build.sh 2>/dev/null)"
 cluster_dir="${CN_CLUSTER_DIR:-$PWD/.cluster}"
 export KUBECONFIG="$cluster_dir/kubeconfig"
 kubectl="$bins/kubectl"
+# kubectl runs any kubectl-<name> on PATH as `kubectl <name>`: a launcher of this checkout's
+# plugin (kubectl_notify/, with the venv's python) makes `kubectl notify` work here, however
+# the plugin is packaged (docs/kubectl-notify.md, "Installing").
+plugin_bin="$cluster_dir/plugin-bin"
+mkdir -p "$plugin_bin"
+printf '#!/bin/sh\nPYTHONPATH=%q exec %q -m kubectl_notify "$@"\n' "$PWD" "$PWD/$py" \
+  >"$plugin_bin/kubectl-notify"
+chmod +x "$plugin_bin/kubectl-notify"
+export PATH="$plugin_bin:$PATH"
 api=/apis/notifier.x-k8s.io/v1alpha1
 source hack/demo/step.sh
 
@@ -97,7 +105,7 @@ cat <<EOM
 The control plane and container-notifier keep running. Next:
   export KUBECONFIG=$KUBECONFIG
   alias kubectl=$kubectl
-  export PATH=$PWD/.venv/bin:\$PATH                 # kubectl-notify, for kubectl notify
+  export PATH=$plugin_bin:\$PATH                    # kubectl-notify, for kubectl notify
   kubectl -n demo get podnotifiers --watch          # in another terminal
   kubectl notify -n demo $pod quiesce --kubeconfig=$bot_kubeconfig
   echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"unquiesce"}}' |
