@@ -1,5 +1,5 @@
-"""The requests the plugin makes, on `apiserver.kube.KubeClient` (so credentials refresh as the
-server's own do: an exec plugin's expired token is fetched again).
+"""The requests the plugin makes, on its `kubeclient.KubeClient` (so credentials refresh: an exec
+plugin's expired token is fetched again).
 
 Every error answer becomes a `ServerError` (printed like kubectl's ``Error from server``),
 an unreachable server `Unreachable`.
@@ -14,7 +14,6 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from typing import Any, TypeVar, cast
 
-from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable
 from kubectl_notify.errors import (
     APISERVICE,
     FAILED,
@@ -24,6 +23,7 @@ from kubectl_notify.errors import (
     ServerError,
     Unreachable,
 )
+from kubectl_notify.kubeclient import KubeClient, KubeRejected, KubeUnavailable
 
 GROUP = "notifier.x-k8s.io"
 VERSION = "v1alpha1"

@@ -24,7 +24,15 @@ from typing import Any
 from apiserver import errors
 from apiserver.api.model import APIModel
 from apiserver.api.schema import field_schema
-from apiserver.api.types import FINISHED_PHASES, Notification, ObjectMeta, Phase, PodNotifier
+from apiserver.api.types import (
+    ACCESS_INVALID_DECLARATION,
+    FINISHED_PHASES,
+    Notification,
+    NotifierPod,
+    ObjectMeta,
+    Phase,
+    PodNotifier,
+)
 from apiserver.timestamps import parse_timestamp
 
 Object = Mapping[str, Any]
@@ -332,3 +340,58 @@ NOTIFICATION_TABLE = TableConvertor((
 ))
 """``kubectl get notifications``: NAME NOTIFIER PHASE SUCCEEDED/TOTAL FAILED WINDOW AGE (+
 SKIPPED ROLLED-BACK wide)."""
+
+
+# NotifierPod
+
+
+def _declared_names(obj: Object) -> list[str]:
+    """The notifier names the pod's containers declare, once each, in declaration order."""
+    names = [str(n.get("name")) for c in _get(obj, "containers") or [] if isinstance(c, Mapping)
+             for n in c.get("notifiers") or [] if isinstance(n, Mapping)]
+    return list(dict.fromkeys(names))
+
+
+def notifier_pod_notifiers(obj: Object, now: datetime) -> str:
+    if _get(obj, "access", "reason") == ACCESS_INVALID_DECLARATION:
+        return "<invalid>"
+    return ",".join(_declared_names(obj)) or "<none>"
+
+
+def notifier_pod_allowed(obj: Object, now: datetime) -> str:
+    if _get(obj, "access", "allowed") is not True:
+        return "<none>"
+    return ",".join(_declared_names(obj)) or "<none>"
+
+
+def notifier_pod_containers(obj: Object, now: datetime) -> str:
+    """Each declaring container with its notifiers: ``db=quiesce,lock side=reload``."""
+    shown = [f"{c.get('name')}=" + ",".join(str(n.get("name")) for n in c.get("notifiers") or []
+                                           if isinstance(n, Mapping))
+             for c in _get(obj, "containers") or [] if isinstance(c, Mapping)]
+    return " ".join(shown) or "<none>"
+
+
+def notifier_pod_access(obj: Object, now: datetime) -> str:
+    """The trust rule that vouches (allowed), or the reason of the refusal; "" if none."""
+    access = _get(obj, "access") or {}
+    return str(access.get("rule") or access.get("reason") or "")
+
+
+NOTIFIER_POD_TABLE = TableConvertor((
+    name_column(),
+    Column("Notifiers", notifier_pod_notifiers,
+           description="The notifier names the pod's containers declare; <invalid> if its "
+                       "annotation does not validate."),
+    Column("Allowed", notifier_pod_allowed,
+           description="The notifiers the caller may run on the pod (create pods/notify and "
+                       "a trust rule); <none> if none."),
+    age_column(),
+    Column("Containers", notifier_pod_containers, priority=1,
+           description="Each container that declares notifiers, with their names."),
+    Column("Access", notifier_pod_access, priority=1,
+           description=field_schema(NotifierPod, "access", "rule")["description"]
+           + " When refused: " + field_schema(NotifierPod, "access", "reason")["description"]),
+))
+"""``kubectl get pods.notifier.x-k8s.io``: NAME NOTIFIERS ALLOWED AGE (+ CONTAINERS ACCESS
+wide)."""

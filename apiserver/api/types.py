@@ -1,4 +1,5 @@
-"""The typed definitions of PodNotifier and Notification, and the apimachinery types they use.
+"""The typed definitions of PodNotifier, Notification and NotifierPod, and the apimachinery
+types they use.
 
 Each object is one pydantic model (model.py describes the markers): its docstring and its
 fields' descriptions are the OpenAPI schema (``SCHEMAS``, derived in schema.py, served by
@@ -809,12 +810,74 @@ class Notification(TopLevel):
                       ServerSet()] = None
 
 
+ACCESS_FORBIDDEN, ACCESS_UNTRUSTED, ACCESS_INVALID_DECLARATION, ACCESS_NOT_REVIEWED = (
+    "Forbidden", "Untrusted", "InvalidDeclaration", "NotReviewed")
+"""Why a NotifierPod's access is refused (``access.reason``)."""
+
+
+class NotifierPodContainer(APIModel):
+    """The notifiers one container of the pod declares."""
+
+    schema_name = f"{OURS}.NotifierPodContainer"
+
+    name: Annotated[str, Field(description="Container name.")]
+    notifiers: Annotated[list[dict[str, Any]] | None, Field(
+        description="The container's entries of the pod's notifier.x-k8s.io/notifiers "
+                    "annotation, as declared there: name, action (exec.command or signal), "
+                    "timeoutSeconds and, for a held notifier, hold.",
+        json_schema_extra={"items": {"type": "object",
+                                     "x-kubernetes-preserve-unknown-fields": True}})] = None
+
+
+class NotifierPodAccess(APIModel):
+    """Whether the caller may run the pod's notifiers: create pods/notify (group
+    notifier.x-k8s.io) on the pod, and a trust rule vouching for its declarations. Capacity and
+    the pod's bounds, checked when a run starts, are not part of it."""
+
+    schema_name = f"{OURS}.NotifierPodAccess"
+
+    allowed: Annotated[bool, Field(
+        description="True if the caller may run every notifier the pod declares.")]
+    rule: Annotated[str | None, Field(
+        description="When allowed, the trust rule that vouches for the declarations: "
+                    "OwnerTemplate (the pod template of the pod's controller declares the same) "
+                    "or PodExec (the caller may create pods/exec on the pod).")] = None
+    reason: Annotated[str | None, Field(
+        description=f"When not allowed: {ACCESS_FORBIDDEN} (no create pods/notify on the pod), "
+                    f"{ACCESS_UNTRUSTED} (no trust rule vouches for the declarations), "
+                    f"{ACCESS_INVALID_DECLARATION} (the annotation does not validate) or "
+                    f"{ACCESS_NOT_REVIEWED} (this request asked its most access reviews; get "
+                    "the pod by name)."), OneOf((ACCESS_FORBIDDEN, ACCESS_UNTRUSTED,
+                                                 ACCESS_INVALID_DECLARATION,
+                                                 ACCESS_NOT_REVIEWED))] = None
+    message: Annotated[str | None, Field(
+        description="When not allowed: why, and what to change.")] = None
+
+
+class NotifierPod(TopLevel):
+    """NotifierPod is what a pod declares in its notifier.x-k8s.io/notifiers annotation, and
+    whether the caller may run it: a read-only view of a core pod (same namespace, name, uid,
+    labels and creationTimestamp; resourceVersion is the pod's). Reading it needs get (or list)
+    on the core pods as well. Run a notifier with the pods/notify subresource."""
+
+    schema_name = f"{OURS}.NotifierPod"
+    KIND = "NotifierPod"
+
+    containers: Annotated[list[NotifierPodContainer] | None, Field(
+        description="The containers that declare notifiers, in the pod's order.",
+        json_schema_extra=_list_map("name"))] = None
+    access: Annotated[NotifierPodAccess | None, Field(
+        description="Whether the caller may run the declared notifiers; unset when the pod "
+                    "declares none.")] = None
+
+
 KINDS: tuple[type[TopLevel], ...] = (PodNotifier, Notification)
 PATCH_SCHEMA: Schema = {"type": "object", "description": (
     "Patch is the body of a PATCH request: a JSON patch, a JSON merge patch, a strategic merge "
     "patch (applied as a merge patch, as for custom resources) or an apply patch, as its "
     "Content-Type says.")}
 SCHEMAS: dict[str, Schema] = component_schemas(
-    (*KINDS, Status, WatchEvent), extra={TIME: TIME_SCHEMA, f"{META}.Patch": PATCH_SCHEMA},
+    (*KINDS, NotifierPod, Status, WatchEvent),
+    extra={TIME: TIME_SCHEMA, f"{META}.Patch": PATCH_SCHEMA},
     list_meta=ListMeta.schema_name)
 """Every component the OpenAPI documents hold, in OpenAPI 3 form."""

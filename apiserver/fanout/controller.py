@@ -79,6 +79,7 @@ from apiserver.notifier.events import NotificationEvents, notification_ref
 from apiserver.notifier.request import NotifyRequest
 from apiserver.notifier.runner import retry_until_stored
 from apiserver.registry.errors import NotFound
+from apiserver.registry.paging import all_objects
 from apiserver.registry.store import ObjectStore
 from apiserver.timestamps import parse_timestamp
 
@@ -1403,14 +1404,8 @@ class FanoutManager:
             datetime.now(UTC).timestamp() - created >= self._scope_grace)
 
     async def _all_notifications(self) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
-        token = ""
-        while True:
-            page = await self.parts.notifications.list(None, limit=500, continue_token=token)
-            found.update((obj["metadata"]["uid"], obj) for obj in page.items)
-            token = page.continue_token
-            if not token:
-                return found
+        return {obj["metadata"]["uid"]: obj
+                async for obj in all_objects(self.parts.notifications)}
 
     async def _fail_unrecorded(self, notification: dict[str, Any]) -> None:
         meta = notification["metadata"]

@@ -40,15 +40,7 @@ past that every request paid a new TLS handshake)."""
 
 
 class KubeUnavailable(ServiceUnavailable):
-    """kube-apiserver could not be reached or could not answer (the server fails closed).
-    `status_code` is the answer's code (502, 503, 504), 0 when none came; `answer` its body,
-    as `KubeRejected.answer` has it (``{"message": text}`` for a body that is no JSON)."""
-
-    def __init__(self, message: str, *, status_code: int = 0,
-                 answer: Mapping[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.answer = dict(answer or {})
+    """kube-apiserver could not be reached or could not answer (the server fails closed)."""
 
 
 class KubeRejected(InternalError):
@@ -202,6 +194,5 @@ class KubeClient:
         if not isinstance(status, dict):
             status = {"message": str(status)[:200]}
         if code in UNAVAILABLE_CODES:
-            raise KubeUnavailable(f"kube-apiserver answered {code}: {status.get('message', '')}",
-                                  status_code=code, answer=status)
+            raise KubeUnavailable(f"kube-apiserver answered {code}: {status.get('message', '')}")
         raise KubeRejected(code, status)

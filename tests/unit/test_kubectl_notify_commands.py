@@ -15,13 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from apiserver.kube import Connection, KubeClient
 from kubectl_notify.__main__ import main, run_command
 from kubectl_notify.api import NotifierAPI
 from kubectl_notify.cli import CanI, ListNotifiers, NotifyPod, NotifySelector, Release
 from kubectl_notify.commands.fanout import PLAIN_INTERVAL, Progress
+from kubectl_notify.connection import Connection
 from kubectl_notify.errors import FAILED, SUCCEEDED, USAGE, PluginError, ServerError
 from kubectl_notify.impersonation import Impersonating
+from kubectl_notify.kubeclient import KubeClient
 from kubectl_notify.terminal import Terminal
 
 API = "/apis/notifier.x-k8s.io/v1alpha1/namespaces/ns"
