@@ -27,7 +27,15 @@ USER_AGENT = "kubectl-notify"
 
 
 class KubeUnavailable(Exception):
-    """kube-apiserver could not be reached or could not answer."""
+    """kube-apiserver could not be reached or could not answer. `status_code` is the answer's
+    code (502, 503, 504), 0 when none came; `answer` its body, as `KubeRejected.answer` has it
+    (``{"message": text}`` for a body that is no JSON)."""
+
+    def __init__(self, message: str, *, status_code: int = 0,
+                 answer: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.answer = dict(answer or {})
 
 
 class KubeRejected(Exception):
@@ -138,5 +146,6 @@ class KubeClient:
         if not isinstance(status, dict):
             status = {"message": str(status)[:200]}
         if code in UNAVAILABLE_CODES:
-            raise KubeUnavailable(f"kube-apiserver answered {code}: {status.get('message', '')}")
+            raise KubeUnavailable(f"kube-apiserver answered {code}: {status.get('message', '')}",
+                                  status_code=code, answer=status)
         raise KubeRejected(code, status)

@@ -38,7 +38,7 @@ PODNOTIFIER_RELEASE = Resource("podnotifiers/release", "PodNotifier", ("create",
 NOTIFICATIONS = Resource(
     "notifications", "Notification",
     ("create", "delete", "deletecollection", "get", "list", "patch", "watch"),
-    singular="notification", categories=("notifier",),
+    singular="notification", short_names=("notif",), categories=("notifier",),
 )
 NOTIFICATION_RELEASE = Resource("notifications/release", "Notification", ("create",))
 """Ends a Notification's quiesce window (spec.release)."""

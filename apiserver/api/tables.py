@@ -302,6 +302,26 @@ def notification_count(name: str, column: str, priority: int = 0) -> Column:
                         priority=priority)
 
 
+def notification_window(obj: Object, now: datetime) -> str:
+    """The quiesce window (spec.release, status.window): ``open 12s`` while it is open (since
+    quiescedTime), ``closed 3s`` once the release started (it was open that long), ``never
+    opened`` when the Notification ended without every pod quiesced, ``quiescing`` until then;
+    empty without spec.release."""
+    if not isinstance(_get(obj, "spec", "release"), Mapping):
+        return ""
+    window = _get(obj, "status", "window")
+    window = window if isinstance(window, Mapping) else {}
+    opened = parse_timestamp(window.get("quiescedTime"))
+    released = parse_timestamp(window.get("releaseTime"))
+    if opened is not None and released is not None:
+        return f"closed {human_duration(released - opened)}"
+    if opened is not None:
+        return f"open {human_duration(now.timestamp() - opened)}"
+    if released is not None or _get(obj, "status", "phase") in FINISHED_PHASES:
+        return "never opened"
+    return "quiescing"
+
+
 NOTIFICATION_TABLE = TableConvertor((
     name_column(),
     field_column("Notifier", Notification, "spec", "notifier"),
@@ -309,11 +329,17 @@ NOTIFICATION_TABLE = TableConvertor((
     Column("Succeeded/Total", notification_progress,
            description="Pods whose notifier succeeded, of the pods in scope."),
     notification_count("failed", "Failed"),
+    Column("Window", notification_window,
+           description="With spec.release, the quiesce window: open 12s while every pod is "
+                       "quiesced (since status.window.quiescedTime), closed 3s once the release "
+                       "started (how long it was open), quiescing before, never opened if the "
+                       "Notification ended first; empty without spec.release."),
     age_column(),
     notification_count("skipped", "Skipped", priority=1),
     notification_count("rolledBack", "Rolled-back", priority=1),
 ))
-"""``kubectl get notifications``: NAME NOTIFIER PHASE SUCCEEDED/TOTAL FAILED AGE."""
+"""``kubectl get notifications``: NAME NOTIFIER PHASE SUCCEEDED/TOTAL FAILED WINDOW AGE (+
+SKIPPED ROLLED-BACK wide)."""
 
 
 # NotifierPod

@@ -40,6 +40,7 @@ from apiserver.api.validation import (
     label_value_errors,
     qualified_name_errors,
 )
+from apiserver.config import flag_default
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 OURS = "io.x-k8s.notifier.v1alpha1"
@@ -59,6 +60,9 @@ class Phase(StrEnum):
 PHASES = tuple(Phase)
 FINISHED_PHASES = (Phase.SUCCEEDED, Phase.FAILED)
 PhaseName = Annotated[str, OneOf(PHASES)]
+NOTIFICATION_PHASES = tuple(phase for phase in Phase if phase is not Phase.HELD)
+"""A Notification is never Held (a held pod's run counts as succeeded: docs/notifications.md)."""
+NotificationPhaseName = Annotated[str, OneOf(NOTIFICATION_PHASES)]
 
 CONDITION_COMPLETE, CONDITION_FAILED = "Complete", "Failed"
 """The condition types of a finished run (PodNotifier, Notification), as a Job has them:
@@ -71,8 +75,13 @@ Notification created with no pod in scope has none, False once pods joined."""
 CONDITION_QUIESCED = "Quiesced"
 """A Notification with spec.release: True (reason AllPodsQuiesced) while its quiesce window is
 open, False (reason Released, or ReleasedAfterMaxHold) once its release started."""
+CONDITION_WAITING_FOR_NOTIFICATION = "WaitingForNotification"
+"""concurrencyPolicy Wait: True (reason OtherNotificationQuiescing) while pods wait for other
+Notifications that quiesce them with the same notifier, its message naming the pods and those
+Notifications; False (reason NoPodWaiting) once none waits."""
 NOTIFICATION_CONDITION_TYPES = (*CONDITION_TYPES, CONDITION_PODS_SKIPPED,
-                                CONDITION_WAITING_FOR_PODS, CONDITION_QUIESCED)
+                                CONDITION_WAITING_FOR_PODS, CONDITION_QUIESCED,
+                                CONDITION_WAITING_FOR_NOTIFICATION)
 PODNOTIFIER_REASONS = ("Completed", "NonZeroExitCode", "Timeout", "ContainerNotRunning",
                        "PodNotRunning", "PodDeleted", "ExecFailed", "Interrupted",
                        "InternalError", "Released", "HoldExpired", "HoldEnded", "NotReady",
@@ -89,6 +98,7 @@ ConcurrencyPolicy = Annotated[str, OneOf(CONCURRENCY_POLICIES)]
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 MAX_TTL_SECONDS = 30 * 24 * 3600
+DEFAULT_PARALLELISM = 1
 MAX_DEADLINE_SECONDS = 7 * 24 * 3600
 MAX_GENERATE_NAME_LENGTH = 248
 """generateName prefixes leave room for the 5 characters the server appends (253 in all)."""
@@ -101,6 +111,12 @@ A_STRING = "must be a string"
 TIME = f"{META}.Time"
 TIME_SCHEMA: Schema = {"type": "string", "format": "date-time",
                        "description": "Time is a timestamp in RFC 3339 form, in UTC."}
+
+
+def _server_default(option: str) -> str:
+    """``the server's --flag (N unless its operator set another)``, for descriptions."""
+    flag, default = flag_default(option)
+    return f"the server's {flag} ({default} unless its operator set another)"
 
 
 def _listed(words: tuple[str, ...]) -> str:
@@ -461,8 +477,10 @@ class PodNotifierSpec(APIModel):
         description="Overrides the notifier's timeoutSeconds; bounded by the server's maximum."),
         Bounds(1, "max_timeout_seconds"), Invalid(WHOLE_NUMBER)] = None
     ttl_seconds_after_finished: Annotated[int | None, Field(
-        description="Seconds to keep this record after it finishes. Default: set by the "
-                    "server."), Bounds(0, MAX_TTL_SECONDS), Invalid(WHOLE_NUMBER)] = None
+        description="Seconds to keep this record after it finishes. Default: "
+                    f"{_server_default('default_ttl_seconds_after_finished')}; at most "
+                    f"{MAX_TTL_SECONDS} (30 days)."),
+        Bounds(0, MAX_TTL_SECONDS), Invalid(WHOLE_NUMBER)] = None
     requested_by: Annotated[RequestedBy | None, Field(
         description="Who requested the run. Set by the server from the authenticated caller; a "
                     "client-supplied value is ignored."), ServerSet()] = None
@@ -660,8 +678,9 @@ class NotificationSpec(APIModel):
         description="Abort (default): start no new pods after the first failure. Continue: "
                     "notify every pod."), OneOf(FAILURE_POLICIES)] = ABORT
     parallelism: Annotated[int, Field(
-        description="How many pods run the notifier at once; bounded by the server."),
-        Bounds(1, "max_parallelism"), Invalid(WHOLE_NUMBER)] = 1
+        description=f"How many pods run the notifier at once. Default {DEFAULT_PARALLELISM}; "
+                    f"at most {_server_default('max_notification_parallelism')}."),
+        Bounds(1, "max_parallelism"), Invalid(WHOLE_NUMBER)] = DEFAULT_PARALLELISM
     containers: Annotated[ContainerNames, Field(
         description="Containers to notify in each pod. Default: every container that declares "
                     "the notifier.")] = None
@@ -740,8 +759,8 @@ class NotificationStatus(APIModel):
 
     schema_name = f"{OURS}.NotificationStatus"
 
-    phase: Annotated[PhaseName | None, Field(
-        description="Pending, Running, Succeeded or Failed.")] = None
+    phase: Annotated[NotificationPhaseName | None, Field(
+        description=f"{_listed(NOTIFICATION_PHASES)}.")] = None
     counts: Annotated[NotificationCounts | None, Field(
         description="Pods by state of their run.")] = None
     window: Annotated[NotificationWindow | None, Field(
@@ -764,7 +783,10 @@ class NotificationStatus(APIModel):
                     "in scope has none, False (reason PodsJoined) once pods joined; with "
                     "spec.release, Quiesced, True (reason AllPodsQuiesced) while the window "
                     "is open, False (reason Released or ReleasedAfterMaxHold) once the "
-                    "release started.",
+                    "release started; with concurrencyPolicy Wait, WaitingForNotification, "
+                    "True (reason OtherNotificationQuiescing) while pods wait for other "
+                    "Notifications quiescing them, its message naming the pods and those "
+                    "Notifications, False (reason NoPodWaiting) once none waits.",
         json_schema_extra=_list_map("type"))] = None
 
 

@@ -28,6 +28,7 @@ def test_api_resource_list():
         "delete", "deletecollection", "get", "list", "patch", "watch"]
     assert by_name["podnotifiers"]["shortNames"] == ["pnot"]
     assert by_name["notifications"]["kind"] == "Notification"
+    assert by_name["notifications"]["shortNames"] == ["notif"]
     assert sorted(by_name["notifications"]["verbs"]) == [
         "create", "delete", "deletecollection", "get", "list", "patch", "watch"]
     assert all(r["namespaced"] for r in document["resources"])
