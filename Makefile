@@ -12,7 +12,8 @@ HAPROXY := /usr/sbin/haproxy
 export CN_WHEELHOUSE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/container-notifier/wheels
 LOCKS := requirements/build.lock requirements/runtime.lock
 
-# The chart is linted with each certificate mode, the optional objects on, and SQLite storage.
+# The chart is linted with each certificate mode, the optional objects on, and SQLite storage,
+# each with an image repository (the chart requires one: no image is published).
 CHART := charts/container-notifier
 CHART_VALUE_SETS := \
 	certificates.mode=bootstrap \
@@ -21,7 +22,7 @@ CHART_VALUE_SETS := \
 	networkPolicy.enabled=true,networkPolicy.apiserver.cidrs={10.0.0.0/24},metrics.serviceMonitor.enabled=true \
 	storage.backend=sqlite,replicas=1
 
-.PHONY: venv wheels haproxy test lint chart-lint lock image demo bench cluster-up cluster-down cluster-status
+.PHONY: venv wheels haproxy test lint chart-lint lock image release demo bench cluster-up cluster-down cluster-status
 
 # The runtime lock's versions constrain the venv (without its hashes, which pip cannot check for
 # an editable install), so tests run what the image ships.
@@ -60,7 +61,7 @@ wheels: venv
 	done
 
 lint: venv chart-lint
-	$(VENV)/bin/ruff check apiserver certs hack kubectl_notify tests
+	$(VENV)/bin/ruff check apiserver certs hack kubectl_notify plugins tests
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) hack/check_containerfile.py
@@ -82,14 +83,23 @@ lock: venv
 image:
 	bash hack/image.sh
 
+# Every artifact into dist/ (docs/release.md): the server's and the plugin's sdist and wheel, the
+# krew archive and manifest, the packaged chart, and the image when a container builder exists.
+# Offline (but the image): the build backend and the plugin's dependencies come from the
+# wheelhouse. RELEASE_ARGS: e.g. `plugin krew`, or --krew-uri-base=<where you upload it>.
+RELEASE_ARGS ?=
+release: wheels
+	$(PY) hack/release.py $(RELEASE_ARGS)
+
 # helm lint and helm template of each value set, then the drift check: apiservice/ (generated
 # from the chart by hack/render_manifests.py) must equal the chart's output.
 chart-lint: venv
 	@bins="$$(bash hack/build.sh 2>/dev/null | tail -1)" && for set in $(CHART_VALUE_SETS); do \
 		echo "helm lint/template $(CHART) --set $$set"; \
-		"$$bins/helm" lint --strict --quiet $(CHART) --set "$$set" >/dev/null && \
+		"$$bins/helm" lint --strict --quiet $(CHART) --set image.repository=container-notifier \
+			--set "$$set" >/dev/null && \
 		"$$bins/helm" template container-notifier $(CHART) --namespace container-notifier \
-			--set "$$set" >/dev/null || exit 1; \
+			--set image.repository=container-notifier --set "$$set" >/dev/null || exit 1; \
 	done
 	$(PY) hack/render_manifests.py --check
 

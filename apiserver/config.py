@@ -317,6 +317,13 @@ def flag_name(field: dataclasses.Field[Any]) -> str:
     return "--" + field.name.replace("_", "-")
 
 
+def flag_default(name: str) -> tuple[str, Any]:
+    """The flag of the ``ServerOptions`` field `name` and its default, e.g.
+    ``("--max-hold-seconds", 3600)``: for descriptions that name a server default."""
+    field = next(f for f in dataclasses.fields(ServerOptions) if f.name == name)
+    return flag_name(field), field.default
+
+
 def flag_of(field: dataclasses.Field[Any]) -> Flag:
     flag = field.metadata.get(_FLAG)
     if not isinstance(flag, Flag):

@@ -37,7 +37,7 @@ from apiserver.fanout import scope, spec
 from apiserver.fanout.controller import FanoutManager, FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
 from apiserver.fanout.scope import ScopeStore
-from apiserver.handlers import notifications, notify, podnotifiers
+from apiserver.handlers import notifications, notifier_pods, notify, podnotifiers
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.kube.events import EventRecorder
@@ -48,18 +48,16 @@ from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.events import REPORTING_CONTROLLER, NotificationEvents, RunEvents
 from apiserver.notifier.exec_stream import KubeEndpoint
 from apiserver.notifier.holds import HoldReleases
+from apiserver.notifier.notifier_pods import NotifierPods
 from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import KubeExec, Runner
 from apiserver.notifier.trust import TrustRules
 from apiserver.registry import namespace_guard
 from apiserver.registry.decoding import Decoder
-from apiserver.registry.kube_store import (
-    DEFAULT_HISTORY,
-    DEFAULT_INSTANCE,
-    KubeObjectStore,
-    check_installed,
-)
+from apiserver.registry.kube_cache import DEFAULT_HISTORY
+from apiserver.registry.kube_objects import DEFAULT_INSTANCE, check_installed
+from apiserver.registry.kube_store import KubeObjectStore
 from apiserver.registry.layout_migration import LayoutMigration
 from apiserver.registry.namespace_guard import NamespaceGuardedStore
 from apiserver.registry.podnotifiers import PodNotifierStore
@@ -273,14 +271,13 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
         renew_deadline=options.leader_elect_renew_deadline,
         retry_period=options.leader_elect_retry_period)
     metrics.watch_leader(lambda: elector.is_leader)
-    pod_index = PodDirectory(kube)
     pod_cache = PodCache(kube)
+    pod_index = PodDirectory(pod_cache.informer)
     owners = OwnerTemplates(kube)
     trust_watcher = TrustWatcher(clients.authentication, trust_store)
-    readiness.add("pod-index", pod_index.synced.is_set)
     readiness.add("pod-cache", pod_cache.has_synced)
     readiness.add("owner-templates", owners.has_synced)
-    metrics.watch_caches({"pod-index": pod_index.synced.is_set, "pod-cache": pod_cache.has_synced,
+    metrics.watch_caches({"pod-cache": pod_cache.has_synced,
                           "owner-templates": owners.has_synced,
                           **{f"storage-{cache.resource.plural}": functools.partial(
                               _synced, cache) for cache in caches}})
@@ -317,6 +314,9 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     routes.include_router(notify.router(admission, runner, records,
                                         options.max_timeout_seconds))
     routes.include_router(podnotifiers.router(records, watches))
+    routes.include_router(notifier_pods.router(NotifierPods(
+        pod_cache, owners, authorizer, max_timeout_seconds=options.max_timeout_seconds,
+        max_hold_seconds=options.max_hold_seconds), authorizer))
     routes.include_router(podnotifiers.release_router(records, holds,
                                                       authorizer))
     routes.include_router(notifications.router(
@@ -337,7 +337,6 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
                                        name="leader-election")
         background = [
             asyncio.create_task(trust_watcher.run(), name="trust-watcher"),
-            asyncio.create_task(pod_index.run(), name="pod-index"),
             asyncio.create_task(pod_cache.run(), name="pod-cache"),
             asyncio.create_task(owners.run(), name="owner-templates"),
             asyncio.create_task(housekeeping.collect_forever(

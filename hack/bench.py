@@ -29,6 +29,10 @@ Figures:
   pods/exec (what a backup tool running hooks one by one does) and raw pods/exec at the same
   concurrency (the limit); the server's peak RSS during those runs (the server is restarted
   first, so the peak is theirs alone).
+
+With --profile, a last phase samples every replica with py-spy (hack/profiling.py) during
+sequential notifies and then 8 concurrent callers, writes each replica's collapsed stacks to
+bench-results/profile-<replica>.txt and puts the functions with the most samples in the JSON.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import profiling
 from prometheus_client.parser import text_string_to_metric_families
 
 from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
@@ -392,8 +397,20 @@ async def run(args: argparse.Namespace) -> dict:
                        for name, call in (("notify", bench.notify), ("exec", bench.exec))}
     if not args.quick:
         await full_run(cluster, bench, args, results)
+    if args.profile:
+        results["profile"] = await profile(cluster, bench, args)
     await bench.http.aclose()
     return results
+
+
+async def profile(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> dict:
+    """Each replica's busiest functions during sequential notifies, then 8 callers."""
+    pids = {f"replica-{index}": server.pid
+            for index, server in enumerate(plane.replicas(cluster.layout))}
+    with profiling.sampled(pids, args.output.parent) as files:
+        await bench.latency(bench.notify, args.latency_samples)
+        await bench.throughput(bench.notify, min(8, len(bench.pods)), args.throughput_requests)
+    return {name: profiling.summary(path) for name, path in files.items()}
 
 
 async def full_run(cluster: Cluster, bench: Bench, args: argparse.Namespace,
@@ -490,7 +507,7 @@ def report(results: dict) -> str:
               f"{lat['exec']['p50'] * 1000:.1f} ms | {floor / lat['exec']['p50']:.2f} |",
               f"| notify p50 over the floor | {lat['notify']['p50'] / floor:.2f} | | |"]
     if results["quick"]:
-        return "\n".join(lines + cost_report(results["cost"]))
+        return "\n".join(lines + cost_report(results["cost"]) + profile_report(results))
     kubectl = lat["kubectl_exec"]
     for key in ("p50", "p95"):
         lines.append(f"| latency {key}, notify against kubectl exec | "
@@ -544,7 +561,7 @@ def report(results: dict) -> str:
         memory = fan["server_memory"]
         lines.append(f"\nserver peak RSS during the fan-out runs: {memory['VmHWM'] / 2**20:.1f} "
                      f"MiB; Notification object {fan['object_bytes']} bytes")
-    return "\n".join(lines + cost_report(results["cost"]))
+    return "\n".join(lines + cost_report(results["cost"]) + profile_report(results))
 
 
 def cost_report(costs: dict) -> list[str]:
@@ -576,6 +593,14 @@ def cost_report(costs: dict) -> list[str]:
     return lines
 
 
+def profile_report(results: dict) -> list[str]:
+    lines = []
+    for name, found in (results.get("profile") or {}).items():
+        lines += ["", f"{name}: {found['samples']} busy samples; most on top of the stack:"]
+        lines += [f"  {share * 100:5.1f}%  {frame}" for frame, share in found["self"][:8]]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -594,6 +619,8 @@ def main() -> None:
     parser.add_argument("--fanout-pods", type=int, default=1000,
                         help="pods of the fan-out benchmark (0 skips it)")
     parser.add_argument("--fanout-parallelism", type=int, nargs="+", default=[1, 10, 50])
+    parser.add_argument("--profile", action="store_true",
+                        help="sample the replicas with py-spy in a last phase (hack/profiling.py)")
     parser.add_argument("--output", type=Path, default=None,
                         help="default bench-results/bench.json (bench-quick.json with --quick)")
     args = parser.parse_args()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make demo: bring up the local control plane with container-notifier, deploy a database whose
-# pod template declares notifiers, trigger them with kubectl and curl as an RBAC-limited user,
-# and show the records. Leaves the cluster running.
+# pod template declares notifiers, trigger them with kubectl, curl and the kubectl notify
+# plugin as an RBAC-limited user, and show the records. Leaves the cluster running.
+# Each command shown after "$ " is printed shell-quoted exactly as it runs (hack/demo/step.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/hack"
@@ -12,9 +13,17 @@ bins="$(bash hack/build.sh 2>/dev/null)"
 cluster_dir="${CN_CLUSTER_DIR:-$PWD/.cluster}"
 export KUBECONFIG="$cluster_dir/kubeconfig"
 kubectl="$bins/kubectl"
+# kubectl runs any kubectl-<name> on PATH as `kubectl <name>`: a launcher of this checkout's
+# plugin (kubectl_notify/, with the venv's python) makes `kubectl notify` work here, however
+# the plugin is packaged (docs/kubectl-notify.md, "Installing").
+plugin_bin="$cluster_dir/plugin-bin"
+mkdir -p "$plugin_bin"
+printf '#!/bin/sh\nPYTHONPATH=%q exec %q -m kubectl_notify "$@"\n' "$PWD" "$PWD/$py" \
+  >"$plugin_bin/kubectl-notify"
+chmod +x "$plugin_bin/kubectl-notify"
+export PATH="$plugin_bin:$PATH"
 api=/apis/notifier.x-k8s.io/v1alpha1
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*" >&2; "$@"; }
-say() { printf '\n\033[1m# %s\033[0m\n' "$*"; }
+source hack/demo/step.sh
 
 say "The notifier API is served through kube-apiserver's aggregator"
 step "$kubectl" get apiservice v1alpha1.notifier.x-k8s.io
@@ -50,6 +59,9 @@ step curl -sS --cacert "$cluster_dir/pki/ca.crt" --cert "$cert.crt" --key "$cert
   -o /dev/null -w 'HTTP %{http_code}\n'
 step tail -n 1 "$cluster_dir/pid1-signals.log"
 
+say "The same user with the kubectl notify plugin: reload, a line per container"
+step "$kubectl" notify -n demo "$pod" reload --kubeconfig="$bot_kubeconfig"
+
 say "Unquiesce, then the records"
 echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"unquiesce"}}' |
   "$kubectl" --kubeconfig="$bot_kubeconfig" create --raw \
@@ -69,15 +81,12 @@ done
 step "$kubectl" -n demo get notifications
 step "$kubectl" -n demo get podnotifiers -l notifier.x-k8s.io/notification=quiesce-all
 
-say "A held notifier: its command keeps the lock until the record is released"
-held="$(echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"lock"}}' |
-  "$kubectl" --kubeconfig="$bot_kubeconfig" create --raw \
-    "$api/namespaces/demo/pods/$pod/notify?waitSeconds=20" -f - |
-  $py -c 'import json, sys; print(json.load(sys.stdin)["metadata"]["name"])')"
+say "A held notifier, with the plugin: its command keeps the lock until the record is released"
+step "$kubectl" notify -n demo "$pod" lock --kubeconfig="$bot_kubeconfig"
+held="$("$kubectl" -n demo get podnotifiers --field-selector spec.notifier=lock,status.phase=Held \
+  -o jsonpath='{.items[0].metadata.name}')"
 step "$kubectl" -n demo get podnotifier "$held"
-echo '{}' | step "$kubectl" --kubeconfig="$bot_kubeconfig" create --raw \
-  "$api/namespaces/demo/podnotifiers/$held/release" -f - >/dev/null
-step "$kubectl" -n demo wait podnotifier "$held" --for=condition=Complete --timeout=30s
+step "$kubectl" notify -n demo release "podnotifier/$held" --kubeconfig="$bot_kubeconfig"
 step "$kubectl" -n demo get podnotifier "$held" \
   -o jsonpath='{.status.heldTime} held, released {.status.releasedTime} by {.status.releasedBy}: {.status.containers[0].message}{"\n"}'
 
@@ -96,8 +105,10 @@ cat <<EOM
 The control plane and container-notifier keep running. Next:
   export KUBECONFIG=$KUBECONFIG
   alias kubectl=$kubectl
+  export PATH=$plugin_bin:\$PATH                    # kubectl-notify, for kubectl notify
   kubectl -n demo get podnotifiers --watch          # in another terminal
-  echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"quiesce"}}' |
+  kubectl notify -n demo $pod quiesce --kubeconfig=$bot_kubeconfig
+  echo '{"apiVersion":"notifier.x-k8s.io/v1alpha1","kind":"PodNotifier","spec":{"notifier":"unquiesce"}}' |
     kubectl --kubeconfig=$bot_kubeconfig create --raw $api/namespaces/demo/pods/$pod/notify -f -
   kubectl explain podnotifiers.status
   make cluster-down                                  # stop everything, remove .cluster/

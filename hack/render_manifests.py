@@ -4,8 +4,9 @@
     PYTHONPATH=hack python hack/render_manifests.py --check  # exit 1 if they differ (make lint)
 
 The chart (charts/container-notifier) is the one definition of the manifests. apiservice/ is
-`helm template` with the default values (namespace container-notifier, bootstrap certificates),
-one file per template as before, plus namespace.yaml and kustomization.yaml; the labels that only
+`helm template` with the default values (namespace container-notifier, bootstrap certificates)
+and image.repository=IMAGE (the chart has no default: no image is published), one file per
+template as before, plus namespace.yaml and kustomization.yaml; the labels that only
 say which Helm release made an object (HELM_ONLY_LABELS) are left out.
 apiservice/cert-manager/ is the same with certificates.mode=cert-manager, in the same files plus
 cert-manager.yaml (`diff -r apiservice apiservice/cert-manager` shows what the mode changes).
@@ -40,6 +41,9 @@ CHART = REPO_ROOT / "charts" / "container-notifier"
 BASE = REPO_ROOT / "apiservice"
 NAMESPACE = "container-notifier"
 RELEASE = "container-notifier"
+IMAGE = "container-notifier"
+"""The image the kustomize base names: the local name `make image` gives it (docs/image.md);
+an overlay sets the image the user pushed (`kustomize edit set image`)."""
 
 HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/instance",
                     "app.kubernetes.io/managed-by", "app.kubernetes.io/version")
@@ -105,8 +109,9 @@ def kustomization_yaml(variant: Variant) -> str:
 # Generated from charts/container-notifier by hack/render_manifests.py: edit the chart and run
 # `PYTHONPATH=hack python hack/render_manifests.py` (make lint fails when they differ).
 {summary}
-# Set your image in an overlay of your own (docs/install.md, "Install with kustomize"):
-# `kustomize edit set image ghcr.io/container-notifier/container-notifier=<image>@<digest>`.
+# Set your image in an overlay of your own (docs/install.md, "Install with kustomize"; no image
+# is published: build and push yours, docs/image.md):
+# `kustomize edit set image {IMAGE}=<your registry>/container-notifier@<digest>`.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -114,9 +119,10 @@ resources:
 
 
 def helm_template(helm: Path, *values: str) -> str:
-    """`helm template` of the chart into NAMESPACE; `values` are `--set` assignments."""
+    """`helm template` of the chart into NAMESPACE with image.repository=IMAGE; `values` are
+    `--set` assignments."""
     argv = [str(helm), "template", RELEASE, str(CHART), f"--namespace={NAMESPACE}"]
-    for value in values:
+    for value in (f"image.repository={IMAGE}", *values):
         argv += ["--set", value]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:

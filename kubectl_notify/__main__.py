@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
-from apiserver.kube import KubeClient
 from kubectl_notify import completion, kubeconfig
 from kubectl_notify.api import REQUEST_TIMEOUT, NotifierAPI
 from kubectl_notify.cli import (
@@ -28,6 +27,7 @@ from kubectl_notify.commands import access, fanout, listing, notify, release
 from kubectl_notify.errors import SUCCEEDED, PluginError
 from kubectl_notify.escaping import escape_terminal
 from kubectl_notify.impersonation import Impersonating
+from kubectl_notify.kubeclient import KubeClient
 from kubectl_notify.terminal import Terminal
 
 INTERRUPTED = 130

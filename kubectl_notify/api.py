@@ -1,5 +1,5 @@
-"""The requests the plugin makes, on `apiserver.kube.KubeClient` (so credentials refresh as the
-server's own do: an exec plugin's expired token is fetched again).
+"""The requests the plugin makes, on its `kubeclient.KubeClient` (so credentials refresh: an exec
+plugin's expired token is fetched again).
 
 Every error answer becomes a `ServerError` (printed like kubectl's ``Error from server``),
 an unreachable server `Unreachable`.
@@ -14,8 +14,16 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from typing import Any, TypeVar, cast
 
-from apiserver.kube import KubeClient, KubeRejected, KubeUnavailable
-from kubectl_notify.errors import FAILED, PluginError, ServerError, Unreachable
+from kubectl_notify.errors import (
+    APISERVICE,
+    FAILED,
+    APIMissing,
+    APIUnavailable,
+    PluginError,
+    ServerError,
+    Unreachable,
+)
+from kubectl_notify.kubeclient import KubeClient, KubeRejected, KubeUnavailable
 
 GROUP = "notifier.x-k8s.io"
 VERSION = "v1alpha1"
@@ -45,6 +53,10 @@ async def answered(request: Awaitable[T]) -> T:
         raise Unreachable(str(error)) from None
 
 
+def _is_status(answer: Mapping[str, Any]) -> bool:
+    return answer.get("kind") == "Status"
+
+
 class NotifierAPI:
     """notifier.x-k8s.io and the core requests the commands use, in one namespace."""
 
@@ -53,6 +65,42 @@ class NotifierAPI:
         self._kube = kube
         self.namespace = namespace
         self._clock = clock
+
+    async def _ours(self, request: Awaitable[T]) -> T:
+        """`request` to notifier.x-k8s.io, its errors translated (`_translated`)."""
+        try:
+            return await request
+        except (KubeRejected, KubeUnavailable) as error:
+            raise await self._translated(error) from None
+
+    async def _translated(self, error: KubeRejected | KubeUnavailable) -> PluginError:
+        """An error answer of notifier.x-k8s.io for the command line: a plain-text 404 or
+        502/503/504 is kube-apiserver's own (no APIService, or one not Available:
+        `APIMissing`, `APIUnavailable`), a Status the server's (`ServerError`), no answer at
+        all `Unreachable`."""
+        if isinstance(error, KubeRejected):
+            if error.status_code == 404 and not _is_status(error.answer):
+                return APIMissing(str(error.answer.get("message") or ""))
+            return ServerError(error.status_code, error.answer)
+        if error.status_code and _is_status(error.answer):
+            return ServerError(error.status_code, error.answer)
+        if error.status_code:
+            return APIUnavailable(error.status_code, str(error.answer.get("message") or ""),
+                                  await self._apiservice_condition())
+        return Unreachable(str(error))
+
+    async def _apiservice_condition(self) -> str:
+        """``Reason: message`` of the APIService's Available condition when it is not True;
+        "" if it cannot be read (reading APIServices needs a right most users lack)."""
+        try:
+            found = await self._kube.get(
+                f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}")
+        except (KubeRejected, KubeUnavailable):
+            return ""
+        for condition in (found.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Available" and condition.get("status") != "True":
+                return f"{condition.get('reason', '')}: {condition.get('message', '')}"
+        return ""
 
     def _path(self, resource: str, name: str = "") -> str:
         base = f"{API}/namespaces/{self.namespace}/{resource}"
@@ -63,22 +111,23 @@ class NotifierAPI:
         params = {"waitSeconds": str(wait_seconds)}
         if dry_run:
             params["dryRun"] = "All"
-        return await answered(self._kube.post(f"{self._path('pods', pod)}/notify", body, params))
+        return await self._ours(self._kube.post(f"{self._path('pods', pod)}/notify", body,
+                                                 params))
 
     async def create_notification(self, body: Mapping[str, Any], *, dry_run: bool = False
                                   ) -> dict[str, Any]:
         params = {"dryRun": "All"} if dry_run else None
-        return await answered(self._kube.post(self._path("notifications"), body, params))
+        return await self._ours(self._kube.post(self._path("notifications"), body, params))
 
     async def release(self, resource: str, name: str) -> dict[str, Any]:
         """POST the ``release`` subresource of a podnotifier or notification: the object."""
-        return await answered(self._kube.post(f"{self._path(resource, name)}/release", {}))
+        return await self._ours(self._kube.post(f"{self._path(resource, name)}/release", {}))
 
     async def get(self, resource: str, name: str) -> dict[str, Any]:
-        return await answered(self._kube.get(self._path(resource, name)))
+        return await self._ours(self._kube.get(self._path(resource, name)))
 
     async def items(self, resource: str, **params: str) -> list[dict[str, Any]]:
-        answer = await answered(self._kube.get(self._path(resource), params=params))
+        answer = await self._ours(self._kube.get(self._path(resource), params=params))
         return list(answer.get("items") or [])
 
     async def pod(self, name: str) -> dict[str, Any]:
@@ -150,7 +199,7 @@ class NotifierAPI:
                     yield event
         except KubeRejected as error:
             if error.status_code != 410:
-                raise ServerError(error.status_code, error.answer) from None
+                raise await self._translated(error) from None
             yield {"type": "ERROR", "object": {"code": 410}}
         except KubeUnavailable as error:
-            raise Unreachable(str(error)) from None
+            raise await self._translated(error) from None

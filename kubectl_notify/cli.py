@@ -239,7 +239,9 @@ def _can_i_parser() -> argparse.ArgumentParser:
                                  "notifier.x-k8s.io), as a SelfSubjectAccessReview answers, "
                                  "with its reason; with NOTIFIER also whether the pod's trust "
                                  "rules let you run it (a dry run: nothing runs). Exit 0 if "
-                                 "every answer is yes, 1 if one is no.")
+                                 "every answer is yes, 1 if one is no. kubectl alone asks the "
+                                 "first: kubectl auth can-i create pods.notifier.x-k8s.io/POD "
+                                 "--subresource=notify.")
     parser.add_argument("command", choices=["can-i"], help=argparse.SUPPRESS)
     parser.add_argument("pod", metavar="POD", help="the pod")
     parser.add_argument("notifier", nargs="?", metavar="NOTIFIER", help="a notifier it declares")

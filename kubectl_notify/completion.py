@@ -15,12 +15,12 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from apiserver.kube import KubeClient
 from kubectl_notify import cli
 from kubectl_notify.api import NotifierAPI
 from kubectl_notify.commands.listing import declarations
 from kubectl_notify.errors import PluginError
 from kubectl_notify.escaping import escape_terminal
+from kubectl_notify.kubeclient import KubeClient
 from kubectl_notify.kubeconfig import Target, resolve
 
 COBRA_NO_FILE_COMPLETION = ":4"

@@ -9,7 +9,13 @@ Exit codes (what scripts rely on):
   may help; `can-i` answered no;
 - 2: the command cannot work as given: usage, kubeconfig, authentication or authorization
   (401, 403 — including a notifier the pod's trust rules refuse), not found (404: the pod, or
-  a notifier the pod does not declare), invalid (400, 422). Repeating it will not help.
+  a notifier the pod does not declare; or the cluster does not serve notifier.x-k8s.io at all),
+  invalid (400, 422). Repeating it will not help.
+
+kube-apiserver answers for an API group it cannot serve itself, in plain text: ``404 page not
+found`` when no APIService registers the group, ``service unavailable`` (503) when its
+APIService is not Available. The plugin says so and points at the APIService (`APIMissing`,
+`APIUnavailable`) instead of printing those words or "unable to reach the server".
 """
 
 from __future__ import annotations
@@ -81,6 +87,38 @@ class Unreachable(PluginError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"error: unable to reach the server: {detail}")
+
+
+APISERVICE = "v1alpha1.notifier.x-k8s.io"
+"""The APIService that registers notifier.x-k8s.io/v1alpha1 with kube-apiserver."""
+_CHECK = f"kubectl get apiservice {APISERVICE}"
+_TROUBLESHOOTING = 'docs/troubleshooting.md, "The APIService is not Available"'
+
+
+class APIMissing(PluginError):
+    """kube-apiserver does not serve notifier.x-k8s.io/v1alpha1: no APIService registers it
+    (its plain-text 404, `answer`)."""
+
+    exit_code = USAGE
+
+    def __init__(self, answer: str) -> None:
+        super().__init__(
+            f"error: this cluster does not serve notifier.x-k8s.io/v1alpha1 (kube-apiserver "
+            f"answered 404: {answer.strip() or 'not found'}): the APIService {APISERVICE} is "
+            f"not registered. Install container-notifier (docs/install.md), then check it: "
+            f"{_CHECK}")
+
+
+class APIUnavailable(PluginError):
+    """kube-apiserver cannot reach the server behind notifier.x-k8s.io: the APIService is not
+    Available (`why`: its Available condition's reason and message, when readable)."""
+
+    def __init__(self, code: int, answer: str, why: str = "") -> None:
+        condition = f" ({why})" if why else ""
+        super().__init__(
+            f"error: the notifier.x-k8s.io API is unavailable (kube-apiserver answered {code}: "
+            f"{answer.strip() or 'service unavailable'}): its APIService {APISERVICE} is not "
+            f"Available{condition}. See why: {_CHECK}; what to do: {_TROUBLESHOOTING}")
 
 
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from apiserver.kube import Connection
+from kubectl_notify.connection import Connection
 
 
 class Impersonating(httpx.AsyncBaseTransport):

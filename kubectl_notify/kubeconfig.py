@@ -4,13 +4,13 @@
   ``os.pathsep``, files that do not exist skipped), else ``~/.kube/config``; with none of them
   present, the in-cluster configuration (a pod's ServiceAccount), as kubectl falls back to it.
 - Merging: the first file that defines a cluster, user or context wins, and the current context
-  is the first file's that sets one (the `kubernetes` package's merger keeps the *last*
-  ``current-context``, so the context is chosen here, from the files, and passed explicitly).
+  is the first file's that sets one. Relative paths in an entry (certificate-authority,
+  client-certificate, client-key, tokenFile, an exec command holding a ``/``) are relative to
+  the file that defines it.
 - Context: ``--context``, else that current context.
 - Namespace: ``--namespace``, else the context's ``namespace``, else ``default``.
-- Credentials: whatever the context's user has — client certificates, tokens, exec credential
-  plugins, auth-provider (OIDC) — through the `kubernetes` package's loader, via
-  `apiserver.kube.config`.
+- Credentials: whatever the context's user has — client certificates, tokens, token files,
+  basic auth, exec credential plugins, an oidc auth-provider's id-token — see `connection`.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from typing import Any
 
 import yaml
 
-from apiserver.kube import (
-    Connection,
-    KubeconfigError,
-    connection_from_kubeconfig,
-    in_cluster_connection,
-)
+from kubectl_notify import connection as connections
 from kubectl_notify.cli import Globals
+from kubectl_notify.connection import Connection
 from kubectl_notify.errors import ConfigError
 
 DEFAULT_NAMESPACE = "default"
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+SERVICE_ACCOUNT_NAMESPACE = SERVICE_ACCOUNT_DIR / "namespace"
+PATH_FIELDS = {"cluster": ("certificate-authority",),
+               "user": ("client-certificate", "client-key", "tokenFile")}
+"""The fields of a kubeconfig entry that name files, relative to the file that defines it."""
 
 
 @dataclass(frozen=True)
@@ -74,16 +74,14 @@ def select(flags: Globals, environ: Mapping[str, str]) -> Selection | None:
     files = kubeconfig_files(flags, environ)
     if not files:
         return None
-    configs = [_read(path) for path in files]
+    configs = [(path, _read(path)) for path in files]
     name = flags.context or next(
-        (str(c["current-context"]) for c in configs if c.get("current-context")), "")
+        (str(c["current-context"]) for _, c in configs if c.get("current-context")), "")
     if not name:
         raise ConfigError(f"no context chosen: {os.pathsep.join(files)} sets no "
                           "current-context; pass --context (kubectl config get-contexts "
                           "lists them)")
-    context = next((entry.get("context") or {} for config in configs
-                    for entry in config.get("contexts") or []
-                    if isinstance(entry, dict) and entry.get("name") == name), None)
+    context = _entry(configs, "context", name)
     if context is None:
         raise ConfigError(f'context "{name}" does not exist in {os.pathsep.join(files)}')
     namespace = flags.namespace or context.get("namespace") or DEFAULT_NAMESPACE
@@ -96,12 +94,39 @@ def resolve(flags: Globals, environ: Mapping[str, str] = os.environ) -> Target:
     selection = select(flags, environ)
     if selection is None:
         return _in_cluster(flags, environ)
-    try:
-        connection = connection_from_kubeconfig(os.pathsep.join(selection.files),
-                                                selection.context)
-    except KubeconfigError as error:
-        raise ConfigError(str(error)) from None
-    return Target(connection, selection.namespace, selection.context)
+    configs = [(path, _read(path)) for path in selection.files]
+    context = _entry(configs, "context", selection.context)
+    if context is None:
+        raise ConfigError(f'context "{selection.context}" does not exist in '
+                          f"{os.pathsep.join(selection.files)}")
+    cluster_name, user_name = str(context.get("cluster") or ""), str(context.get("user") or "")
+    cluster = _entry(configs, "cluster", cluster_name)
+    if cluster is None:
+        raise ConfigError(f'context "{selection.context}": cluster "{cluster_name}" does not '
+                          f"exist in {os.pathsep.join(selection.files)}")
+    user = _entry(configs, "user", user_name) or {}
+    source = f'kubeconfig {os.pathsep.join(selection.files)}: user "{user_name}"'
+    return Target(connections.connection(cluster, user, source), selection.namespace,
+                  selection.context)
+
+
+def _entry(configs: list[tuple[str, dict[str, Any]]], kind: str, name: str
+           ) -> dict[str, Any] | None:
+    """The first file's `kind` (cluster, user, context) entry called `name`, its file paths
+    made absolute against that file's directory; None if no file has one."""
+    for path, config in configs:
+        for item in config.get(f"{kind}s") or []:
+            if isinstance(item, dict) and item.get("name") == name:
+                entry = dict(item.get(kind) or {})
+                base = Path(path).parent
+                for field in PATH_FIELDS.get(kind, ()):
+                    if entry.get(field):
+                        entry[field] = str(base / Path(str(entry[field])).expanduser())
+                spec = entry.get("exec")
+                if isinstance(spec, dict) and "/" in str(spec.get("command") or ""):
+                    entry["exec"] = {**spec, "command": str(base / str(spec["command"]))}
+                return entry
+    return None
 
 
 def _read(path: str) -> dict[str, Any]:
@@ -121,10 +146,7 @@ def _in_cluster(flags: Globals, environ: Mapping[str, str]) -> Target:
                  else "~/.kube/config")
         raise ConfigError(f"no kubeconfig: {where} does not exist and this is not a pod; "
                           "pass --kubeconfig or set KUBECONFIG")
-    try:
-        connection = in_cluster_connection(environ=environ)
-    except KubeconfigError as error:
-        raise ConfigError(str(error)) from None
+    connection = connections.in_cluster(SERVICE_ACCOUNT_DIR, environ)
     namespace = flags.namespace
     if not namespace:
         try:

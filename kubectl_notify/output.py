@@ -165,17 +165,18 @@ def progress_line(obj: Mapping[str, Any]) -> str:
 
 
 def progress_bar(obj: Mapping[str, Any], width: int = BAR_WIDTH) -> str:
-    """``[=======xx        ] 9/20 succeeded 7 failed 2 running 3``: ``=`` succeeded (and
-    skipped), ``x`` failed, blank still to do."""
+    """``[=======xx        ] 9/20 done: 7 succeeded, 2 failed, 3 running``: ``=`` succeeded
+    (and skipped), ``x`` failed, blank still to do. Each count comes after its number, as in
+    the plain line, so ``1/3 done: 0 succeeded, 1 failed`` cannot read as one pod succeeded."""
     c = _counts(obj)
     total = max(c["total"], 1)
     ok = round(width * (c["succeeded"] + c["skipped"]) / total)
     bad = min(width - ok, round(width * c["failed"] / total))
     bar = "=" * ok + "x" * bad + " " * (width - ok - bad)
     done = c["succeeded"] + c["failed"] + c["skipped"]
-    text = (f"[{bar}] {done}/{c['total']} succeeded {c['succeeded']} failed {c['failed']} "
-            f"running {c['running']}")
-    return text + (f" skipped {c['skipped']}" if c["skipped"] else "")
+    text = (f"[{bar}] {done}/{c['total']} done: {c['succeeded']} succeeded, {c['failed']} "
+            f"failed, {c['running']} running")
+    return text + (f", {c['skipped']} skipped" if c["skipped"] else "")
 
 
 def notification_summary(obj: Mapping[str, Any]) -> str:

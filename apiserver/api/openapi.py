@@ -25,6 +25,7 @@ from apiserver.api.resources import (
     GROUP_VERSION,
     NOTIFICATION_RELEASE,
     NOTIFICATIONS,
+    NOTIFIER_PODS,
     POD_NOTIFY,
     PODNOTIFIER_RELEASE,
     PODNOTIFIERS,
@@ -101,6 +102,23 @@ _LIST = (
     _Param("timeoutSeconds", "query", "integer", "End a watch after this many seconds."),
 )
 
+_CACHE_READ = _Param("resourceVersion", "query", "string", (
+    "Unset or 0: both read the server's pod cache (milliseconds behind kube-apiserver); any "
+    "other value is a 400."))
+_NOTIFIER_POD_LIST = (
+    *_SELECTORS,
+    _CACHE_READ,
+    _Param("limit", "query", "integer", (
+        "Return at most this many items, with a continue token for the rest. Default: all.")),
+    _Param("continue", "query", "string", (
+        "Continue a limited list after the previous page's last pod (pages are read as the "
+        "cache is then).")),
+)
+"""A NotifierPod list's query: no watch (405), no resourceVersionMatch."""
+_NOTIFIER_POD_FORBIDDEN = (
+    "Forbidden: the caller may not get (list) pods.notifier.x-k8s.io, or may not get (list) "
+    "the core pods as well")
+
 _RESPONSES = {
     200: "OK",
     201: "Created",
@@ -132,7 +150,8 @@ _NOTIFY_RESPONSES = {
     403: ("Forbidden: the caller may not create pods/notify on the pod, or neither trust rule "
           "vouches for the pod's notifiers (the message names the rule that failed). Check with "
           "a SelfSubjectAccessReview of resource pods, subresource notify, group "
-          "notifier.x-k8s.io: kubectl auth can-i cannot name it"),
+          "notifier.x-k8s.io, or kubectl auth can-i create pods.notifier.x-k8s.io "
+          "--subresource=notify"),
     404: ("NotFound: the pod does not exist, or no selected container declares the notifier "
           "(the message names the declared ones)"),
     409: "Conflict: the same notifier is unfinished on the pod (the message names the record)",
@@ -180,28 +199,39 @@ class _Operation:
 
 
 
-def _resource_operations(kind: str, resource: Resource, fields: str) -> list[_Operation]:
-    """The operations of a collection, from the verbs its discovery entry lists."""
+def _resource_operations(kind: str, resource: Resource, fields: str,
+                         list_params: tuple[_Param, ...] = _LIST,
+                         explained: Mapping[int, str] | None = None) -> list[_Operation]:
+    """The operations of a collection, from the verbs its discovery entry lists; a list's
+    query is `list_params`, `explained` describes codes beyond ``_RESPONSES``."""
     plural, verbs = resource.name, resource.verbs
     item, items = f"{OURS}.{kind}", f"{OURS}.{kind}List"
     named = (_NAMESPACE, _NAME)
-    listing = tuple(replace(p, description=p.description.format(fields=fields)) for p in _LIST)
+    listing = tuple(replace(p, description=p.description.format(fields=fields))
+                    for p in list_params)
+    watched = "watch" in verbs
+    reading = "List or watch" if watched else "List"
+    list_failures = (400, 406, 410) if watched else (400, 406)
+    more = dict(explained or {})
     ops: list[_Operation] = []
     if "list" in verbs:
         ops += [
             _Operation("get", f"{_NAMESPACED}/{plural}", "list",
                        f"list{_OPERATION_PREFIX}Namespaced{kind}", kind, items,
-                       f"List or watch {kind} objects in a namespace.", listing,
-                       failures=(400, 406, 410)),
+                       f"{reading} {kind} objects in a namespace.", listing,
+                       failures=list_failures, explained=more),
             _Operation("get", f"{API_PATH}/{plural}", "list",
                        f"list{_OPERATION_PREFIX}{kind}ForAllNamespaces", kind, items,
-                       f"List or watch {kind} objects in all namespaces.", listing,
-                       path_params=(), failures=(400, 406, 410)),
+                       f"{reading} {kind} objects in all namespaces.", listing,
+                       path_params=(), failures=list_failures, explained=more),
         ]
     if "get" in verbs:
         ops.append(_Operation("get", f"{_NAMESPACED}/{plural}/{{name}}", "get",
                               f"read{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
-                              f"Read a {kind}.", path_params=named, failures=(404, 406)))
+                              f"Read a {kind}.",
+                              () if watched else (_CACHE_READ,), path_params=named,
+                              failures=(404, 406) if watched else (400, 404, 406),
+                              explained=more))
     if "create" in verbs:
         ops.append(_Operation("post", f"{_NAMESPACED}/{plural}", "post",
                               f"create{_OPERATION_PREFIX}Namespaced{kind}", kind, item,
@@ -271,6 +301,8 @@ def _operations() -> tuple[_Operation, ...]:
             (*_METADATA_FIELDS, "spec.podName", "spec.notifier", "status.phase"))),
         *_resource_operations(NOTIFICATIONS.kind, NOTIFICATIONS, ", ".join(
             (*_METADATA_FIELDS, "spec.notifier", "status.phase"))),
+        *_resource_operations(NOTIFIER_PODS.kind, NOTIFIER_PODS, ", ".join(_METADATA_FIELDS),
+                              _NOTIFIER_POD_LIST, {403: _NOTIFIER_POD_FORBIDDEN}),
     )
 
 

@@ -22,6 +22,11 @@ class Resource:
     namespaced: bool = True
 
 
+NOTIFIER_PODS = Resource("pods", "NotifierPod", ("get", "list"), singular="pod")
+"""Read-only: each pod's declared notifiers and whether the caller may run them (like
+metrics.k8s.io's pods). Serving ``pods`` lets kubectl's RESTMapper resolve
+``pods.notifier.x-k8s.io`` (``kubectl auth can-i create pods.notifier.x-k8s.io
+--subresource=notify``); plain ``pods`` stays the core group's, which kubectl prefers."""
 POD_NOTIFY = Resource("pods/notify", "PodNotifier", ("create",))
 PODNOTIFIERS = Resource(
     "podnotifiers", "PodNotifier",
@@ -33,8 +38,9 @@ PODNOTIFIER_RELEASE = Resource("podnotifiers/release", "PodNotifier", ("create",
 NOTIFICATIONS = Resource(
     "notifications", "Notification",
     ("create", "delete", "deletecollection", "get", "list", "patch", "watch"),
-    singular="notification", categories=("notifier",),
+    singular="notification", short_names=("notif",), categories=("notifier",),
 )
 NOTIFICATION_RELEASE = Resource("notifications/release", "Notification", ("create",))
 """Ends a Notification's quiesce window (spec.release)."""
-RESOURCES = (NOTIFICATIONS, NOTIFICATION_RELEASE, PODNOTIFIERS, PODNOTIFIER_RELEASE, POD_NOTIFY)
+RESOURCES = (NOTIFICATIONS, NOTIFICATION_RELEASE, PODNOTIFIERS, PODNOTIFIER_RELEASE,
+             NOTIFIER_PODS, POD_NOTIFY)

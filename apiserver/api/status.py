@@ -79,11 +79,10 @@ def forbidden_request(user_name: str, attributes: RequestAttributes, reason: str
 
 
 NOTIFY_ACCESS_HINT = (
-    '. Check access with "kubectl notify can-i POD" or a SelfSubjectAccessReview of group '
-    'notifier.x-k8s.io, resource pods, subresource notify ("kubectl auth can-i create '
-    'pods/notify" asks about core pods named notify instead)')
-"""Appended to the denial of pods/notify in a whole namespace: kubectl's own check cannot
-name this subresource (docs/api.md, "Checking who may notify")."""
+    '. Check access with "kubectl notify can-i POD" or "kubectl auth can-i create '
+    'pods.notifier.x-k8s.io --subresource=notify" (plain "pods/notify" names the core pods)')
+"""Appended to the denial of pods/notify in a whole namespace: how to check it, with kubectl's
+own check naming the group (docs/api.md, "Checking who may notify")."""
 
 
 def _is_namespace_notify(attributes: RequestAttributes) -> bool:

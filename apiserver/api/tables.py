@@ -24,7 +24,15 @@ from typing import Any
 from apiserver import errors
 from apiserver.api.model import APIModel
 from apiserver.api.schema import field_schema
-from apiserver.api.types import FINISHED_PHASES, Notification, ObjectMeta, Phase, PodNotifier
+from apiserver.api.types import (
+    ACCESS_INVALID_DECLARATION,
+    FINISHED_PHASES,
+    Notification,
+    NotifierPod,
+    ObjectMeta,
+    Phase,
+    PodNotifier,
+)
 from apiserver.timestamps import parse_timestamp
 
 Object = Mapping[str, Any]
@@ -294,6 +302,26 @@ def notification_count(name: str, column: str, priority: int = 0) -> Column:
                         priority=priority)
 
 
+def notification_window(obj: Object, now: datetime) -> str:
+    """The quiesce window (spec.release, status.window): ``open 12s`` while it is open (since
+    quiescedTime), ``closed 3s`` once the release started (it was open that long), ``never
+    opened`` when the Notification ended without every pod quiesced, ``quiescing`` until then;
+    empty without spec.release."""
+    if not isinstance(_get(obj, "spec", "release"), Mapping):
+        return ""
+    window = _get(obj, "status", "window")
+    window = window if isinstance(window, Mapping) else {}
+    opened = parse_timestamp(window.get("quiescedTime"))
+    released = parse_timestamp(window.get("releaseTime"))
+    if opened is not None and released is not None:
+        return f"closed {human_duration(released - opened)}"
+    if opened is not None:
+        return f"open {human_duration(now.timestamp() - opened)}"
+    if released is not None or _get(obj, "status", "phase") in FINISHED_PHASES:
+        return "never opened"
+    return "quiescing"
+
+
 NOTIFICATION_TABLE = TableConvertor((
     name_column(),
     field_column("Notifier", Notification, "spec", "notifier"),
@@ -301,8 +329,69 @@ NOTIFICATION_TABLE = TableConvertor((
     Column("Succeeded/Total", notification_progress,
            description="Pods whose notifier succeeded, of the pods in scope."),
     notification_count("failed", "Failed"),
+    Column("Window", notification_window,
+           description="With spec.release, the quiesce window: open 12s while every pod is "
+                       "quiesced (since status.window.quiescedTime), closed 3s once the release "
+                       "started (how long it was open), quiescing before, never opened if the "
+                       "Notification ended first; empty without spec.release."),
     age_column(),
     notification_count("skipped", "Skipped", priority=1),
     notification_count("rolledBack", "Rolled-back", priority=1),
 ))
-"""``kubectl get notifications``: NAME NOTIFIER PHASE SUCCEEDED/TOTAL FAILED AGE."""
+"""``kubectl get notifications``: NAME NOTIFIER PHASE SUCCEEDED/TOTAL FAILED WINDOW AGE (+
+SKIPPED ROLLED-BACK wide)."""
+
+
+# NotifierPod
+
+
+def _declared_names(obj: Object) -> list[str]:
+    """The notifier names the pod's containers declare, once each, in declaration order."""
+    names = [str(n.get("name")) for c in _get(obj, "containers") or [] if isinstance(c, Mapping)
+             for n in c.get("notifiers") or [] if isinstance(n, Mapping)]
+    return list(dict.fromkeys(names))
+
+
+def notifier_pod_notifiers(obj: Object, now: datetime) -> str:
+    if _get(obj, "access", "reason") == ACCESS_INVALID_DECLARATION:
+        return "<invalid>"
+    return ",".join(_declared_names(obj)) or "<none>"
+
+
+def notifier_pod_allowed(obj: Object, now: datetime) -> str:
+    if _get(obj, "access", "allowed") is not True:
+        return "<none>"
+    return ",".join(_declared_names(obj)) or "<none>"
+
+
+def notifier_pod_containers(obj: Object, now: datetime) -> str:
+    """Each declaring container with its notifiers: ``db=quiesce,lock side=reload``."""
+    shown = [f"{c.get('name')}=" + ",".join(str(n.get("name")) for n in c.get("notifiers") or []
+                                           if isinstance(n, Mapping))
+             for c in _get(obj, "containers") or [] if isinstance(c, Mapping)]
+    return " ".join(shown) or "<none>"
+
+
+def notifier_pod_access(obj: Object, now: datetime) -> str:
+    """The trust rule that vouches (allowed), or the reason of the refusal; "" if none."""
+    access = _get(obj, "access") or {}
+    return str(access.get("rule") or access.get("reason") or "")
+
+
+NOTIFIER_POD_TABLE = TableConvertor((
+    name_column(),
+    Column("Notifiers", notifier_pod_notifiers,
+           description="The notifier names the pod's containers declare; <invalid> if its "
+                       "annotation does not validate."),
+    Column("Allowed", notifier_pod_allowed,
+           description="The notifiers the caller may run on the pod (create pods/notify and "
+                       "a trust rule); <none> if none."),
+    age_column(),
+    Column("Containers", notifier_pod_containers, priority=1,
+           description="Each container that declares notifiers, with their names."),
+    Column("Access", notifier_pod_access, priority=1,
+           description=field_schema(NotifierPod, "access", "rule")["description"]
+           + " When refused: " + field_schema(NotifierPod, "access", "reason")["description"]),
+))
+"""``kubectl get pods.notifier.x-k8s.io``: NAME NOTIFIERS ALLOWED AGE (+ CONTAINERS ACCESS
+wide)."""

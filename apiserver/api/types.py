@@ -1,4 +1,5 @@
-"""The typed definitions of PodNotifier and Notification, and the apimachinery types they use.
+"""The typed definitions of PodNotifier, Notification and NotifierPod, and the apimachinery
+types they use.
 
 Each object is one pydantic model (model.py describes the markers): its docstring and its
 fields' descriptions are the OpenAPI schema (``SCHEMAS``, derived in schema.py, served by
@@ -39,6 +40,7 @@ from apiserver.api.validation import (
     label_value_errors,
     qualified_name_errors,
 )
+from apiserver.config import flag_default
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 OURS = "io.x-k8s.notifier.v1alpha1"
@@ -58,6 +60,9 @@ class Phase(StrEnum):
 PHASES = tuple(Phase)
 FINISHED_PHASES = (Phase.SUCCEEDED, Phase.FAILED)
 PhaseName = Annotated[str, OneOf(PHASES)]
+NOTIFICATION_PHASES = tuple(phase for phase in Phase if phase is not Phase.HELD)
+"""A Notification is never Held (a held pod's run counts as succeeded: docs/notifications.md)."""
+NotificationPhaseName = Annotated[str, OneOf(NOTIFICATION_PHASES)]
 
 CONDITION_COMPLETE, CONDITION_FAILED = "Complete", "Failed"
 """The condition types of a finished run (PodNotifier, Notification), as a Job has them:
@@ -70,8 +75,13 @@ Notification created with no pod in scope has none, False once pods joined."""
 CONDITION_QUIESCED = "Quiesced"
 """A Notification with spec.release: True (reason AllPodsQuiesced) while its quiesce window is
 open, False (reason Released, or ReleasedAfterMaxHold) once its release started."""
+CONDITION_WAITING_FOR_NOTIFICATION = "WaitingForNotification"
+"""concurrencyPolicy Wait: True (reason OtherNotificationQuiescing) while pods wait for other
+Notifications that quiesce them with the same notifier, its message naming the pods and those
+Notifications; False (reason NoPodWaiting) once none waits."""
 NOTIFICATION_CONDITION_TYPES = (*CONDITION_TYPES, CONDITION_PODS_SKIPPED,
-                                CONDITION_WAITING_FOR_PODS, CONDITION_QUIESCED)
+                                CONDITION_WAITING_FOR_PODS, CONDITION_QUIESCED,
+                                CONDITION_WAITING_FOR_NOTIFICATION)
 PODNOTIFIER_REASONS = ("Completed", "NonZeroExitCode", "Timeout", "ContainerNotRunning",
                        "PodNotRunning", "PodDeleted", "ExecFailed", "Interrupted",
                        "InternalError", "Released", "HoldExpired", "HoldEnded", "NotReady",
@@ -88,6 +98,7 @@ ConcurrencyPolicy = Annotated[str, OneOf(CONCURRENCY_POLICIES)]
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 MAX_TTL_SECONDS = 30 * 24 * 3600
+DEFAULT_PARALLELISM = 1
 MAX_DEADLINE_SECONDS = 7 * 24 * 3600
 MAX_GENERATE_NAME_LENGTH = 248
 """generateName prefixes leave room for the 5 characters the server appends (253 in all)."""
@@ -100,6 +111,12 @@ A_STRING = "must be a string"
 TIME = f"{META}.Time"
 TIME_SCHEMA: Schema = {"type": "string", "format": "date-time",
                        "description": "Time is a timestamp in RFC 3339 form, in UTC."}
+
+
+def _server_default(option: str) -> str:
+    """``the server's --flag (N unless its operator set another)``, for descriptions."""
+    flag, default = flag_default(option)
+    return f"the server's {flag} ({default} unless its operator set another)"
 
 
 def _listed(words: tuple[str, ...]) -> str:
@@ -460,8 +477,10 @@ class PodNotifierSpec(APIModel):
         description="Overrides the notifier's timeoutSeconds; bounded by the server's maximum."),
         Bounds(1, "max_timeout_seconds"), Invalid(WHOLE_NUMBER)] = None
     ttl_seconds_after_finished: Annotated[int | None, Field(
-        description="Seconds to keep this record after it finishes. Default: set by the "
-                    "server."), Bounds(0, MAX_TTL_SECONDS), Invalid(WHOLE_NUMBER)] = None
+        description="Seconds to keep this record after it finishes. Default: "
+                    f"{_server_default('default_ttl_seconds_after_finished')}; at most "
+                    f"{MAX_TTL_SECONDS} (30 days)."),
+        Bounds(0, MAX_TTL_SECONDS), Invalid(WHOLE_NUMBER)] = None
     requested_by: Annotated[RequestedBy | None, Field(
         description="Who requested the run. Set by the server from the authenticated caller; a "
                     "client-supplied value is ignored."), ServerSet()] = None
@@ -659,8 +678,9 @@ class NotificationSpec(APIModel):
         description="Abort (default): start no new pods after the first failure. Continue: "
                     "notify every pod."), OneOf(FAILURE_POLICIES)] = ABORT
     parallelism: Annotated[int, Field(
-        description="How many pods run the notifier at once; bounded by the server."),
-        Bounds(1, "max_parallelism"), Invalid(WHOLE_NUMBER)] = 1
+        description=f"How many pods run the notifier at once. Default {DEFAULT_PARALLELISM}; "
+                    f"at most {_server_default('max_notification_parallelism')}."),
+        Bounds(1, "max_parallelism"), Invalid(WHOLE_NUMBER)] = DEFAULT_PARALLELISM
     containers: Annotated[ContainerNames, Field(
         description="Containers to notify in each pod. Default: every container that declares "
                     "the notifier.")] = None
@@ -739,8 +759,8 @@ class NotificationStatus(APIModel):
 
     schema_name = f"{OURS}.NotificationStatus"
 
-    phase: Annotated[PhaseName | None, Field(
-        description="Pending, Running, Succeeded or Failed.")] = None
+    phase: Annotated[NotificationPhaseName | None, Field(
+        description=f"{_listed(NOTIFICATION_PHASES)}.")] = None
     counts: Annotated[NotificationCounts | None, Field(
         description="Pods by state of their run.")] = None
     window: Annotated[NotificationWindow | None, Field(
@@ -763,7 +783,10 @@ class NotificationStatus(APIModel):
                     "in scope has none, False (reason PodsJoined) once pods joined; with "
                     "spec.release, Quiesced, True (reason AllPodsQuiesced) while the window "
                     "is open, False (reason Released or ReleasedAfterMaxHold) once the "
-                    "release started.",
+                    "release started; with concurrencyPolicy Wait, WaitingForNotification, "
+                    "True (reason OtherNotificationQuiescing) while pods wait for other "
+                    "Notifications quiescing them, its message naming the pods and those "
+                    "Notifications, False (reason NoPodWaiting) once none waits.",
         json_schema_extra=_list_map("type"))] = None
 
 
@@ -787,12 +810,74 @@ class Notification(TopLevel):
                       ServerSet()] = None
 
 
+ACCESS_FORBIDDEN, ACCESS_UNTRUSTED, ACCESS_INVALID_DECLARATION, ACCESS_NOT_REVIEWED = (
+    "Forbidden", "Untrusted", "InvalidDeclaration", "NotReviewed")
+"""Why a NotifierPod's access is refused (``access.reason``)."""
+
+
+class NotifierPodContainer(APIModel):
+    """The notifiers one container of the pod declares."""
+
+    schema_name = f"{OURS}.NotifierPodContainer"
+
+    name: Annotated[str, Field(description="Container name.")]
+    notifiers: Annotated[list[dict[str, Any]] | None, Field(
+        description="The container's entries of the pod's notifier.x-k8s.io/notifiers "
+                    "annotation, as declared there: name, action (exec.command or signal), "
+                    "timeoutSeconds and, for a held notifier, hold.",
+        json_schema_extra={"items": {"type": "object",
+                                     "x-kubernetes-preserve-unknown-fields": True}})] = None
+
+
+class NotifierPodAccess(APIModel):
+    """Whether the caller may run the pod's notifiers: create pods/notify (group
+    notifier.x-k8s.io) on the pod, and a trust rule vouching for its declarations. Capacity and
+    the pod's bounds, checked when a run starts, are not part of it."""
+
+    schema_name = f"{OURS}.NotifierPodAccess"
+
+    allowed: Annotated[bool, Field(
+        description="True if the caller may run every notifier the pod declares.")]
+    rule: Annotated[str | None, Field(
+        description="When allowed, the trust rule that vouches for the declarations: "
+                    "OwnerTemplate (the pod template of the pod's controller declares the same) "
+                    "or PodExec (the caller may create pods/exec on the pod).")] = None
+    reason: Annotated[str | None, Field(
+        description=f"When not allowed: {ACCESS_FORBIDDEN} (no create pods/notify on the pod), "
+                    f"{ACCESS_UNTRUSTED} (no trust rule vouches for the declarations), "
+                    f"{ACCESS_INVALID_DECLARATION} (the annotation does not validate) or "
+                    f"{ACCESS_NOT_REVIEWED} (this request asked its most access reviews; get "
+                    "the pod by name)."), OneOf((ACCESS_FORBIDDEN, ACCESS_UNTRUSTED,
+                                                 ACCESS_INVALID_DECLARATION,
+                                                 ACCESS_NOT_REVIEWED))] = None
+    message: Annotated[str | None, Field(
+        description="When not allowed: why, and what to change.")] = None
+
+
+class NotifierPod(TopLevel):
+    """NotifierPod is what a pod declares in its notifier.x-k8s.io/notifiers annotation, and
+    whether the caller may run it: a read-only view of a core pod (same namespace, name, uid,
+    labels and creationTimestamp; resourceVersion is the pod's). Reading it needs get (or list)
+    on the core pods as well. Run a notifier with the pods/notify subresource."""
+
+    schema_name = f"{OURS}.NotifierPod"
+    KIND = "NotifierPod"
+
+    containers: Annotated[list[NotifierPodContainer] | None, Field(
+        description="The containers that declare notifiers, in the pod's order.",
+        json_schema_extra=_list_map("name"))] = None
+    access: Annotated[NotifierPodAccess | None, Field(
+        description="Whether the caller may run the declared notifiers; unset when the pod "
+                    "declares none.")] = None
+
+
 KINDS: tuple[type[TopLevel], ...] = (PodNotifier, Notification)
 PATCH_SCHEMA: Schema = {"type": "object", "description": (
     "Patch is the body of a PATCH request: a JSON patch, a JSON merge patch, a strategic merge "
     "patch (applied as a merge patch, as for custom resources) or an apply patch, as its "
     "Content-Type says.")}
 SCHEMAS: dict[str, Schema] = component_schemas(
-    (*KINDS, Status, WatchEvent), extra={TIME: TIME_SCHEMA, f"{META}.Patch": PATCH_SCHEMA},
+    (*KINDS, NotifierPod, Status, WatchEvent),
+    extra={TIME: TIME_SCHEMA, f"{META}.Patch": PATCH_SCHEMA},
     list_meta=ListMeta.schema_name)
 """Every component the OpenAPI documents hold, in OpenAPI 3 form."""

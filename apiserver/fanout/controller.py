@@ -56,7 +56,9 @@ from apiserver.api.types import (
     CONDITION_PODS_SKIPPED,
     CONDITION_QUIESCED,
     CONDITION_TYPES,
+    CONDITION_WAITING_FOR_NOTIFICATION,
     CONDITION_WAITING_FOR_PODS,
+    DEFAULT_PARALLELISM,
     WAIT,
     Phase,
 )
@@ -77,6 +79,7 @@ from apiserver.notifier.events import NotificationEvents, notification_ref
 from apiserver.notifier.request import NotifyRequest
 from apiserver.notifier.runner import retry_until_stored
 from apiserver.registry.errors import NotFound
+from apiserver.registry.paging import all_objects
 from apiserver.registry.store import ObjectStore
 from apiserver.timestamps import parse_timestamp
 
@@ -122,6 +125,8 @@ HELD = "Held"
 """A pod's reason when its quiesce record is Held (a held notifier): it counts as quiesced."""
 QUIESCE_CONFLICT = "QuiesceConflict"
 """A pod's reason when another Notification is quiescing it with the same notifier (Forbid)."""
+OTHER_NOTIFICATION_QUIESCING, NO_POD_WAITING = "OtherNotificationQuiescing", "NoPodWaiting"
+"""The reasons of WaitingForNotification True and False (concurrencyPolicy Wait)."""
 RELEASE_REQUESTED, AFTER_SECONDS = "ReleaseRequested", "AfterSeconds"
 RELEASED_AFTER_MAX_HOLD, HOLD_ENDED = "ReleasedAfterMaxHold", "HoldEnded"
 RELEASE_FAILED = "ReleaseFailed"
@@ -287,6 +292,12 @@ class NotificationRun:
         self.holder = Holder(self.uid, self.namespace, self.name)
         self.conflicts: dict[str, str] = {}
         """Pod -> the Notification that was quiescing it (Forbid), for the Failed message."""
+        self.waiting: dict[str, str] = {}
+        """Pod -> the Notification it waits for (concurrencyPolicy Wait), for the
+        WaitingForNotification condition."""
+        self.run_conflicts: dict[str, str] = {}
+        """Pod -> the record of the same notifier that was unfinished on it (RunConflict), for
+        the Failed message."""
         self._release_detail = ""
 
     def _note_stopped(self, reason: str) -> None:
@@ -360,7 +371,30 @@ class NotificationRun:
         quiesced = self._quiesced_condition(current.get(CONDITION_QUIESCED))
         if quiesced is not None:
             current[CONDITION_QUIESCED] = quiesced
+        waiting_for = self._waiting_condition(current.get(CONDITION_WAITING_FOR_NOTIFICATION))
+        if waiting_for is not None:
+            current[CONDITION_WAITING_FOR_NOTIFICATION] = waiting_for
         return sorted(current.values(), key=lambda c: c["type"] not in CONDITION_TYPES)
+
+    def _waiting_condition(self, current: dict[str, Any] | None) -> dict[str, Any] | None:
+        """WaitingForNotification: True while pods wait for other Notifications (Wait), False
+        once none does; None if no pod ever waited."""
+        if self.waiting:
+            names = ", ".join(f'{pod} for notification "{other}"' for pod, other in
+                              list(self.waiting.items())[:MAX_PODS_IN_MESSAGE]) + (
+                f" and {len(self.waiting) - MAX_PODS_IN_MESSAGE} more"
+                if len(self.waiting) > MAX_PODS_IN_MESSAGE else "")
+            count = len(self.waiting)
+            return _condition_now(
+                current, CONDITION_WAITING_FOR_NOTIFICATION, OTHER_NOTIFICATION_QUIESCING,
+                f"{count} pod{'s' if count != 1 else ''} wait{'' if count != 1 else 's'} for "
+                f'another Notification quiescing {"them" if count != 1 else "it"} with '
+                f'notifier "{self.spec["notifier"]}" to release '
+                f"{'them' if count != 1 else 'it'} (concurrencyPolicy Wait): {names}")
+        if current is not None and current.get("status") == "True":
+            return _condition_now(current, CONDITION_WAITING_FOR_NOTIFICATION, NO_POD_WAITING,
+                                  "no pod waits for another Notification", status="False")
+        return None
 
     def _counts(self) -> dict[str, int]:
         return scope.counts(list(self.pods.values()), released=self.release is not None)
@@ -388,6 +422,10 @@ class NotificationRun:
         """Keep the pod's new state; the status (counts) follows within
         STATUS_INTERVAL_SECONDS."""
         self.pods[pod.pod_uid] = pod
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        """Store the status within STATUS_INTERVAL_SECONDS."""
         if not self.deleted.is_set() and self._pending_flush is None:
             self._pending_flush = asyncio.create_task(self._flush_later())
 
@@ -572,7 +610,7 @@ class NotificationRun:
     async def _run_pods(self, started: str) -> bool:
         """Start pods as slots free up; returns True if the deadline stopped the run."""
         deadline = self._deadline(started)
-        slots = asyncio.Semaphore(self.spec.get("parallelism", 1))
+        slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
         running: set[asyncio.Task[None]] = set()
         all_pods = self.spec.get("policy") == ALL_PODS
         deadline_passed = False
@@ -599,6 +637,8 @@ class NotificationRun:
                 await self._conflict(pod, other)
                 continue
             if other is not None:  # Wait: in its own task, holding the slot
+                self.waiting[pod.pod] = other.name
+                self._flush_soon()
                 task = asyncio.create_task(self._wait_turn(pod, deadline))
                 running.add(task)
                 task.add_done_callback(functools.partial(_turn_done, running, slots))
@@ -678,8 +718,12 @@ class NotificationRun:
     async def _wait_turn(self, pod: ScopedPod, deadline: float | None) -> None:
         """Wait: the pod's turn once the other Notification released it; it stays pending if
         the run stops or the deadline passes first."""
-        other = await self.locks.acquire_waiting(self._key(pod), self.holder,
-                                                 give_up=self._halted, deadline=deadline)
+        try:
+            other = await self.locks.acquire_waiting(self._key(pod), self.holder,
+                                                     give_up=self._halted, deadline=deadline)
+        finally:
+            self.waiting.pop(pod.pod, None)
+            self._flush_soon()
         if other is not None:
             return
         name = record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
@@ -701,6 +745,8 @@ class NotificationRun:
             raise
         except Exception as error:
             state, reason = pod_outcome(error)
+            if isinstance(error, RunConflict):
+                self.run_conflicts[pod.pod] = error.record
             extra = {"namespace": self.namespace, "notification": self.name, "pod": pod.pod,
                      "notifier": notifier, "reason": reason,
                      "error": f"{type(error).__name__}: {error}"}
@@ -933,7 +979,7 @@ class NotificationRun:
         then store unquiescedTime."""
         targets = [p for p in self.pods.values()
                    if p.release in (scope.RELEASE_PENDING, scope.RELEASE_STARTED)]
-        slots = asyncio.Semaphore(self.spec.get("parallelism", 1))
+        slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
 
         async def release(pod: ScopedPod) -> None:
             async with slots:
@@ -1029,6 +1075,12 @@ class NotificationRun:
         if conflicts:
             message += ("; being quiesced by another Notification: "
                         + ", ".join(conflicts[:MAX_PODS_IN_MESSAGE]))
+        running = [f"{p.pod} (podnotifier {self.run_conflicts[p.pod]})"
+                   for p in self.pods.values() if p.state == scope.FAILED
+                   and p.reason == RunConflict.__name__ and p.pod in self.run_conflicts]
+        if running:
+            message += (f'; notifier "{self.spec["notifier"]}" was already running on: '
+                        + ", ".join(running[:MAX_PODS_IN_MESSAGE]))
         if detail:
             message = f"{detail}; {message}"
         return {"type": "Failed", "status": "True", "reason": reason, "message": message,
@@ -1057,7 +1109,7 @@ class NotificationRun:
             return
         targets = [p for p in self.pods.values()
                    if p.rollback in (scope.ROLLBACK_PENDING, scope.ROLLBACK_STARTED)]
-        slots = asyncio.Semaphore(self.spec.get("parallelism", 1))
+        slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
 
         async def undo(pod: ScopedPod) -> None:
             async with slots:
@@ -1352,14 +1404,8 @@ class FanoutManager:
             datetime.now(UTC).timestamp() - created >= self._scope_grace)
 
     async def _all_notifications(self) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
-        token = ""
-        while True:
-            page = await self.parts.notifications.list(None, limit=500, continue_token=token)
-            found.update((obj["metadata"]["uid"], obj) for obj in page.items)
-            token = page.continue_token
-            if not token:
-                return found
+        return {obj["metadata"]["uid"]: obj
+                async for obj in all_objects(self.parts.notifications)}
 
     async def _fail_unrecorded(self, notification: dict[str, Any]) -> None:
         meta = notification["metadata"]

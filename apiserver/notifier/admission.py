@@ -34,7 +34,7 @@ from apiserver.notifier.errors import (
 )
 from apiserver.notifier.runner import ContainerPlan, Plan, Runner
 from apiserver.notifier.trust import TrustDecision
-from apiserver.registry.errors import Conflict, TooManyRequests
+from apiserver.registry.errors import Conflict, NotFound, TooManyRequests
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.store import DEFAULT_MAX_OBJECT_BYTES
 
@@ -186,9 +186,12 @@ class Admission:
     async def start(self, admitted: Admitted) -> dict[str, Any]:
         """Store the record (at most K per pod) and start its run."""
         self._check_capacity()
-        with _run_bounds():
-            created = await self._records.create_bounded(
-                admitted.record, max_per_pod=self._limits.max_records_per_pod)
+        try:
+            with _too_many_runs():
+                created = await self._records.create_bounded(
+                    admitted.record, max_per_pod=self._limits.max_records_per_pod)
+        except Conflict as error:
+            raise await self._run_conflict(admitted, error) from None
         meta = admitted.pod["metadata"]
         self._runner.start(Plan(
             namespace=meta["namespace"], record=created["metadata"]["name"], pod=meta["name"],
@@ -204,9 +207,27 @@ class Admission:
         capacity, the pod's bounds, the name and the record's size cap, each failing as in
         ``start``. Returns the record as it would be created."""
         self._check_capacity()
-        with _run_bounds():
-            return await self._records.check_bounded(
-                admitted.record, max_per_pod=self._limits.max_records_per_pod)
+        try:
+            with _too_many_runs():
+                return await self._records.check_bounded(
+                    admitted.record, max_per_pod=self._limits.max_records_per_pod)
+        except Conflict as error:
+            raise await self._run_conflict(admitted, error) from None
+
+    async def _run_conflict(self, admitted: Admitted, error: Conflict) -> RunConflict:
+        """The pod's bounds refusing a run because the same notifier is unfinished on it, as
+        ``RunConflict`` naming that record (``error.name``), held or not (read again: a held
+        run needs its release, not a wait)."""
+        spec, meta = admitted.record["spec"], admitted.record["metadata"]
+        held = False
+        if error.name:
+            try:
+                other = await self._records.get(meta["namespace"], error.name)
+                held = (other.get("status") or {}).get("phase") == records.HELD
+            except NotFound:
+                pass  # finished and gone meanwhile: asking again will do
+        return RunConflict(meta["namespace"], spec["podName"], spec["notifier"], error.name,
+                           held=held)
 
     def _check_capacity(self) -> None:
         if not self._runner.has_capacity():
@@ -216,14 +237,11 @@ class Admission:
 
 
 @contextlib.contextmanager
-def _run_bounds() -> Iterator[None]:
-    """The pod's bounds refusing a run, as this module's errors: ``RunConflict`` (409),
-    ``TooManyRuns`` (429)."""
+def _too_many_runs() -> Iterator[None]:
+    """The pod's bounds refusing a run for the number of its unfinished records, as
+    ``TooManyRuns`` (429); a conflict with one of them is ``Admission._run_conflict``'s."""
     try:
         yield
-    except Conflict as error:
-        raise RunConflict(error.message, group=error.group, resource=error.resource,
-                          name=error.name) from None
     except TooManyRequests as error:
         raise TooManyRuns(error.message,
                           retry_after_seconds=error.retry_after_seconds) from None

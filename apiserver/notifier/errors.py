@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from apiserver import errors
-from apiserver.api.resources import GROUP
+from apiserver.api.resources import API_PATH, GROUP, PODNOTIFIERS
 from apiserver.api.types import PodNotifier
 from apiserver.errors import Cause
 from apiserver.notifier.declarations import ANNOTATION
@@ -67,7 +67,28 @@ class NotAuthorized(errors.Forbidden):
 
 
 class RunConflict(errors.Conflict):
-    """The same notifier is already running on the pod."""
+    """The same notifier is already running (or held) on the pod, as the PodNotifier
+    ``record``: the message names it and what to do, ``details.name`` is it. A held run is
+    only ended by its release, so the message then gives the release command (the plugin's
+    and the raw API request) instead of asking to wait."""
+
+    def __init__(self, namespace: str, pod: str, notifier: str, record: str, *,
+                 held: bool) -> None:
+        resource = PODNOTIFIERS.name
+        qualified = errors.qualified(resource, GROUP)
+        if held:
+            path = f"{API_PATH}/namespaces/{namespace}/{resource}/{record}/release"
+            message = (f'notifier "{notifier}" is held on pod "{pod}" by {qualified} '
+                       f'"{record}" until it is released; release it with: kubectl notify -n '
+                       f"{namespace} release podnotifier/{record} (or: kubectl create --raw "
+                       f"{path} -f /dev/null)")
+        else:
+            message = (f'notifier "{notifier}" is already running on pod "{pod}" ({qualified} '
+                       f'"{record}"); wait for it to finish: kubectl -n {namespace} get '
+                       f"podnotifier {record} -w")
+        super().__init__(message, group=GROUP, resource=resource, name=record)
+        self.record = record
+        self.held = held
 
 
 class TooManyRuns(errors.TooManyRequests):

@@ -23,7 +23,7 @@ from typing import Any
 
 from apiserver.notifier.exec_protocol import ExecReason, Stop
 from apiserver.notifier.exec_stream import ExecResult, StdoutFilter
-from apiserver.notifier.stopping import SHELL, PidMarker, ReadyLine, Stopped, wrap
+from apiserver.notifier.stopping import SHELL, PidMarker, ReadyLine, Stopped, unwrapped, wrap
 
 STDIN_CLOSE_WAIT_SECONDS = 1.0
 """After closing stdin, how long the command may take to end by itself before SIGTERM."""
@@ -52,6 +52,7 @@ class HeldCommand:
         self._ready = ReadyLine(self._marker, ready_line)
         self._close_stdin = asyncio.Event()
         self._stop = stop
+        self._argv = tuple(argv)
         self._started = datetime.now(UTC)
         self._stream: asyncio.Task[ExecResult] = asyncio.create_task(
             execute(wrap(argv), max_seconds, self._ready, self._close_stdin),
@@ -69,7 +70,7 @@ class HeldCommand:
 
     async def result(self) -> ExecResult:
         """The exec's result, once the stream ended (a failure to start it included)."""
-        result = await asyncio.shield(self._stream)
+        result = unwrapped(await asyncio.shield(self._stream), self._argv)
         if self.pid is None and not self.ready.is_set() and result.reason in (
                 ExecReason.NON_ZERO_EXIT_CODE, ExecReason.EXEC_FAILED) and (
                 result.exit_code in (126, 127) or SHELL in result.message):

@@ -15,6 +15,7 @@ from apiserver.notifier.exec_protocol import Stop
 from apiserver.notifier.pods import PodDirectory
 from apiserver.notifier.runner import CommandStopper
 from apiserver.registry.errors import NotFound
+from apiserver.registry.paging import all_objects
 from apiserver.registry.podnotifiers import PodNotifierStore, runner
 from apiserver.timestamps import parse_timestamp
 
@@ -219,24 +220,18 @@ async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_
     trimmed = await store.trim_all(max_records_per_pod)
     orphaned = waiting = 0
     if scan_orphans and pods.synced.is_set():
-        token = ""
-        while True:
-            page = await store.list(None, limit=500, continue_token=token)
-            for record in page.items:
-                spec, meta = record["spec"], record["metadata"]
-                if not pods.gone(meta["namespace"], spec["podName"], spec.get("podUID", "")):
-                    continue
-                if not records.is_finished(record):
-                    waiting += 1
-                    continue
-                try:
-                    await store.delete(meta["namespace"], meta["name"])
-                    orphaned += 1
-                except NotFound:
-                    continue
-            token = page.continue_token
-            if not token:
-                break
+        async for record in all_objects(store):
+            spec, meta = record["spec"], record["metadata"]
+            if not pods.gone(meta["namespace"], spec["podName"], spec.get("podUID", "")):
+                continue
+            if not records.is_finished(record):
+                waiting += 1
+                continue
+            try:
+                await store.delete(meta["namespace"], meta["name"])
+                orphaned += 1
+            except NotFound:
+                continue
     return Collected(len(expired), orphaned, trimmed, waiting)
 
 

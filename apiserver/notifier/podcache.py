@@ -3,9 +3,9 @@ templates of their controlling owners (ReplicaSet, StatefulSet, DaemonSet, Job).
 
 Each object is trimmed to the fields notify needs, to bound memory:
 
-- a pod keeps ``metadata`` (namespace, name, uid, resourceVersion, labels, annotations,
-  ownerReferences, deletionTimestamp), ``spec.containers[].name`` and ``status`` (phase,
-  ``containerStatuses[]`` name, containerID and state);
+- a pod keeps ``metadata`` (namespace, name, uid, resourceVersion, creationTimestamp, labels,
+  annotations, ownerReferences, deletionTimestamp), ``spec.containers[].name`` and ``status``
+  (phase, ``containerStatuses[]`` name, containerID and state);
 - an owner keeps ``metadata`` (namespace, name, uid, resourceVersion), its ``spec.selector``
   and, of its pod template, only the notifier annotation (``spec.template.metadata.annotations``).
 
@@ -30,8 +30,8 @@ from apiserver.notifier.declarations import ANNOTATION
 Object = dict[str, Any]
 
 PODS = f"{paths.CORE}/pods"
-POD_METADATA = ("namespace", "name", "uid", "resourceVersion", "labels", "annotations",
-                "ownerReferences", "deletionTimestamp")
+POD_METADATA = ("namespace", "name", "uid", "resourceVersion", "creationTimestamp", "labels",
+                "annotations", "ownerReferences", "deletionTimestamp")
 OWNER_METADATA = ("namespace", "name", "uid", "resourceVersion")
 
 OWNER_KINDS: Mapping[tuple[str, str], tuple[str, str]] = {
@@ -82,7 +82,8 @@ async def _get_or_none(kube: KubeClient, path: str) -> Object | None:
 
 
 class PodCache:
-    """All pods, trimmed (see the module's docstring), indexed by namespace."""
+    """All pods, trimmed (see the module's docstring), indexed by namespace: the replica's one
+    informer of pods, which ``notifier.pods.PodDirectory`` reads too."""
 
     def __init__(self, kube: KubeClient, *, backoff: Backoff | None = None) -> None:
         self._kube = kube
@@ -115,6 +116,10 @@ class PodCache:
     def in_namespace(self, namespace: str) -> list[Object]:
         """The cached pods of `namespace` (filter them with a label selector's `matches`)."""
         return self.informer.by_index(NAMESPACE, namespace)
+
+    def all_pods(self) -> list[Object]:
+        """Every cached pod."""
+        return self.informer.list()
 
 
 class OwnerTemplates:

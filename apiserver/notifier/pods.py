@@ -1,7 +1,7 @@
-"""A live index of the cluster's pods: a metadata-only informer on all pods.
+"""Which pods exist, and when one is deleted: a view of the replica's one pod informer.
 
-It keeps each pod's UID (PartialObjectMetadata trimmed to namespace, name, uid and
-resourceVersion, a fraction of a pod's size), so that runs learn at once when their pod is
+It reads each pod's UID from the informer the pod cache runs (``notifier.podcache``: one
+cluster-wide pod watch per replica serves both), so that runs learn at once when their pod is
 deleted (one watch for the whole server instead of one per run) and garbage collection can tell
 which records belong to pods that no longer exist.
 """
@@ -13,25 +13,15 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from apiserver.kube import KubeClient
-from apiserver.kube.informer import Backoff, Handlers, Informer
-
-PODS = "/api/v1/pods"
-
-
-def _identity(pod: dict[str, Any]) -> dict[str, Any]:
-    meta = pod["metadata"]
-    return {"metadata": {key: meta[key] for key in ("namespace", "name", "uid", "resourceVersion")
-                         if key in meta}}
+from apiserver.kube.informer import Handlers, Informer
 
 
 class PodDirectory:
-    """The pod index. Start it with ``asyncio.create_task(directory.run())``; `synced` is set
-    once the first list is in."""
+    """The pod index on `informer`, an informer of all pods that its owner runs (the pod
+    cache's); `synced` is set once its first list is in."""
 
-    def __init__(self, kube: KubeClient, *, backoff: Backoff | None = None) -> None:
-        self.informer = Informer(kube, PODS, name="pod-index", metadata_only=True,
-                                 transform=_identity, backoff=backoff)
+    def __init__(self, informer: Informer) -> None:
+        self.informer = informer
         self.informer.add_handlers(Handlers(on_delete=self._deleted))
         self._waiters: dict[tuple[str, str, str], set[asyncio.Event]] = {}
         self.deletions = 0
@@ -42,10 +32,6 @@ class PodDirectory:
     def synced(self) -> asyncio.Event:
         """Set once the first list has been read."""
         return self.informer.synced
-
-    async def run(self) -> None:
-        """List, then watch, until cancelled (see `Informer.run`)."""
-        await self.informer.run()
 
     def gone(self, namespace: str, name: str, uid: str) -> bool:
         """True if the index is synced and that pod (that UID) no longer exists."""

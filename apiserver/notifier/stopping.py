@@ -91,6 +91,20 @@ def kill_argv(pid: int, grace_seconds: int) -> list[str]:
     return [SHELL, "-c", KILL_SCRIPT, "container-notifier-stop", str(pid), str(grace_seconds)]
 
 
+def as_declared(message: str, ran: Sequence[str], shown: Sequence[str]) -> str:
+    """`message` with the command line `ran` shown as `shown`. Runtimes quote the argv they
+    ran in their errors (containerd ``error executing command [argv...], exit code 1``, kwok
+    alike, each argument joined by a space); for a wrapped command that is the server's PID
+    wrapper, which the user never declared, so records show the declared argv instead."""
+    return message.replace(" ".join(ran), " ".join(shown))
+
+
+def unwrapped(result: ExecResult, argv: Sequence[str]) -> ExecResult:
+    """`result` of ``wrap(argv)`` with its message naming `argv` (``as_declared``)."""
+    message = as_declared(result.message, wrap(argv), argv)
+    return result if message == result.message else replace(result, message=message)
+
+
 class PidMarker:
     """A ``StdoutFilter`` that takes the wrapper's marker line off the start of stdout.
 
@@ -177,6 +191,9 @@ class StoppingExec:
         self._grace = grace_seconds
 
     async def __call__(self, argv: Sequence[str], timeout_seconds: int) -> ExecResult:
+        return unwrapped(await self._run(argv, timeout_seconds), argv)
+
+    async def _run(self, argv: Sequence[str], timeout_seconds: int) -> ExecResult:
         marker = PidMarker()
         result = await self._execute(wrap(argv), timeout_seconds, marker)
         if marker.pid is not None:
@@ -217,8 +234,8 @@ async def stop_command(execute: RawExec, pid: int, grace_seconds: int = GRACE_SE
                        ) -> Stopped:
     """Run ``KILL_SCRIPT`` for ``pid`` through ``execute`` (an exec in the command's container):
     SIGTERM, SIGKILL after ``grace_seconds``; never raises for a failed exec (``NotStopped``)."""
-    stop = await execute(kill_argv(pid, grace_seconds), grace_seconds + STOP_MARGIN_SECONDS,
-                         None)
+    argv = kill_argv(pid, grace_seconds)
+    stop = await execute(argv, grace_seconds + STOP_MARGIN_SECONDS, None)
     said = stop.stdout.decode(errors="replace").strip()
     stopped = _STOPPED_BY.get(said) if stop.exit_code == 0 else None
     if stopped is Stop.TERMINATED:
@@ -228,7 +245,8 @@ async def stop_command(execute: RawExec, pid: int, grace_seconds: int = GRACE_SE
                                 "of SIGTERM and was killed with SIGKILL")
     if stopped is Stop.EXITED:
         return Stopped(stopped, f"the command (PID {pid}) had exited before it was signalled")
-    detail = stop.message or stop.stderr.decode(errors="replace").strip() or said
+    detail = (as_declared(stop.message, argv, ["the stop script"])
+              or stop.stderr.decode(errors="replace").strip() or said)
     return Stopped(Stop.NOT_STOPPED,
                    f"stopping the command (PID {pid}) failed ({detail}): it may still run")
 

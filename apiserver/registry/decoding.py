@@ -4,7 +4,7 @@ A stored object may have been written by anyone with write access to its storage
 ``kubectl edit``, another version), so nothing read back is trusted. Each kind has one decoder
 (``ScopeRun.of``, ``PodSet.of``, ...) built from the readers here: it returns the typed object or
 raises ``MalformedObject(resource, namespace, name, reason)``, the reason naming the field, what
-it holds and what it must be. The store's cache (``kube_store.KubeObjectStore``) applies the
+it holds and what it must be. The store's cache (``kube_cache.StorageCache``) applies the
 kind's decoder to every object it receives and skips the malformed ones, so no pass, list,
 watch or start reads one.
 """

@@ -1,22 +1,14 @@
-"""``ObjectStore`` on the Kubernetes API: each object is a custom resource of a storage-only group.
+"""``ObjectStore`` on the Kubernetes API: each object is a custom resource of a storage-only group
+(the storage objects: ``registry.kube_objects``).
 
-A record ``podnotifiers/<ns>/<name>`` is stored as ``storedpodnotifiers/<storage ns>/<ns>.<name>``
-of ``storage.notifier.x-k8s.io/v1alpha1`` (CRDs in ``apiservice/storage-crds.yaml``; the name:
-``storage_name``), in the server's own namespace, where no tenant's namespace-scoped grant
-reaches. The public object is the storage object's ``object`` field, its whole metadata included
-(name, namespace, uid, creationTimestamp: the server sets them), with the storage object's
-resourceVersion. Every storage object carries the ``INSTANCE_LABEL`` of the installation that
-wrote it and the ``NAMESPACE_LABEL`` of its public namespace; a store sees only its own
-instance's objects. (Layout 1, every object in its public namespace, is moved here by
-``registry.layout_migration``.)
-
-Reads (get, list, watch) are served from an informer cache of the storage collection
-(``kube.informer``) with the storage objects' resourceVersions, so a list on one replica and a
-watch on another agree. The store keeps a bounded window of the cache's recent changes: it
-replays watches from a resourceVersion and rebuilds the snapshot a continue token names;
-anything older than the window (or than the cache's last list) is ``Expired`` (410). Writes go
-to kube-apiserver (optimistic concurrency on resourceVersion, DeleteOptions preconditions) and
-return once the cache holds them, so a write is visible to the next read on this replica.
+Reads (get, list, watch) are served from this replica's cache of the storage collection
+(``registry.kube_cache``) with the storage objects' resourceVersions, so a list on one replica
+and a watch on another agree; a consistent read (``consistent_read``) first learns the current
+resourceVersions from kube-apiserver. Writes go to kube-apiserver (optimistic concurrency on
+resourceVersion, DeleteOptions preconditions); what a write returns is written through to the
+cache, so this replica's next read or update of the object does not wait for the watch, and a
+list waits until the watch has brought this replica's writes. (Layout 1, every object in its
+public namespace, is moved here by ``registry.layout_migration``.)
 
 resourceVersions are compared as integers: kube-apiserver's are etcd revisions (the
 "comparable resourceVersion" of KEP-5504). See docs/storage.md.
@@ -28,43 +20,54 @@ import asyncio
 import builtins
 import contextlib
 import copy
-import hashlib
 import logging
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from apiserver.api.json_input import as_printable
 from apiserver.api.validation import dns1123_label_errors, dns1123_subdomain_errors
 from apiserver.kube.client import METADATA_ONLY, KubeClient, KubeRejected, KubeUnavailable
-from apiserver.kube.informer import Handlers, Informer
-from apiserver.kube.paths import namespaced, segment
-from apiserver.registry.decoding import (
-    Decoder,
-    Malformed,
-    decoded,
-    mapping,
-    optional_integer,
-    public_object,
-    text,
-)
+from apiserver.kube.paths import namespaced
+from apiserver.registry.decoding import Decoder
 from apiserver.registry.errors import (
     AlreadyExists,
-    BadRequest,
     Conflict,
     Expired,
     MalformedObject,
     NotFound,
     ResourceVersionTooLarge,
-    StorageNotInstalled,
     StorageUnavailable,
     StoreError,
     TooLarge,
     check_preconditions,
     not_found,
+)
+from apiserver.registry.kube_cache import (
+    DEFAULT_HISTORY,
+    SYNC_TIMEOUT_SECONDS,
+    Entry,
+    StorageCache,
+    Versions,
+)
+from apiserver.registry.kube_objects import (
+    DEFAULT_INSTANCE,
+    NAMESPACE_LABEL,
+    SEQUENCE_LABEL,
+    STORAGE_API,
+    Key,
+    field_label,
+    field_label_value,
+    key_of,
+    public_of,
+    revision,
+    storage_kind,
+    storage_name,
+    storage_name_of,
+    storage_object,
+    storage_selector,
 )
 from apiserver.registry.objects import (
     GENERATE_NAME_ATTEMPTS,
@@ -75,12 +78,9 @@ from apiserver.registry.objects import (
     metadata,
     no_free_name,
 )
+from apiserver.registry.paging import PageRequest
 from apiserver.registry.resources import ResourceType
-from apiserver.registry.selectors import (
-    FieldSelector,
-    field_value,
-    parse_field_selector,
-)
+from apiserver.registry.selectors import FieldSelector, parse_field_selector
 from apiserver.registry.store import (
     DEFAULT_MAX_OBJECT_BYTES,
     Cohort,
@@ -88,246 +88,17 @@ from apiserver.registry.store import (
     Object,
     ObjectStore,
 )
-from apiserver.registry.tokens import decode_continue, encode_continue, parse_resource_version
-from apiserver.registry.watch import (
-    DEFAULT_MAX_QUEUED_EVENTS,
-    Change,
-    EventType,
-    Watch,
-    WatchEvent,
-    WatchFilter,
-    WatchHub,
-    selection,
-)
+from apiserver.registry.tokens import parse_resource_version
+from apiserver.registry.watch import DEFAULT_MAX_QUEUED_EVENTS, Watch, WatchFilter, selection
 from apiserver.timestamps import timestamp
 
 log = logging.getLogger(__name__)
 
-STORAGE_GROUP = "storage.notifier.x-k8s.io"
-STORAGE_VERSION = "v1alpha1"
-STORAGE_API = f"/apis/{STORAGE_GROUP}/{STORAGE_VERSION}"
-INSTANCE_LABEL = f"{STORAGE_GROUP}/installation"
-"""The installation (instance) that wrote a storage object. Not layout 1's label
-(``layout_migration.LAYOUT1_INSTANCE_LABEL``), so that a replica of layout 1 still running
-during an upgrade does not see this layout's objects (it would read them as objects of the
-storage namespace, and its collector would delete them as records of pods that do not exist)."""
-DEFAULT_INSTANCE = "container-notifier"
-NAMESPACE_LABEL = f"{STORAGE_GROUP}/namespace"
-"""The public object's namespace, on every storage object (to select a namespace's objects)."""
-SEQUENCE_LABEL = f"{STORAGE_GROUP}/sequence"
-"""The storage object's ``sequence`` (creation order), so that one DELETE of the collection can
-select "no later than" a member of a cohort."""
-_FIELD_LABEL_DIGITS = 32
-CREATED_REVISION = "createdRevision"
-"""The storage objects' field that keeps the resourceVersion of their creation (every update
-writes it), by which a cohort admits a create among the members created before it."""
-MAX_NAME_LENGTH = 253
-"""A custom resource's name is a DNS-1123 subdomain."""
-_NAME_DIGEST_LENGTH = 16
-DEFAULT_HISTORY = 10_000
-"""Changes kept per store for watches from a resourceVersion and continue tokens (the SQLite
-backend's event retention)."""
-SYNC_TIMEOUT_SECONDS = 10.0
-"""How long a request waits for the cache: its first list, or a write of this replica."""
 CATCH_UP_SECONDS = 3.0
 """How long a watch from a resourceVersion the cache has not reached waits for it (kube-apiserver's
 watch cache waits 3 s too) before it is ``ResourceVersionTooLarge``, and a consistent read for
 the cache to hold what kube-apiserver listed before it is ``StorageUnavailable``."""
 _KEPT_ON_UPDATE = ("name", "namespace", "uid", "creationTimestamp", "generateName")
-
-Key = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class StorageKind:
-    """The CRD that stores one public resource."""
-
-    plural: str
-    kind: str
-    indexed_fields: tuple[str, ...] = ()
-    """The public resource's ``indexed_fields``, each mirrored on the storage object as a
-    label (``field_label``), so that kube-apiserver selects a cohort's members itself."""
-
-    @property
-    def crd_name(self) -> str:
-        return f"{self.plural}.{STORAGE_GROUP}"
-
-    @property
-    def collection(self) -> str:
-        return f"{STORAGE_API}/{self.plural}"
-
-
-def storage_kind(resource: ResourceType) -> StorageKind:
-    """``podnotifiers`` (``PodNotifier``) is stored as ``storedpodnotifiers``
-    (``StoredPodNotifier``)."""
-    return StorageKind(f"stored{resource.plural}", f"Stored{resource.kind}",
-                       resource.indexed_fields)
-
-
-def field_label(field: str) -> str:
-    """The storage label that mirrors the public indexed field ``field`` (``spec.podName``:
-    ``storage.notifier.x-k8s.io/spec.podName``)."""
-    return f"{STORAGE_GROUP}/{field}"
-
-
-def field_label_value(value: str) -> str:
-    """A field's value as a label value: the start of its SHA-256 (any text, any length, fits
-    the 63 characters of a label value)."""
-    return hashlib.sha256(value.encode()).hexdigest()[:_FIELD_LABEL_DIGITS]
-
-
-def storage_labels(kind: StorageKind, instance: str, obj: Object, sequence: int
-                   ) -> dict[str, str]:
-    """The labels of the storage object that holds the public object ``obj``."""
-    return {INSTANCE_LABEL: instance, NAMESPACE_LABEL: metadata(obj)["namespace"],
-            SEQUENCE_LABEL: str(sequence),
-            **{field_label(field): field_label_value(field_value(obj, field))
-               for field in kind.indexed_fields}}
-
-
-def storage_name(namespace: str, name: str) -> str:
-    """The storage object's name of the public object ``namespace/name``: ``<namespace>.<name>``
-    (a namespace is a DNS label, without a dot, so the first dot divides the two), or, when that
-    is longer than a name may be, ``<namespace>.<the name's start>-<sha256 of the name>``."""
-    joined = f"{namespace}.{name}"
-    if len(joined) <= MAX_NAME_LENGTH:
-        return joined
-    digest = hashlib.sha256(name.encode()).hexdigest()[:_NAME_DIGEST_LENGTH]
-    head = name[:MAX_NAME_LENGTH - len(namespace) - 2 - _NAME_DIGEST_LENGTH].rstrip(".-")
-    return f"{namespace}.{head}-{digest}"
-
-
-def storage_selector(instance: str) -> str:
-    """The label selector of an instance's storage objects (of this layout)."""
-    return f"{INSTANCE_LABEL}={instance}"
-
-
-def storage_object(kind: StorageKind, storage_namespace: str, instance: str, obj: Object,
-                   sequence: int, created_revision: int = 0) -> Object:
-    """The storage object that holds the public object `obj` (its resourceVersion, if any,
-    becomes the storage object's: a write's precondition); ``created_revision`` (0 on a create:
-    kube-apiserver gives the creation its revision) is kept by every later write."""
-    meta = metadata(obj)
-    inner = copy.deepcopy(obj)
-    inner["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
-    stored_meta: dict[str, Any] = {
-        "name": storage_name(meta["namespace"], meta["name"]), "namespace": storage_namespace,
-        "labels": storage_labels(kind, instance, obj, sequence)}
-    if meta.get("resourceVersion"):
-        stored_meta["resourceVersion"] = meta["resourceVersion"]
-    stored: Object = {"apiVersion": f"{STORAGE_GROUP}/{STORAGE_VERSION}", "kind": kind.kind,
-                      "metadata": stored_meta, "sequence": sequence, "object": inner}
-    if created_revision:
-        stored[CREATED_REVISION] = created_revision
-    return stored
-
-
-async def check_installed(kube: KubeClient, resources: Iterable[ResourceType]) -> None:
-    """Raise ``StorageNotInstalled`` (one line, naming each CRD and what is wrong) unless the
-    storage CRD of every resource exists and is Established."""
-    problems = []
-    for resource in resources:
-        name = storage_kind(resource).crd_name
-        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{segment(name)}"
-        try:
-            crd = await kube.get(path)
-        except KubeRejected as error:
-            problems.append(f"{name} is not installed" if error.status_code == 404 else
-                            f"{name} cannot be read ({error.status_code} "
-                            f"{error.answer_reason or 'error'})")
-            continue
-        except KubeUnavailable as error:
-            raise StorageNotInstalled(f"--storage=kubernetes: cannot check the storage CRDs: "
-                                      f"{error}") from error
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        if not any(c.get("type") == "Established" and c.get("status") == "True"
-                   for c in conditions):
-            problems.append(f"{name} is not Established")
-        elif not _declares(crd, CREATED_REVISION):
-            problems.append(f"{name} is out of date (its schema has no {CREATED_REVISION}, "
-                            "which kube-apiserver would drop from every write of this version)")
-    if problems:
-        raise StorageNotInstalled(
-            f"--storage=kubernetes: {'; '.join(problems)}: apply apiservice/storage-crds.yaml "
-            "and the server's RBAC in apiservice/rbac-server.yaml (kubectl apply -k "
-            "apiservice/ installs both) and start again")
-
-
-def _declares(crd: Mapping[str, Any], field_name: str) -> bool:
-    """Whether the CRD's storage version declares the top-level field ``field_name`` (a
-    structural schema prunes what it does not declare)."""
-    for version in (crd.get("spec") or {}).get("versions") or []:
-        if version.get("storage"):
-            schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
-            return field_name in (schema.get("properties") or {})
-    return False
-
-
-def _rv(obj: Mapping[str, Any]) -> int:
-    text = str(metadata(obj).get("resourceVersion") or "0")
-    return int(text) if text.isdigit() else 0
-
-
-def _key(obj: Mapping[str, Any]) -> Key:
-    """The (namespace, name) of a public object."""
-    meta = metadata(obj)
-    return meta.get("namespace", ""), meta.get("name", "")
-
-
-def _storage_name_of(stored: Mapping[str, Any]) -> str:
-    return str(metadata(stored).get("name", ""))
-
-
-_BY_NAMESPACE_LABEL = "namespace-label"
-"""The informer's index of storage objects by their ``NAMESPACE_LABEL`` (a consistent read of a
-namespace compares exactly what kube-apiserver lists with that label)."""
-
-
-def _labelled_namespace(stored: Object) -> list[str]:
-    value = (metadata(stored).get("labels") or {}).get(NAMESPACE_LABEL)
-    return [value] if isinstance(value, str) else []
-
-
-Versions = dict[str, int]
-"""Storage object name -> resourceVersion."""
-
-
-@dataclass(frozen=True)
-class _Entry:
-    object: Object
-    """The public object."""
-    sequence: int
-    """Creation order (the writing replica's clock in ns, then the name)."""
-    storage_uid: str = ""
-    """The storage object's own uid (a DELETE's precondition), not the public object's."""
-    labelled: bool = False
-    """Whether the storage object carries the labels of its public object (``storage_labels``;
-    objects written before the field labels existed lack them until their next write)."""
-    created: int = 0
-    """The resourceVersion of its creation: the storage object's ``createdRevision``, which
-    every update writes, or, on an object never updated, its resourceVersion."""
-
-
-@dataclass(frozen=True)
-class _Event:
-    rv: int
-    key: Key
-    change: Change
-    before: _Entry | None
-    """The entry the change replaced (None for a creation), to rebuild older snapshots."""
-
-
-@dataclass(frozen=True)
-class _After(WatchFilter):
-    """A filter that also drops changes at or before ``after`` (a watch that starts from a
-    resourceVersion this replica's cache had not reached)."""
-
-    after: int = 0
-
-    def event_for(self, change: Change) -> WatchEvent | None:
-        if _rv(change.object) <= self.after:
-            return None
-        return super().event_for(change)
 
 
 class KubeObjectStore(ObjectStore):
@@ -335,11 +106,9 @@ class KubeObjectStore(ObjectStore):
 
     The cache starts with the first call; ``close`` stops it and ends every watch. `history`
     bounds the changes kept for watches and continue tokens. `decode` is the kind's decoder
-    (``registry.decoding``): a storage object it (or the storage envelope: ``object`` an
-    object, ``sequence`` an integer, string labels) refuses is not cached, so no read sees it;
-    it is logged once per resourceVersion with its name and reported to
-    `malformed(storage plural)` (the metric). An object that turns malformed is gone for
-    readers (watchers get DELETED); one that is repaired comes back (ADDED).
+    (``registry.decoding``): a storage object it (or the storage envelope) refuses is not
+    cached, so no read sees it (``kube_cache``), and is reported to `malformed(storage
+    plural)` (the metric).
     """
 
     def __init__(
@@ -357,47 +126,28 @@ class KubeObjectStore(ObjectStore):
         malformed: Callable[[str], None] | None = None,
     ) -> None:
         self.resource = resource
-        self._decode = decode
-        self._count_malformed = malformed
         self._kube = kube
         self._kind = storage_kind(resource)
         self._storage_namespace = storage_namespace
         self._instance = instance
         self.max_object_bytes = max_object_bytes
-        self._max_queued_events = max_queued_events
         self._clock_ns = clock_ns
-        self._informer = Informer(kube, self._path(), name=self._kind.crd_name,
-                                  params={"labelSelector": storage_selector(instance)},
-                                  indexes={_BY_NAMESPACE_LABEL: _labelled_namespace})
-        self._informer.add_handlers(Handlers(on_add=self._added, on_update=self._updated,
-                                             on_delete=self._deleted, on_listed=self._listed))
-        self._task: asyncio.Task[None] | None = None
-        self._entries: dict[Key, _Entry] = {}
-        self._index: dict[tuple[str, str, str], set[Key]] = {}
-        """(indexed field, namespace, value) -> keys: cohorts select on them without a scan."""
-        self._window: deque[_Event] = deque(maxlen=history)
-        self._compacted = 0
-        """Changes at or before this resourceVersion are not in the window."""
-        self._listed_once = False
-        self._changed = asyncio.Event()
-        self._hub = WatchHub()
+        self._cache = StorageCache(
+            kube, self._path(), resource, self._kind, storage_namespace=storage_namespace,
+            instance=instance, history=history, max_queued_events=max_queued_events,
+            decode=decode, malformed=malformed)
         self._key_locks: dict[Key, _Held] = {}
         self._cohort_locks: dict[Key, _Held] = {}
         """(namespace, cohort selector): creates into one cohort take turns on this replica."""
-        self._names: dict[str, Key] = {}
-        """Storage name -> public key of each cached entry."""
-        self._malformed: dict[str, int] = {}
-        """The storage objects (by name) skipped as malformed, with the resourceVersion logged."""
 
     @property
     def synced(self) -> bool:
         """Whether the cache holds a list (readiness)."""
-        return self._informer.has_synced()
+        return self._cache.synced
 
     def start(self) -> None:
         """Start the cache (the first call of any operation does too)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._informer.run(), name=self._kind.crd_name)
+        self._cache.start()
 
     # Writes
 
@@ -405,7 +155,7 @@ class KubeObjectStore(ObjectStore):
         return await _to_the_end(self._create_in(copy.deepcopy(dict(obj)), cohort))
 
     async def _create_in(self, obj: Object, cohort: Cohort | None) -> Object:
-        await self._ready()
+        await self._cache.ready()
         prepared = self._new_object(obj)
         if cohort is None:
             return await self._create(prepared)
@@ -421,36 +171,42 @@ class KubeObjectStore(ObjectStore):
             # Evicted once admitted, so that a refused create deletes nothing but itself.
             await self._evict_for(namespace, cohort, selector, evictable,
                                   metadata(created["object"])["name"])
-            return self._public(created)
+            return public_of(created)
 
     async def _evict_for(self, namespace: str, cohort: Cohort, selector: FieldSelector,
                          evictable: FieldSelector, created: str) -> None:
         """Make room for one create into the cohort (``Cohort.evicted``); ``created`` names
         the new object if it is stored already (it is not one of the members)."""
-        members = sorted((e for e in self._candidates(namespace, selector)
-                          if selector.matches(e.object) and _key(e.object)[1] != created),
-                         key=lambda e: (e.sequence, _key(e.object)))
+        await self._cache.caught_up()  # this replica's creates into the cohort count
+        members = sorted((e for e in self._cache.candidates(namespace, selector)
+                          if selector.matches(e.object) and key_of(e.object)[1] != created),
+                         key=lambda e: (e.sequence, key_of(e.object)))
         await self._evict(namespace, selector, evictable, cohort.evicted(
             members, lambda e: evictable.matches(e.object)))
 
     async def _admit(self, stored: Object, cohort: FieldSelector,
                      admit: Callable[[builtins.list[Object]], None]) -> None:
         """``admit`` the created storage object ``stored`` among the cohort's members created
-        before it (``Cohort.admit``): once the cache has reached its creation, the cache holds
-        every member created before it (and whatever each became since), so every replica
-        that creates into the cohort decides in the same order. If refused, or if the cache
-        does not get there in time, the object is deleted again."""
-        public = self._public(stored)
-        namespace, name = _key(public)
+        before it, as they were at its creation (``Cohort.admit``): once the cache has reached
+        the creation, its window rebuilds the cohort as of that revision, so every replica
+        that creates into the cohort decides in the same order on the same state (a member
+        that ended after the creation still counts, so no revision ever holds more admitted
+        members than the bound). If refused, or if the cache does not get there in time or no
+        longer holds that revision, the object is deleted again."""
+        public = public_of(stored)
+        namespace, name = key_of(public)
+        created = revision(stored)
         try:
-            if not await self._reached(_rv(stored), SYNC_TIMEOUT_SECONDS):
+            members = (self._cache.candidates_at(namespace, cohort, created)
+                       if await self._cache.reached(created, SYNC_TIMEOUT_SECONDS) else None)
+            if members is None:
                 raise StorageUnavailable(
                     f"{self.resource.qualified}: the storage cache of {self._kind.crd_name} did "
-                    f"not reach the create of {name!r} within {SYNC_TIMEOUT_SECONDS:.0f} s, so "
-                    "the bounds could not be checked; nothing was stored, retry later")
-            before = sorted((e for e in self._candidates(namespace, cohort)
-                             if cohort.matches(e.object) and e.created < _rv(stored)),
-                            key=lambda e: (e.created, _key(e.object)))
+                    f"not hold the state at the create of {name!r} within "
+                    f"{SYNC_TIMEOUT_SECONDS:.0f} s, so the bounds could not be checked; nothing "
+                    "was stored, retry later")
+            before = sorted((e for e in members if e.created < created),
+                            key=lambda e: (e.created, key_of(e.object)))
             admit(copy.deepcopy([e.object for e in before]))
         except StoreError as refusal:
             try:
@@ -463,7 +219,7 @@ class KubeObjectStore(ObjectStore):
             raise
 
     async def _evict(self, namespace: str, cohort: FieldSelector, evictable: FieldSelector,
-                     evicted: builtins.list[_Entry]) -> None:
+                     evicted: builtins.list[Entry]) -> None:
         """Delete a cohort's ``evicted`` members (its oldest evictable ones): the labelled in
         one DELETE of the collection, selecting by the storage labels the cohort's evictable
         members no later than the last of them (so one that finished since this replica's
@@ -507,9 +263,9 @@ class KubeObjectStore(ObjectStore):
         object: a miss, a refusal (``mutate`` raises) and a no-op on the cached object each
         read the live one (``GET``) and decide again; a ``PUT`` on a stale read gets 409 and
         does the same."""
-        await self._ready()
+        await self._cache.ready()
         async with self._lock(namespace, name):
-            entry = self._entries.get((namespace, name))
+            entry = self._cache.get((namespace, name))
             live = entry is None
             if entry is None:
                 entry = await self._live(namespace, name)
@@ -538,15 +294,15 @@ class KubeObjectStore(ObjectStore):
                     entry, live = await self._live(namespace, name), True
                     current = entry.object
                     continue
-                return await self._settled(stored)
+                return self._settled(stored)
 
-    async def _live(self, namespace: str, name: str) -> _Entry:
+    async def _live(self, namespace: str, name: str) -> Entry:
         """The object as kube-apiserver has it now (``NotFound`` if it has none;
         ``MalformedObject`` naming the public object, not its storage object, if the cache
         would skip it)."""
         stored = await self._call(name, self._kube.get(self._object_path(namespace, name)))
         try:
-            return self._entry(stored)
+            return self._cache.entry_of(stored)
         except MalformedObject as error:
             if (error.namespace, error.object_name) == (namespace, name):
                 raise
@@ -565,8 +321,8 @@ class KubeObjectStore(ObjectStore):
         If the storage uid alone fails (the cache lags a delete and create of the object on
         another replica) while the caller's preconditions hold on the live object, that object
         is the one deleted, as kube-apiserver deletes what it has."""
-        await self._ready()
-        entry = self._entries.get((namespace, name))
+        await self._cache.ready()
+        entry = self._cache.get((namespace, name))
         if entry is None or (uid and metadata(entry.object).get("uid") != uid):
             entry = await self._live(namespace, name)
         check_preconditions(self.resource, entry.object, "", uid)
@@ -588,7 +344,7 @@ class KubeObjectStore(ObjectStore):
                 continue
             break
         # kube-apiserver may answer a Status for a custom resource deleted at once
-        last = entry.object if answer.get("kind") == "Status" else self._public(answer)
+        last = entry.object if answer.get("kind") == "Status" else public_of(answer)
         return await self._gone(str(metadata(entry.object).get("uid", "")), last)
 
     async def delete_collection(
@@ -598,9 +354,10 @@ class KubeObjectStore(ObjectStore):
         return await _to_the_end(self._delete_matching(selection))
 
     async def _delete_matching(self, selection: WatchFilter) -> builtins.list[Object]:
-        await self._ready()
-        matching = sorted((e.object for e in self._entries.values()
-                           if selection.matches(e.object)), key=_key)
+        await self._cache.ready()
+        await self._cache.caught_up()  # this replica's own writes are among what it deletes
+        matching = sorted((e.object for e in self._cache.entries()
+                           if selection.matches(e.object)), key=key_of)
         deleted = []
         for obj in matching:
             meta = metadata(obj)
@@ -622,14 +379,14 @@ class KubeObjectStore(ObjectStore):
         ``StorageUnavailable``) until the cache has reached the list's resourceVersion or holds
         exactly those objects at those resourceVersions (``_holds``): at once when the cache
         is already current, however long the resource has been quiet."""
-        await self._ready()
+        await self._cache.ready()
         if not self._may_hold(namespace, name):
             return
         listed, at = await self._versions_now(namespace, name)
-        if not await self._reached(at, CATCH_UP_SECONDS,
-                                   lambda: self._current_rv() >= at
-                                   or self._holds(listed, namespace, name)):
-            cached = self._current_rv()
+        if not await self._cache.reached(at, CATCH_UP_SECONDS,
+                                   lambda: self._cache.current_rv() >= at
+                                   or self._cache.holds(listed, namespace, name)):
+            cached = self._cache.current_rv()
             log.warning("storage cache behind kube-apiserver; consistent read refused", extra={
                 "resource": self._kind.crd_name, "resource_version": at,
                 "cache_resource_version": cached})
@@ -669,7 +426,7 @@ class KubeObjectStore(ObjectStore):
                                    "resources: apiservice/rbac-server.yaml) and the storage "
                                    "CRDs") from error
         items = page.get("items") or []
-        return {_storage_name_of(item): _rv(item) for item in items}, _rv(page)
+        return {storage_name_of(item): revision(item) for item in items}, revision(page)
 
     def _unreadable(self, error: Exception, remedy: str) -> StorageUnavailable:
         return StorageUnavailable(
@@ -677,30 +434,16 @@ class KubeObjectStore(ObjectStore):
             f"({error}); {remedy}, or read with resourceVersion=0 to accept this replica's "
             "cache as it is")
 
-    def _holds(self, listed: Versions, namespace: str | None, name: str) -> bool:
-        """Whether the cache holds exactly the storage objects `listed` (malformed ones
-        included) in the read's scope. Below the list's resourceVersion, that means the cache
-        is current for the read: any create, change or delete since the cache's
-        resourceVersion would show as an object, a resourceVersion or a name it lacks."""
-        if namespace is not None and name:
-            held = self._informer.get(self._storage_namespace, storage_name(namespace, name))
-            scope = [] if held is None else [held]
-        elif namespace is not None:
-            scope = self._informer.by_index(_BY_NAMESPACE_LABEL, namespace)
-        else:
-            scope = self._informer.list()
-        return {_storage_name_of(stored): _rv(stored) for stored in scope} == listed
-
     async def get(self, namespace: str, name: str) -> Object:
-        await self._ready()
-        entry = self._entries.get((namespace, name))
+        await self._cache.ready()
+        entry = self._cache.get((namespace, name))
         if entry is None:
             raise not_found(self.resource, name)
         return copy.deepcopy(entry.object)
 
     async def get_current(self, namespace: str, name: str) -> Object:
         """A ``GET`` of the storage object from kube-apiserver (a consistent read)."""
-        await self._ready()
+        await self._cache.ready()
         return copy.deepcopy((await self._live(namespace, name)).object)
 
     async def list(
@@ -712,33 +455,16 @@ class KubeObjectStore(ObjectStore):
         limit: int = 0,
         continue_token: str = "",
     ) -> ListResult:
-        if limit < 0:
-            raise BadRequest(f"limit must not be negative, got {limit}")
+        request = PageRequest.of(limit, continue_token)
         selection = self._filter(namespace, label_selector, field_selector)
-        snapshot, after = decode_continue(continue_token) if continue_token else (None, None)
-        await self._ready()
-        current = self._current_rv()
-        at = current if snapshot is None else snapshot
-        if at < self._compacted:
-            raise Expired(
-                "The provided continue parameter is too old to display a consistent list "
-                "result. You can start a new list without the continue parameter.")
-        if at > current:
-            raise BadRequest("the continue token names a resourceVersion this server has not had")
-        objects = self._snapshot(at)
-        keys = sorted(k for k in objects if after is None or k > after)
-        items: builtins.list[Object] = []
-        token = ""
-        for key in keys:
-            obj = objects[key]
-            if not selection.matches(obj):
-                continue
-            if limit and len(items) == limit:
-                last = metadata(items[-1])
-                token = encode_continue(at, (last["namespace"], last["name"]))
-                break
-            items.append(copy.deepcopy(obj))
-        return ListResult(items, str(at), token)
+        await self._cache.ready()
+        if request.snapshot is None:
+            await self._cache.caught_up()  # this replica's writes are in what it lists
+        at = request.snapshot_to_read(self._cache.current_rv(), self._cache.compacted)
+        objects = self._cache.snapshot(at)
+        keys = sorted(k for k in objects if request.after is None or k > request.after)
+        return request.page((copy.deepcopy(objects[key]) for key in keys
+                             if selection.matches(objects[key])), at)
 
     async def watch(
         self,
@@ -750,232 +476,42 @@ class KubeObjectStore(ObjectStore):
     ) -> Watch:
         selection = self._filter(namespace, label_selector, field_selector)
         start = parse_resource_version(resource_version)
-        await self._ready()
+        await self._cache.ready()
         after = 0
-        if start is None:
-            initial = [Change(EventType.ADDED, e.object) for _, e in sorted(self._entries.items())]
-        else:
-            if start > self._current_rv():
+        if start is not None:
+            if start > self._cache.current_rv():
                 latest = await self._latest_rv()
                 if start > latest:
                     raise ResourceVersionTooLarge(
                         f"resourceVersion {start} is newer than kube-apiserver's {latest}; "
                         "list again")
-                if not await self._reached(start, CATCH_UP_SECONDS):
+                if not await self._cache.reached(start, CATCH_UP_SECONDS):
                     after = start  # kube-apiserver has it, this cache not yet: skip up to it
-            if start < self._compacted:
-                raise Expired(f"too old resource version: {start} ({self._compacted})")
-            initial = [event.change for event in self._window if event.rv > start]
-        watch = Watch(initial, _After(selection.namespace, selection.labels, selection.fields,
-                                      after=after),
-                      max_queued=self._max_queued_events, on_close=self._hub.remove)
-        self._hub.add(watch)
-        return watch
+            if start < self._cache.compacted:
+                raise Expired(f"too old resource version: {start} ({self._cache.compacted})")
+        return self._cache.watch(start, selection, after)
 
     def close(self) -> None:
-        self._hub.close_all()
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-
-    # The cache (informer handlers: they run in the informer's task, in event order)
-
-    def _is_watch_event(self, obj: Object) -> bool:
-        """A change the informer got from its watch (it sets its resourceVersion to the
-        event's before calling handlers), not a difference it found by listing."""
-        return self._listed_once and str(_rv(obj)) == self._informer.resource_version
-
-    def _index_keys(self, obj: Object) -> builtins.list[tuple[str, str, str]]:
-        namespace = metadata(obj).get("namespace", "")
-        return [(field, namespace, field_value(obj, field))
-                for field in self.resource.indexed_fields]
-
-    def _put(self, key: Key, entry: _Entry | None) -> _Entry | None:
-        """Set (or with None remove) the entry of ``key``, indexes included; the old entry."""
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._names.pop(storage_name(*key), None)
-            for index_key in self._index_keys(old.object):
-                keys = self._index.get(index_key)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del self._index[index_key]
-        if entry is not None:
-            self._entries[key] = entry
-            self._names[storage_name(*key)] = key
-            for index_key in self._index_keys(entry.object):
-                self._index.setdefault(index_key, set()).add(key)
-        return old
-
-    def _candidates(self, namespace: str, selector: FieldSelector) -> Iterable[_Entry]:
-        """The entries of ``namespace`` that may match ``selector``: through an index when it
-        requires an indexed field to equal a value."""
-        for requirement in selector.requirements:
-            if requirement.field in self.resource.indexed_fields and not requirement.negated:
-                keys = self._index.get((requirement.field, namespace, requirement.value), set())
-                return [self._entries[key] for key in keys]
-        return [e for k, e in self._entries.items() if k[0] == namespace]
-
-    def _added(self, stored: Object) -> None:
-        self._changed_to(stored)
-
-    def _updated(self, old: Object, stored: Object) -> None:
-        self._changed_to(stored)
-
-    def _changed_to(self, stored: Object) -> None:
-        """The cache after an object's new state: a malformed one is skipped (and the valid
-        state it replaced, if any, is deleted for readers)."""
-        entry = self._accepted(stored)
-        key = _key(entry.object) if entry is not None else self._names.get(
-            _storage_name_of(stored))
-        if key is None:  # malformed and never cached: nobody saw it
-            self._notify()
-            return
-        before = self._put(key, entry)
-        if entry is not None:
-            change = (Change(EventType.ADDED, entry.object) if before is None else
-                      Change(EventType.MODIFIED, entry.object, before.object))
-        elif before is not None:
-            gone = copy.deepcopy(before.object)
-            metadata(gone)["resourceVersion"] = str(_rv(stored))
-            change = Change(EventType.DELETED, gone)
-        else:
-            self._notify()
-            return
-        self._record(change, before, stored)
-
-    def _deleted(self, stored: Object) -> None:
-        name = _storage_name_of(stored)
-        key = self._names.get(name)
-        if self._malformed.pop(name, None) is not None and key is None:
-            self._notify()  # never cached: nobody saw it
-            return
-        before = self._entries.get(key) if key is not None else None
-        if key is not None and before is not None:
-            if before.storage_uid == metadata(stored).get("uid"):
-                self._put(key, None)
-            gone = copy.deepcopy(before.object)
-            metadata(gone)["resourceVersion"] = str(_rv(stored))
-        else:
-            gone = self._public(stored)
-        self._record(Change(EventType.DELETED, gone), before, stored)
-
-    def _accepted(self, stored: Object) -> _Entry | None:
-        """The cache entry of a storage object; None (logged once, counted) if malformed."""
-        name = _storage_name_of(stored)
-        try:
-            entry = self._entry(stored)
-        except MalformedObject as error:
-            if self._malformed.get(name) != _rv(stored):
-                self._malformed[name] = _rv(stored)
-                log.warning("malformed storage object ignored", extra={
-                    "resource": self._kind.crd_name, "namespace": self._storage_namespace,
-                    "object": name, "resource_version": _rv(stored), "reason": error.why})
-                if self._count_malformed is not None:
-                    self._count_malformed(self._kind.plural)
-            return None
-        self._malformed.pop(name, None)
-        return entry
-
-    def _record(self, change: Change, before: _Entry | None, stored: Object) -> None:
-        if self._is_watch_event(stored):
-            if len(self._window) == self._window.maxlen:
-                self._compacted = self._window[0].rv
-            self._window.append(_Event(_rv(stored), _key(change.object), change, before))
-            self._hub.publish(change)
-        self._notify()
-
-    def _listed(self) -> None:
-        """After a list: the window no longer describes how the cache got here (a relist
-        after a 410 or a failure skipped changes), so it restarts at the list's version and
-        open watches end (their clients watch again, get 410 and list)."""
-        if self._listed_once:
-            log.warning("storage cache relisted; open watches end", extra={
-                "resource": self._kind.crd_name, "resource_version":
-                    self._informer.resource_version})
-            self._hub.close_all()
-        self._listed_once = True
-        self._window.clear()
-        self._compacted = self._current_rv()
-        self._notify()
-
-    def _notify(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    def _current_rv(self) -> int:
-        text = self._informer.resource_version
-        return int(text) if text.isdigit() else 0
-
-    def _snapshot(self, at: int) -> dict[Key, Object]:
-        """The objects as of resourceVersion ``at`` (at least the window's oldest)."""
-        objects = {key: entry.object for key, entry in self._entries.items()}
-        for event in reversed(self._window):
-            if event.rv <= at:
-                break
-            if event.before is None:
-                objects.pop(event.key, None)
-            else:
-                objects[event.key] = event.before.object
-        return objects
-
-    async def _ready(self) -> None:
-        self.start()
-        if not self.synced:
-            try:
-                async with asyncio.timeout(SYNC_TIMEOUT_SECONDS):
-                    await self._informer.synced.wait()
-            except TimeoutError:
-                raise StorageUnavailable(
-                    f"{self.resource.qualified}: the storage cache of {self._kind.crd_name} has "
-                    f"not listed within {SYNC_TIMEOUT_SECONDS:.0f} s; is kube-apiserver "
-                    "reachable?") from None
-        if not self._listed_once:  # synced, but the handler of the first list runs after
-            await self._reached(0, SYNC_TIMEOUT_SECONDS, lambda: self._listed_once)
-
-    async def _reached(self, rv: int, timeout: float,
-                       condition: Callable[[], bool] | None = None) -> bool:
-        """Wait until the cache is at ``rv`` (or ``condition`` holds); False at the timeout.
-        Polls too: bookmarks move the cache's version without a handler call."""
-        check = condition or (lambda: self._current_rv() >= rv)
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not check():
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.2))
-        return True
+        self._cache.close()
 
     async def _latest_rv(self) -> int:
         """kube-apiserver's current resourceVersion (a consistent list of one item)."""
         page = await self._call("", self._kube.get(self._path(), {"limit": "1"}))
-        text = str((page.get("metadata") or {}).get("resourceVersion", "0"))
-        return int(text) if text.isdigit() else 0
+        value = str((page.get("metadata") or {}).get("resourceVersion", "0"))
+        return int(value) if value.isdigit() else 0
 
-    async def _settled(self, stored: Object) -> Object:
-        """The object a write returned, once the cache has it (so this replica's next read
-        sees it)."""
-        if not await self._reached(_rv(stored), SYNC_TIMEOUT_SECONDS):
-            log.warning("storage cache lags a write", extra={
-                "resource": self._kind.crd_name, "resource_version": _rv(stored)})
-        return self._public(stored)
+    def _settled(self, stored: Object) -> Object:
+        """The public object a write returned, written through to the cache (so this
+        replica's next read or update of it does not wait for the watch)."""
+        return self._cache.wrote(stored)
 
     async def _gone(self, uid: str, last: Object) -> Object:
         """The deleted object stamped with its deletion's resourceVersion, from the cache's
         DELETED event (the DELETE answer holds the version before it, or only a Status);
         ``last`` if the cache does not get the event in time."""
-
-        def deletion() -> Object | None:
-            for event in reversed(self._window):
-                if (event.change.type is EventType.DELETED
-                        and metadata(event.change.object).get("uid") == uid):
-                    return event.change.object
-            return None
-
-        await self._reached(0, SYNC_TIMEOUT_SECONDS, lambda: deletion() is not None)
-        return copy.deepcopy(deletion() or last)
+        await self._cache.reached(0, SYNC_TIMEOUT_SECONDS,
+                                  lambda: self._cache.deletion(uid) is not None)
+        return copy.deepcopy(self._cache.deletion(uid) or last)
 
     # Storage objects
 
@@ -986,49 +522,6 @@ class KubeObjectStore(ObjectStore):
     def _object_path(self, namespace: str, name: str) -> str:
         """The storage object of the public object ``namespace/name``."""
         return self._path(storage_name(namespace, name))
-
-    def _entry(self, stored: Object) -> _Entry:
-        """The public object and sequence of a storage object; ``MalformedObject`` unless the
-        envelope (its public metadata included, whose name must be the storage object's) and
-        the kind's decoder accept it."""
-
-        def envelope(obj: Object) -> _Entry:
-            inner = mapping(obj.get("object"), "object")
-            sequence = optional_integer(obj.get("sequence"), "sequence")
-            created = optional_integer(obj.get(CREATED_REVISION), CREATED_REVISION)
-            meta = mapping(inner.get("metadata"), "object.metadata")
-            namespace = text(meta.get("namespace"), "object.metadata.namespace")
-            name = text(meta.get("name"), "object.metadata.name")
-            text(meta.get("uid"), "object.metadata.uid")
-            text(meta.get("creationTimestamp"), "object.metadata.creationTimestamp")
-            expected = storage_name(namespace, name)
-            if expected != _storage_name_of(obj):
-                raise Malformed(
-                    f"object.metadata names {namespace}/{name}, whose storage object is "
-                    f"{expected!r}, not {_storage_name_of(obj)!r}")
-            public = public_object(self._public(obj))
-            labels = metadata(obj).get("labels") or {}
-            wanted = storage_labels(self._kind, self._instance, public, sequence)
-            return _Entry(public, sequence, str(metadata(obj).get("uid", "")),
-                          all(labels.get(key) == value for key, value in wanted.items()),
-                          created or _rv(obj))
-
-        entry = decoded(self.resource, stored, envelope)
-        if self._decode is not None:
-            self._decode(entry.object)
-        return entry
-
-    @staticmethod
-    def _public(stored: Mapping[str, Any]) -> Object:
-        """The public object a storage object holds, with the storage object's
-        resourceVersion."""
-        inner = stored.get("object")
-        obj: Object = dict(inner) if isinstance(inner, dict) else {}
-        meta = dict(metadata(obj))
-        if "resourceVersion" in metadata(stored):
-            meta["resourceVersion"] = metadata(stored)["resourceVersion"]
-        obj["metadata"] = meta
-        return obj
 
     def _storage_object(self, obj: Object, sequence: int, created_revision: int = 0
                         ) -> Object:
@@ -1045,7 +538,7 @@ class KubeObjectStore(ObjectStore):
 
     async def _create(self, prepared: Object, settle: bool = True) -> Object:
         """POST the object (a name drawn for a generateName, retried on a taken one); the
-        public object once the cache has it, or (``settle`` False) the storage object
+        public object, written through to the cache, or (``settle`` False) the storage object
         kube-apiserver answered."""
         meta = metadata(prepared)
         fixed = meta.get("name")
@@ -1061,7 +554,7 @@ class KubeObjectStore(ObjectStore):
                 if fixed:
                     raise
                 continue
-            return await self._settled(stored) if settle else stored
+            return self._settled(stored) if settle else stored
         raise no_free_name(self.resource, meta["generateName"])
 
     @staticmethod

@@ -5,7 +5,7 @@ Layout 1 (releases before the storage namespace) kept each public object ``<ns>/
 storage object ``<ns>/<name>``, in the users' namespace, with the public uid and
 creationTimestamp the storage object's own, labelled ``LAYOUT1_INSTANCE_LABEL``. A replica of this
 layout moves every such object of its instance at start, before its caches list: it creates the
-layout-2 object (``kube_store.storage_object``: the same public object, uid, creationTimestamp
+layout-2 object (``kube_objects.storage_object``: the same public object, uid, creationTimestamp
 and sequence), then deletes the old one (its uid as precondition). An interrupted move is
 finished by the next start, and two replicas moving at once agree: a copy an earlier move made
 is kept as it is (it may have been written since). The upgrade applies the new RBAC first,
@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from apiserver.kube.client import KubeClient, KubeRejected
 from apiserver.kube.paths import CORE, namespaced
-from apiserver.registry.kube_store import (
+from apiserver.registry.kube_objects import (
     INSTANCE_LABEL,
     STORAGE_API,
     STORAGE_GROUP,
@@ -47,7 +47,7 @@ PAGE_SIZE = 500
 RETRY_SECONDS = 30.0
 LAYOUT1_INSTANCE_LABEL = f"{STORAGE_GROUP}/instance"
 """Layout 1's label of the installation that wrote a storage object (this layout's is
-``kube_store.INSTANCE_LABEL``, another key)."""
+``kube_objects.INSTANCE_LABEL``, another key)."""
 LAYOUT = "2"
 _IDENTITY = ("name", "namespace", "uid", "creationTimestamp")
 """What layout 1 kept in the storage object's metadata rather than in ``object``."""

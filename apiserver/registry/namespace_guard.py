@@ -19,13 +19,13 @@ from typing import Any, Protocol
 
 from apiserver.registry.errors import NotFound
 from apiserver.registry.objects import metadata
+from apiserver.registry.paging import all_objects
 from apiserver.registry.store import Cohort, ListResult, Object, ObjectStore
 from apiserver.registry.watch import Watch
 
 log = logging.getLogger(__name__)
 
 COLLECT_INTERVAL_SECONDS = 30.0
-PAGE_SIZE = 500
 
 
 class Namespaces(Protocol):
@@ -118,14 +118,7 @@ class NamespaceGuardedStore(ObjectStore):
 
 async def collect_deleted_namespaces(store: ObjectStore, namespaces: Namespaces) -> int:
     """Delete every object of `store` whose namespace is gone; how many were deleted."""
-    found: set[str] = set()
-    token = ""
-    while True:
-        page = await store.list(None, limit=PAGE_SIZE, continue_token=token)
-        found.update(str(metadata(obj).get("namespace", "")) for obj in page.items)
-        token = page.continue_token
-        if not token:
-            break
+    found = {str(metadata(obj).get("namespace", "")) async for obj in all_objects(store)}
     deleted = 0
     for namespace in sorted(found):
         if namespace and await namespaces.gone(namespace):

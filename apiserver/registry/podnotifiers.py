@@ -38,6 +38,7 @@ from apiserver.registry.errors import (
     required,
 )
 from apiserver.registry.objects import metadata
+from apiserver.registry.paging import all_objects
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import Cohort, ListResult, Object, ObjectStore
 from apiserver.registry.watch import Watch
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 DEFAULT_RETRY_AFTER_SECONDS = 5
 TRIM_DELAY_SECONDS = 1.0
 """After a bounded create, when the pod's records are trimmed to K again."""
-_PAGE = 500
 _UNFINISHED = ",".join(f"status.phase!={phase}" for phase in FINISHED_PHASES)
 _NEITHER_PENDING_NOR_RUNNING = ",".join(f"status.phase!={phase}" for phase in PHASES
                                         if phase not in FINISHED_PHASES)
@@ -289,15 +289,8 @@ class PodNotifierStore(ObjectStore):
 
     async def _all(self, field_selector: str) -> list[Object]:
         """Every record in all namespaces that matches, read page by page from one snapshot."""
-        records: list[Object] = []
-        token = ""
-        while True:
-            page = await self._backend.list(None, field_selector=field_selector, limit=_PAGE,
-                                            continue_token=token)
-            records += page.items
-            token = page.continue_token
-            if not token:
-                return records
+        return [record async for record in all_objects(self._backend,
+                                                        field_selector=field_selector)]
 
     # Generic operations, passed through
 

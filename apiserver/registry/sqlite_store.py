@@ -13,13 +13,12 @@ import json
 import re
 import sqlite3
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from apiserver.registry import sqlite_database as db
 from apiserver.registry.errors import (
-    BadRequest,
     Expired,
     ResourceVersionTooLarge,
     check_preconditions,
@@ -35,6 +34,7 @@ from apiserver.registry.objects import (
     metadata,
     no_free_name,
 )
+from apiserver.registry.paging import PageRequest
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.selectors import (
     FieldSelector,
@@ -48,7 +48,7 @@ from apiserver.registry.store import (
     Object,
     ObjectStore,
 )
-from apiserver.registry.tokens import decode_continue, encode_continue, parse_resource_version
+from apiserver.registry.tokens import parse_resource_version
 from apiserver.registry.watch import (
     DEFAULT_MAX_QUEUED_EVENTS,
     Change,
@@ -168,13 +168,9 @@ class SqliteObjectStore(ObjectStore):
         limit: int = 0,
         continue_token: str = "",
     ) -> ListResult:
-        if limit < 0:
-            raise BadRequest(f"limit must not be negative, got {limit}")
+        request = PageRequest.of(limit, continue_token)
         selection = self._filter(namespace, label_selector, field_selector)
-        snapshot, after = decode_continue(continue_token) if continue_token else (None, None)
-        return await self._database.run(
-            lambda c: self._list_page(c, selection, limit, snapshot, after)
-        )
+        return await self._database.run(lambda c: self._list_page(c, selection, request))
 
     async def watch(
         self,
@@ -246,38 +242,31 @@ class SqliteObjectStore(ObjectStore):
         return selection(self.resource, namespace, labels, fields)
 
     def _list_page(
+        self, connection: sqlite3.Connection, selection: WatchFilter, request: PageRequest
+    ) -> ListResult:
+        at = request.snapshot_to_read(
+            db.resource_version(connection), db.compacted_version(connection))
+        return request.page(self._snapshot_objects(connection, at, selection, request), at)
+
+    def _snapshot_objects(
         self,
         connection: sqlite3.Connection,
+        at: int,
         selection: WatchFilter,
-        limit: int,
-        snapshot: int | None,
-        after: tuple[str, str] | None,
-    ) -> ListResult:
-        current = db.resource_version(connection)
-        if snapshot is not None and snapshot < db.compacted_version(connection):
-            raise Expired(
-                "The provided continue parameter is too old to display a consistent list "
-                "result. You can start a new list without the continue parameter."
-            )
-        if snapshot is not None and snapshot > current:
-            raise BadRequest("the continue token names a resourceVersion this server has not had")
-        at = current if snapshot is None else snapshot
-        items: list[Object] = []
-        while limit == 0 or len(items) <= limit:
-            batch = _LIST_BATCH if limit == 0 else min(_LIST_BATCH, limit + 1 - len(items))
+        request: PageRequest,
+    ) -> Iterator[Object]:
+        """The objects of ``selection`` as of resourceVersion ``at`` after the request's last
+        key, in key order, read in batches (no larger than a page and the one after it, which
+        tells whether the page is the last)."""
+        after = request.after
+        batch = min(_LIST_BATCH, request.limit + 1) if request.limit else _LIST_BATCH
+        while True:
             rows = self._snapshot_rows(connection, at, selection, after, batch)
-            items += [
-                obj for obj in map(json.loads, (r[2] for r in rows)) if selection.matches(obj)
-            ]
+            yield from (obj for obj in map(json.loads, (r[2] for r in rows))
+                        if selection.matches(obj))
             if len(rows) < batch:
-                break
+                return
             after = (rows[-1][0], rows[-1][1])
-        token = ""
-        if limit and len(items) > limit:
-            items = items[:limit]
-            last = metadata(items[-1])
-            token = encode_continue(at, (last["namespace"], last["name"]))
-        return ListResult(items, str(at), token)
 
     def _snapshot_rows(
         self,

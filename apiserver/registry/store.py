@@ -57,7 +57,9 @@ class Cohort:
 
     ``admit``, if given, decides whether the new object may be stored among the members created
     before it, as an etcd lock is held by the key of the lowest creation revision: it gets them
-    (oldest first) once the store knows every one of them, and raises a ``StoreError`` to
+    (oldest first) as they were when the new object was created (so a member that ends a moment
+    later still counts, and no moment ever holds more admitted objects than it allows), and
+    raises a ``StoreError`` to
     refuse; a refused object is not stored (on SQLite it is never written; on Kubernetes, where
     the create must come first to have a place in the order, it is deleted again before the
     refusal is answered). Two creates into one cohort at once, through any replicas, are each

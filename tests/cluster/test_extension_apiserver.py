@@ -75,17 +75,18 @@ def test_kubectl_lists_the_resources_and_discovery_has_the_subresource(cluster: 
     listed = cluster.kubectl("api-resources", "--api-group=notifier.x-k8s.io", "--namespaced",
                              "-o", "name").stdout.split()
     # kubectl hides subresources: pods/notify and the two release actions are only in the
-    # discovery document.
+    # discovery document. pods is the read-only NotifierPods (issue 23).
     assert sorted(listed) == ["notifications.notifier.x-k8s.io",
-                              "podnotifiers.notifier.x-k8s.io"]
+                              "podnotifiers.notifier.x-k8s.io", "pods.notifier.x-k8s.io"]
 
     raw = json.loads(cluster.kubectl("get", "--raw", API).stdout)
     assert (raw["kind"], raw["groupVersion"]) == ("APIResourceList", "notifier.x-k8s.io/v1alpha1")
     resources = {r["name"]: r for r in raw["resources"]}
     assert sorted(resources) == ["notifications", "notifications/release", "podnotifiers",
-                                 "podnotifiers/release", "pods/notify"]
+                                 "podnotifiers/release", "pods", "pods/notify"]
     assert {name: (r["kind"], r["namespaced"], sorted(r["verbs"]))
             for name, r in resources.items()} == {
+        "pods": ("NotifierPod", True, ["get", "list"]),
         "pods/notify": ("PodNotifier", True, ["create"]),
         "podnotifiers/release": ("PodNotifier", True, ["create"]),
         "notifications/release": ("Notification", True, ["create"]),

@@ -9,6 +9,7 @@ duration no other test uses, so only its command matches.
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -131,6 +132,28 @@ def test_a_held_notifier_stays_held_until_released_and_its_process_is_gone(
     assert not running_sleeps(workdir, sleep), "the held command outlived its release"
     assert took < GRACE_SECONDS + 10, took
     print(f"\nhold: released {took:.1f}s after the request: {container['message']}")
+
+
+def test_notifying_a_held_pod_again_is_a_409_that_says_how_to_release_it(
+        cluster: Cluster, namespace: str, holder: User) -> None:
+    """The 409 names the held record and gives the release command, the plugin's and the raw
+    request's; the raw one, run as it is printed (real kubectl), ends the hold."""
+    name, held = hold(cluster, namespace, holder, "3595.3")
+    with cluster.client_for(holder) as client:
+        again = notify(client, namespace, held["spec"]["podName"], "lock", wait=0)
+    assert again.status_code == 409, again.text
+    answer = again.json()
+    assert (answer["reason"], answer["details"]["name"]) == ("Conflict", name), answer
+    message = answer["message"]
+    assert f'is held on pod "{held["spec"]["podName"]}" by podnotifiers.notifier.x-k8s.io ' \
+           f'"{name}"' in message
+    assert f"kubectl notify -n {namespace} release podnotifier/{name}" in message
+    raw = message.split("(or: ", 1)[1].rstrip(")")
+    argv = shlex.split(raw)
+    assert argv[:3] == ["kubectl", "create", "--raw"], raw
+    cluster.kubectl(*argv[1:], user=holder)
+    done = finished(cluster, namespace, name, GRACE_SECONDS + 15)
+    assert (done["status"]["phase"], done["status"]["reason"]) == ("Succeeded", "Released")
 
 
 def test_a_hold_nobody_releases_expires_and_its_process_is_gone(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kube import Cluster, User
+from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import declare, exec_notifier, records, signal_notifier
 from tests.support.plugin import (
     Plugin,
@@ -95,6 +95,10 @@ def test_notify_failure_exits_1_with_the_exit_code(
     assert "Failed (NonZeroExitCode)" in lines[0]
     assert columns(lines[2])[:4] == ["db", "Failed", "NonZeroExitCode", "3"]
     assert "--- db stdout, last 1 line:" in lines and "    partial" in lines
+    (message,) = [line for line in lines if line.startswith("--- db message: ")]
+    # kwok quotes the command line it ran: the declared one, not the server's PID wrapper
+    assert "sh -c echo partial; exit 3: exit status 3" in message, message
+    assert "container-notifier" not in message and "printf" not in message, message
 
 
 def test_notify_forbidden_and_not_declared_exit_2(
@@ -300,3 +304,78 @@ def test_a_quiesce_window_returns_once_quiesced_and_release_ends_it(
     ran = records(cluster, namespace, labelSelector=label)
     assert sorted((r["spec"]["notifier"], r["spec"]["podName"]) for r in ran) == sorted(
         [("quiesce", pod) for pod in pods] + [("reload", pod) for pod in pods])
+
+
+APISERVICE = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha1.notifier.x-k8s.io"
+
+
+def _available(cluster: Cluster) -> str:
+    with cluster.admin() as kube:
+        found = kube.get(APISERVICE)
+    if found.status_code == 404:
+        return "absent"
+    conditions = found.json().get("status", {}).get("conditions", [])
+    return next((c["status"] for c in conditions if c["type"] == "Available"), "")
+
+
+def test_a_missing_or_unavailable_apiservice_is_named(
+        plugin: Plugin, cluster: Cluster, namespace: str, pods: list[str], bot: User) -> None:
+    """Real kubectl running the plugin while the session plane's APIService points at a port
+    nothing listens on (Available False: kube-apiserver answers a plain 503), then while it is
+    deleted (a plain 404); the APIService is restored, Available, whatever happens."""
+    env = {"PATH": f"{plugin.script.parent}:{cluster.bins}:/usr/bin:/bin",
+           "HOME": str(plugin.home), "PYTHONPATH": str(plugin.site)}
+
+    def kubectl_notify(kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(cluster.bins / "kubectl"), "notify", pods[0], "reload", "-n",
+                               namespace, f"--kubeconfig={kubeconfig}"], capture_output=True,
+                              text=True, env=env, timeout=120)
+
+    with cluster.admin() as kube:
+        original = kube.get(APISERVICE).json()
+    restore = {"apiVersion": original["apiVersion"], "kind": original["kind"],
+               "metadata": {"name": original["metadata"]["name"],
+                            "labels": original["metadata"].get("labels", {})},
+               "spec": original["spec"]}
+    unused_port = cluster.ports.notifier + 90
+    try:
+        with cluster.admin() as kube:
+            patched = kube.patch(APISERVICE, json={"spec": {"service": {"port": unused_port}}},
+                                 headers={"Content-Type": "application/merge-patch+json"})
+            assert patched.status_code == 200, patched.text
+        wait_until(lambda: _available(cluster) == "False", "APIService Available=False", 60)
+        ran = kubectl_notify(bot.kubeconfig)
+        assert ran.returncode == 1, (ran.stdout, ran.stderr)
+        assert ran.stderr.startswith(
+            "error: the notifier.x-k8s.io API is unavailable (kube-apiserver answered 503: "
+            "service unavailable): its APIService v1alpha1.notifier.x-k8s.io is not Available. "
+            "See why: kubectl get apiservice v1alpha1.notifier.x-k8s.io"), ran.stderr
+        assert "unable to reach the server" not in ran.stderr
+        # who may read APIServices also gets the reason
+        ran = kubectl_notify(cluster.layout.kubeconfig)
+        assert ran.returncode == 1 and "is not Available (FailedDiscoveryCheck: " in ran.stderr, (
+            ran.stderr)
+
+        with cluster.admin() as kube:
+            assert kube.delete(APISERVICE).status_code == 200
+        wait_until(lambda: _available(cluster) == "absent", "APIService deleted", 30)
+        wait_until(lambda: "404" in kubectl_notify(bot.kubeconfig).stderr,
+                   "kube-apiserver to stop routing the group", 30)
+        ran = kubectl_notify(bot.kubeconfig)
+        assert ran.returncode == 2, (ran.stdout, ran.stderr)
+        assert ran.stderr.strip() == (
+            "error: this cluster does not serve notifier.x-k8s.io/v1alpha1 (kube-apiserver "
+            "answered 404: 404 page not found): the APIService v1alpha1.notifier.x-k8s.io is "
+            "not registered. Install container-notifier (docs/install.md), then check it: "
+            "kubectl get apiservice v1alpha1.notifier.x-k8s.io"), ran.stderr
+    finally:
+        with cluster.admin() as kube:
+            if kube.get(APISERVICE).status_code == 404:
+                assert kube.post("/apis/apiregistration.k8s.io/v1/apiservices",
+                                 json=restore).status_code == 201
+            else:
+                kube.patch(APISERVICE, json={"spec": original["spec"]},
+                           headers={"Content-Type": "application/merge-patch+json"})
+        wait_until(lambda: _available(cluster) == "True", "APIService Available again", 90)
+        wait_until(cluster.served, "the group served again", 60)
+    assert kubectl_notify(bot.kubeconfig).returncode == 0

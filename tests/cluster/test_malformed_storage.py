@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.registry.kube_store import INSTANCE_LABEL, NAMESPACE_LABEL, storage_name
+from apiserver.registry.kube_objects import INSTANCE_LABEL, NAMESPACE_LABEL, storage_name
 from tests.cluster.test_hold import finished, hold, owner_replica
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import (

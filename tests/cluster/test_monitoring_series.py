@@ -21,7 +21,7 @@ def test_caches_store_leader_and_watches_are_served(cluster: Cluster, namespace:
         synced = {key: value for key, value in scraped.items()
                   if key.startswith("container_notifier_cache_synced{")}
         assert synced == {f'container_notifier_cache_synced{{cache="{cache}"}}': 1.0
-                          for cache in ("pod-index", "pod-cache", "owner-templates",
+                          for cache in ("pod-cache", "owner-templates",
                                         *STORAGE_CACHES)}, replica
     watches = 'container_notifier_watches{resource="podnotifiers"}'
     listed = ('container_notifier_store_operation_duration_seconds_count'

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.registry.kube_store import INSTANCE_LABEL, NAMESPACE_LABEL, STORAGE_API
+from apiserver.registry.kube_objects import INSTANCE_LABEL, NAMESPACE_LABEL, STORAGE_API
 from apiserver.registry.layout_migration import LAYOUT1_INSTANCE_LABEL
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import (

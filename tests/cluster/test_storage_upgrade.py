@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from apiserver.registry.kube_store import INSTANCE_LABEL, NAMESPACE_LABEL, STORAGE_API
+from apiserver.registry.kube_objects import INSTANCE_LABEL, NAMESPACE_LABEL, STORAGE_API
 from apiserver.registry.layout_migration import layout1_selector, layout_marker
 from localcluster import notifier
 from localcluster.layout import REPO_ROOT

@@ -1,7 +1,8 @@
-"""Helpers for end-to-end tests of `kubectl notify`: the package installed the way users
-install it (pip, console scripts) into a directory of its own, run as a subprocess with a
-given kubeconfig; kubeconfigs whose user is an exec credential plugin; RoleBindings to the
-shipped ClusterRoles; ServiceAccount tokens from the TokenRequest API."""
+"""Helpers for end-to-end tests of `kubectl notify`: the plugin's distribution built by the
+release script (hack/release.py) and installed the way users install it (pip, console scripts)
+into a directory of its own, run as a subprocess with a given kubeconfig; kubeconfigs whose
+user is an exec credential plugin; RoleBindings to the shipped ClusterRoles; ServiceAccount
+tokens from the TokenRequest API."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import yaml
 from localcluster.layout import REPO_ROOT
 from tests.support import wheelhouse
 from tests.support.kube import Cluster, User
-from tests.support.wheelhouse import WHEELHOUSE
 
 EXEC_PLUGIN = """\
 import json, sys
@@ -48,16 +48,26 @@ class Plugin:
                               text=True, env=environ, timeout=timeout)
 
 
-def install(directory: Path) -> Plugin:
-    """``pip install --no-deps --target`` of this checkout: the console scripts pip makes, and
-    the packages pyproject.toml ships (dependencies come from this interpreter's environment).
-    Offline: the build backend pip installs for the build comes from the wheelhouse."""
+def build_plugin(dist: Path) -> Path:
+    """The plugin's wheel, built into `dist` by ``hack/release.py plugin`` (offline: the build
+    backend comes from the wheelhouse)."""
     if reason := wheelhouse.missing():
         raise AssertionError(reason)
+    built = subprocess.run([sys.executable, str(REPO_ROOT / "hack" / "release.py"), "--dist",
+                            str(dist), "plugin"], capture_output=True, text=True)
+    assert built.returncode == 0, f"release.py plugin failed:\n{built.stdout}{built.stderr}"
+    wheels = list(dist.glob("kubectl_notify-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def install(directory: Path) -> Plugin:
+    """``pip install --no-deps --target`` of the plugin's wheel: the console scripts pip makes,
+    and the package (its dependencies come from this interpreter's environment)."""
+    wheel = build_plugin(directory / "dist")
     site = directory / "site"
     installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                                "--no-index", "--find-links", WHEELHOUSE.as_uri(),
-                                "--target", str(site), str(REPO_ROOT)],
+                                "--no-index", "--target", str(site), str(wheel)],
                                capture_output=True, text=True)
     assert installed.returncode == 0, f"pip install failed:\n{installed.stdout}{installed.stderr}"
     home = directory / "home"

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from apiserver.registry.kube_store import NAMESPACE_LABEL, STORAGE_API, storage_name
+from apiserver.registry.kube_objects import NAMESPACE_LABEL, STORAGE_API, storage_name
 from localcluster.pki import NOTIFIER_NAMESPACE
 
 STORAGE_NAMESPACE = NOTIFIER_NAMESPACE

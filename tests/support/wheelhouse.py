@@ -4,12 +4,9 @@ talks to a package registry."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from release import WHEELHOUSE
 
-WHEELHOUSE = Path(os.environ.get("CN_WHEELHOUSE") or Path(
-    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "container-notifier" / "wheels")
-"""The Makefile's CN_WHEELHOUSE, with the same default."""
+__all__ = ["WHEELHOUSE", "missing"]
 
 
 def missing() -> str | None:

@@ -227,12 +227,8 @@ async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
     public namespaces the suite names need not exist: the store does not check them). Each
     test gets a fresh storage instance (``INSTANCE_LABEL``): its stores see only the objects it
     wrote, and it deletes them after."""
-    from apiserver.registry.kube_store import (
-        INSTANCE_LABEL,
-        STORAGE_GROUP,
-        KubeObjectStore,
-        storage_kind,
-    )
+    from apiserver.registry.kube_objects import INSTANCE_LABEL, STORAGE_GROUP, storage_kind
+    from apiserver.registry.kube_store import KubeObjectStore
     from apiserver.server import STORED_RESOURCES
     from localcluster.layout import REPO_ROOT
     from localcluster.pki import NOTIFIER_NAMESPACE, NOTIFIER_SERVICE

@@ -166,3 +166,31 @@ def test_selection_422_names_the_record_and_each_field_once(
     assert cause["message"].startswith(problem)
     assert body["message"].startswith(
         f'PodNotifier.notifier.x-k8s.io "nightly-" is invalid: {field}: {problem}')
+
+
+async def test_a_conflict_names_the_record_and_a_held_one_how_to_release_it(
+        database: SqliteDatabase) -> None:
+    admit, records, _ = stored_admission(database)
+    first = await admit.start(admitted())
+    name = first["metadata"]["name"]
+    with pytest.raises(RunConflict) as running:
+        await admit.start(admitted())
+    assert running.value.record == name and not running.value.held
+    assert running.value.message == (
+        f'notifier "quiesce" is already running on pod "p" (podnotifiers.notifier.x-k8s.io '
+        f'"{name}"); wait for it to finish: kubectl -n ns get podnotifier {name} -w')
+    assert status_body(running.value)["details"] == {
+        "name": name, "group": "notifier.x-k8s.io", "kind": "podnotifiers"}
+
+    await records.guaranteed_update("ns", name, lambda obj: {
+        **obj, "status": {**obj["status"], "phase": "Held"}})
+    for attempt in (admit.start, admit.check):
+        with pytest.raises(RunConflict) as held:
+            await attempt(admitted())
+        assert held.value.code == 409 and held.value.held
+        assert held.value.message == (
+            f'notifier "quiesce" is held on pod "p" by podnotifiers.notifier.x-k8s.io "{name}" '
+            f"until it is released; release it with: kubectl notify -n ns release "
+            f"podnotifier/{name} (or: kubectl create --raw /apis/notifier.x-k8s.io/v1alpha1/"
+            f"namespaces/ns/podnotifiers/{name}/release -f /dev/null)")
+    assert len((await records.list("ns")).items) == 1

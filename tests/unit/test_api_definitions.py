@@ -262,3 +262,21 @@ def test_unknown_annotation_fields_list_the_definitions_fields() -> None:
                        for name, info in NotifierDeclaration.model_fields.items())
     assert error.message.endswith(f"supported values: {listed}")
     assert listed == '"name", "timeoutSeconds", "action", "hold"'
+
+
+def test_explain_shows_the_defaults_and_no_held_notification() -> None:
+    """What ``kubectl explain`` prints comes from these schemas: a Notification is never
+    Held (a PodNotifier is), and the defaults a user must know are in the descriptions
+    (kubectl explain prints descriptions and enums, not ``default``)."""
+    ours = "io.x-k8s.notifier.v1alpha1"
+    notification_phase = SCHEMAS[f"{ours}.NotificationStatus"]["properties"]["phase"]
+    assert notification_phase["enum"] == ["Pending", "Running", "Succeeded", "Failed"]
+    assert "Held" not in notification_phase["description"]
+    assert "Held" in SCHEMAS[f"{ours}.PodNotifierStatus"]["properties"]["phase"]["enum"]
+    parallelism = SCHEMAS[f"{ours}.NotificationSpec"]["properties"]["parallelism"]
+    assert parallelism["default"] == 1
+    assert "Default 1; at most the server's --max-notification-parallelism (100 " in (
+        parallelism["description"])
+    ttl = SCHEMAS[f"{ours}.PodNotifierSpec"]["properties"]["ttlSecondsAfterFinished"]
+    assert "Default: the server's --default-ttl-seconds-after-finished (3600 " in (
+        ttl["description"])

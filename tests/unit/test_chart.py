@@ -46,9 +46,11 @@ def bins() -> Path:
 
 
 def render(*values: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """helm template with `values` after image.repository=render_manifests.IMAGE (the chart
+    requires a repository)."""
     argv = [str(bins() / "helm"), "template", "container-notifier",
             str(render_manifests.CHART), f"--namespace={namespace}"]
-    for value in values:
+    for value in (f"image.repository={render_manifests.IMAGE}", *values):
         argv += ["--set", value]
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
@@ -57,7 +59,7 @@ def render(*values: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
 def refusal(*values: str) -> str:
     """helm template's error for `values` (it must refuse them)."""
     argv = [str(bins() / "helm"), "template", "x", str(render_manifests.CHART)]
-    for value in values:
+    for value in (f"image.repository={render_manifests.IMAGE}", *values):
         argv += ["--set", value]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode != 0, f"helm template accepted {values}"
@@ -284,13 +286,22 @@ def test_network_policy() -> None:
         {"ipBlock": {"cidr": "10.0.0.0/24"}}]
 
 
+def test_without_an_image_repository_the_chart_says_to_build_and_push_one() -> None:
+    """No image is published: the chart has no default repository to pull."""
+    done = subprocess.run([str(bins() / "helm"), "template", "x", str(render_manifests.CHART)],
+                          capture_output=True, text=True)
+    assert done.returncode != 0
+    assert ("image.repository is required: no container-notifier image is published; build "
+            "yours and push it (make image IMAGE=<registry>/container-notifier, docs/image.md)"
+            ) in done.stderr
+
+
 def test_image_and_scheduling_values() -> None:
     digest = "sha256:" + "a" * 64
     assert server(render("image.repository=r.example/cn", f"image.digest={digest}"))[
         "image"] == f"r.example/cn@{digest}"
-    repository = "ghcr.io/container-notifier/container-notifier"
-    assert server(render("image.tag=1.2.3"))["image"] == f"{repository}:1.2.3"
-    assert server(render())["image"] == f"{repository}:0.1.0"
+    assert server(render("image.tag=1.2.3"))["image"] == "container-notifier:1.2.3"
+    assert server(render())["image"] == "container-notifier:0.1.0"
     pod = one(render("priorityClassName=system-cluster-critical", "nodeSelector.pool=infra",
                      "tolerations[0].key=dedicated", "tolerations[0].operator=Exists",
                      "extraArgs={--log-level=debug}"), "Deployment")["spec"]["template"]

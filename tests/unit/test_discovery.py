@@ -21,11 +21,14 @@ def test_api_resource_list():
     assert by_name["pods/notify"] == {"name": "pods/notify", "singularName": "",
                                       "namespaced": True, "kind": "PodNotifier",
                                       "verbs": ["create"]}
+    assert by_name["pods"] == {"name": "pods", "singularName": "pod", "namespaced": True,
+                               "kind": "NotifierPod", "verbs": ["get", "list"]}
     assert by_name["podnotifiers"]["kind"] == "PodNotifier"
     assert sorted(by_name["podnotifiers"]["verbs"]) == [
         "delete", "deletecollection", "get", "list", "patch", "watch"]
     assert by_name["podnotifiers"]["shortNames"] == ["pnot"]
     assert by_name["notifications"]["kind"] == "Notification"
+    assert by_name["notifications"]["shortNames"] == ["notif"]
     assert sorted(by_name["notifications"]["verbs"]) == [
         "create", "delete", "deletecollection", "get", "list", "patch", "watch"]
     assert all(r["namespaced"] for r in document["resources"])
@@ -39,7 +42,7 @@ def test_group_documents():
         {"name": "notifier.x-k8s.io", "versions": [entry], "preferredVersion": entry}]
 
 
-def test_aggregated_discovery_nests_the_subresource():
+def test_aggregated_discovery_nests_the_subresource_under_the_read_only_pods():
     document = aggregated_discovery()
     assert (document["kind"], document["apiVersion"]) == (
         "APIGroupDiscoveryList", "apidiscovery.k8s.io/v2")
@@ -53,8 +56,10 @@ def test_aggregated_discovery_nests_the_subresource():
         "subresource": "notify",
         "responseKind": {"group": "", "version": "", "kind": "PodNotifier"},
         "verbs": ["create"]}]
-    assert resources["pods"]["responseKind"] == {"group": "", "version": "", "kind": ""}
-    assert resources["pods"]["verbs"] == []
+    assert resources["pods"]["responseKind"] == {"group": "", "version": "", "kind": "NotifierPod"}
+    assert resources["pods"]["verbs"] == ["get", "list"]
+    assert resources["pods"]["singularResource"] == "pod"
+    assert "shortNames" not in resources["pods"], "po is the core pods' short name"
     assert resources["podnotifiers"]["responseKind"]["kind"] == "PodNotifier"
     assert resources["podnotifiers"]["scope"] == "Namespaced"
     assert resources["podnotifiers"]["singularResource"] == "podnotifier"

@@ -555,7 +555,8 @@ ERRORS: list[tuple[str, Exception, str, str]] = [
     ("unavailable", KubeUnavailable("kube-apiserver is down"), "failed", "ServiceUnavailable"),
     ("untrusted", Untrusted("p", "no rule vouches"), "failed", "Untrusted"),
     ("invalid", InvalidDeclaration("p", []), "failed", "InvalidDeclaration"),
-    ("conflict", RunConflict("already running"), "failed", "RunConflict"),
+    ("conflict", RunConflict("ns", "conflict", QUIESCE, "conflict-quiesce-x1", held=False),
+     "failed", "RunConflict"),
     ("busy", TooManyRuns("too many"), "failed", "TooManyRuns"),
     ("bug", ZeroDivisionError("oops"), "failed", "InternalError"),
     ("undeclared", NotDeclared("p", QUIESCE, []), "skipped", "NotifierNotDeclared"),
@@ -576,6 +577,17 @@ async def test_every_admission_error_is_a_pod_result(
     (scoped,) = await server.scopes.pods(created["metadata"]["uid"])
     assert (scoped.state, scoped.reason) == (state, reason)
     assert pod_outcome(error) == (state, reason)
+
+
+async def test_a_run_conflict_names_the_record_in_the_failed_message(server: Server) -> None:
+    pods = server.fake.add("db-0", "db-1")
+    server.fake.outcomes[("db-1", QUIESCE)] = RunConflict("ns", "db-1", QUIESCE,
+                                                          "db-1-quiesce-held1", held=True)
+    await server.create("busy", pods, failurePolicy="Continue")
+    message = (await server.finished("busy"))["status"]["conditions"][0]["message"]
+    assert "RunConflict: 1" in message
+    assert f'notifier "{QUIESCE}" was already running on: db-1 (podnotifier ' \
+           'db-1-quiesce-held1)' in message
 
 
 @pytest.mark.parametrize("error", [KubeRejected(403, {"message": "no"}),

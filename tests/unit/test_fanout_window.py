@@ -414,6 +414,37 @@ async def test_wait_runs_the_second_after_the_first_released(server: Server) -> 
         assert runs == [QUIESCE, UNQUIESCE, QUIESCE, UNQUIESCE]
 
 
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or []
+                 if c["type"] == kind), {})
+
+
+async def test_a_waiting_pod_shows_a_condition_naming_what_it_waits_for(server: Server) -> None:
+    pods = server.fake.add("db-0")
+    await server.create("first", pods, release=RELEASE)
+    await window_open(server, "first")
+    await server.create("second", pods, release={**RELEASE, "afterSeconds": 0},
+                        concurrencyPolicy="Wait")
+
+    async def waiting() -> bool:
+        found = condition(await server.get("second"), "WaitingForNotification")
+        return found.get("status") == "True"
+
+    await server.until(waiting)
+    shown = condition(await server.get("second"), "WaitingForNotification")
+    assert shown["reason"] == "OtherNotificationQuiescing"
+    assert shown["message"] == (
+        f'1 pod waits for another Notification quiescing it with notifier "{QUIESCE}" to '
+        'release it (concurrencyPolicy Wait): db-0 for notification "first"')
+    assert shown["lastTransitionTime"]
+    await release(server, "first")
+    done = await server.finished("second")
+    assert done["status"]["phase"] == "Succeeded"
+    ended = condition(done, "WaitingForNotification")
+    assert (ended["status"], ended["reason"]) == ("False", "NoPodWaiting")
+    assert condition(await server.get("first"), "WaitingForNotification") == {}
+
+
 async def test_wait_is_bounded_by_the_deadline(server: Server) -> None:
     pods = server.fake.add("db-0")
     await server.create("first", pods, release=RELEASE)

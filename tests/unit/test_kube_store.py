@@ -24,11 +24,10 @@ from apiserver.registry.errors import (
     StorageUnavailable,
     TooLarge,
 )
-from apiserver.registry.kube_store import (
+from apiserver.registry.kube_objects import (
     INSTANCE_LABEL,
     NAMESPACE_LABEL,
     SEQUENCE_LABEL,
-    KubeObjectStore,
     StorageKind,
     check_installed,
     field_label,
@@ -37,6 +36,7 @@ from apiserver.registry.kube_store import (
     storage_name,
     storage_object,
 )
+from apiserver.registry.kube_store import KubeObjectStore
 from apiserver.registry.layout_migration import LAYOUT1_INSTANCE_LABEL
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.store import Cohort
@@ -554,7 +554,7 @@ async def test_a_consistent_read_counts_malformed_objects_as_held(
     await api.client().post(POD_NOTIFIERS, bad)  # no uid nor creationTimestamp: malformed
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(5):
-        while store._informer.get(STORAGE_NAMESPACE, "ns.b") is None:
+        while store._cache._informer.get(STORAGE_NAMESPACE, "ns.b") is None:
             await asyncio.sleep(0.01)
 
     started = loop.time()

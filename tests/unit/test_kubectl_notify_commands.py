@@ -15,13 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from apiserver.kube import Connection, KubeClient
 from kubectl_notify.__main__ import main, run_command
 from kubectl_notify.api import NotifierAPI
 from kubectl_notify.cli import CanI, ListNotifiers, NotifyPod, NotifySelector, Release
 from kubectl_notify.commands.fanout import PLAIN_INTERVAL, Progress
+from kubectl_notify.connection import Connection
 from kubectl_notify.errors import FAILED, SUCCEEDED, USAGE, PluginError, ServerError
 from kubectl_notify.impersonation import Impersonating
+from kubectl_notify.kubeclient import KubeClient
 from kubectl_notify.terminal import Terminal
 
 API = "/apis/notifier.x-k8s.io/v1alpha1/namespaces/ns"
@@ -239,7 +240,8 @@ async def test_fan_out_on_a_terminal_redraws_a_bar_then_lists_failed_pods() -> N
     code, out = await run(server, NotifySelector("app=db", "quiesce"), tty=True)
     assert code == FAILED
     assert out.count("\r\033[K[") == 4
-    assert "\r\033[K[====================xxxxxxxxxx] 3/3 succeeded 2 failed 1 running 0\n" in out
+    assert ("\r\033[K[====================xxxxxxxxxx] 3/3 done: 2 succeeded, 1 failed, "
+            "0 running\n") in out
     tail = out.rsplit("\n", 6)[-6:]
     assert tail[0] == "notification/quiesce-x1 Failed: 2 succeeded, 1 failed, 0 skipped of 3 pods"
     assert tail[1] == "PodsFailed: 1 of 3 pods failed"
@@ -451,3 +453,68 @@ async def test_release_of_a_record_without_waiting_and_a_failed_release() -> Non
     server = FakeServer({post: status(403, "Forbidden", "may not release")})
     with pytest.raises(ServerError):
         await run(server, Release("podnotifiers", "db-0-quiesce-abcde"))
+
+
+NOTIFY_PATH = f"{API}/pods/db-0/notify"
+APISERVICE_PATH = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha1.notifier.x-k8s.io"
+
+
+async def test_a_missing_apiservice_is_named_not_404_page_not_found() -> None:
+    """kube-apiserver's own 404 for a group nobody registered is plain text, no Status."""
+    server = FakeServer({("POST", NOTIFY_PATH): httpx.Response(
+        404, text="404 page not found\n", headers={"Content-Type": "text/plain"})})
+    with pytest.raises(PluginError) as raised:
+        await run(server, NotifyPod(pod="db-0", notifier="quiesce"))
+    assert raised.value.exit_code == USAGE
+    assert str(raised.value) == (
+        "error: this cluster does not serve notifier.x-k8s.io/v1alpha1 (kube-apiserver answered "
+        "404: 404 page not found): the APIService v1alpha1.notifier.x-k8s.io is not registered. "
+        "Install container-notifier (docs/install.md), then check it: kubectl get apiservice "
+        "v1alpha1.notifier.x-k8s.io")
+
+
+@pytest.mark.parametrize(("apiservice", "why"), [
+    (httpx.Response(200, json={"status": {"conditions": [
+        {"type": "Available", "status": "False", "reason": "FailedDiscoveryCheck",
+         "message": "failing or missing response from https://10.0.0.1:443"}]}}),
+     " (FailedDiscoveryCheck: failing or missing response from https://10.0.0.1:443)"),
+    (status(403, "Forbidden", "apiservices is forbidden"), ""),
+])
+async def test_an_unavailable_apiservice_is_named_not_unable_to_reach_the_server(
+        apiservice: httpx.Response, why: str) -> None:
+    server = FakeServer({
+        ("POST", NOTIFY_PATH): httpx.Response(503, text="service unavailable\n",
+                                              headers={"Content-Type": "text/plain"}),
+        ("GET", APISERVICE_PATH): apiservice})
+    with pytest.raises(PluginError) as raised:
+        await run(server, NotifyPod(pod="db-0", notifier="quiesce"))
+    assert raised.value.exit_code == FAILED
+    assert str(raised.value) == (
+        "error: the notifier.x-k8s.io API is unavailable (kube-apiserver answered 503: service "
+        f"unavailable): its APIService v1alpha1.notifier.x-k8s.io is not Available{why}. See "
+        "why: kubectl get apiservice v1alpha1.notifier.x-k8s.io; what to do: "
+        'docs/troubleshooting.md, "The APIService is not Available"')
+    assert "unable to reach the server" not in str(raised.value)
+
+
+async def test_the_servers_own_404_and_503_stay_errors_from_the_server() -> None:
+    server = FakeServer({("POST", NOTIFY_PATH): status(404, "NotFound", 'pods "db-0" not found')})
+    with pytest.raises(ServerError) as missing:
+        await run(server, NotifyPod(pod="db-0", notifier="quiesce"))
+    assert str(missing.value) == 'Error from server (NotFound): pods "db-0" not found'
+    server = FakeServer({("POST", NOTIFY_PATH): status(
+        503, "ServiceUnavailable", "storage unavailable; retry")})
+    with pytest.raises(ServerError) as busy:
+        await run(server, NotifyPod(pod="db-0", notifier="quiesce"))
+    assert busy.value.exit_code == FAILED
+    assert str(busy.value) == "Error from server (ServiceUnavailable): storage unavailable; retry"
+
+
+async def test_an_unavailable_apiservice_while_watching_is_named_too() -> None:
+    held = run_record("Running")
+    server = FakeServer({
+        ("POST", NOTIFY_PATH): httpx.Response(201, json=held),
+        ("GET", f"{API}/podnotifiers"): httpx.Response(503, text="service unavailable\n"),
+        ("GET", APISERVICE_PATH): status(403, "Forbidden", "no")})
+    with pytest.raises(PluginError, match="the notifier.x-k8s.io API is unavailable"):
+        await run(server, NotifyPod(pod="db-0", notifier="quiesce"))

@@ -84,11 +84,23 @@ def test_plain_progress_lines_name_every_count() -> None:
 def test_progress_bar_shows_succeeded_failed_and_what_is_left() -> None:
     bar = output.progress_bar(notification("Running", succeeded=4, failed=1, running=2),
                               width=10)
-    assert bar == "[====x     ] 5/10 succeeded 4 failed 1 running 2"
+    assert bar == "[====x     ] 5/10 done: 4 succeeded, 1 failed, 2 running"
+    assert output.progress_bar(notification("Running", skipped=1), width=10).endswith(
+        "1/10 done: 0 succeeded, 0 failed, 0 running, 1 skipped")
     assert output.progress_bar(notification("Running", succeeded=10), width=10).startswith(
         "[==========] 10/10")
     assert output.progress_bar({"metadata": {"name": "n"}, "status": {}}, width=4).startswith(
         "[    ] 0/0")
+
+
+def test_progress_bar_with_a_failure_and_no_success_does_not_read_as_a_success() -> None:
+    """The issue's case: 3 pods, one failed, one running, none succeeded. The old bar read
+    ``1/3 succeeded 0 failed 1 running 1``, as if one pod had succeeded."""
+    obj = {"metadata": {"name": "q"},
+           "status": {"counts": {"total": 3, "failed": 1, "running": 1, "pending": 1}}}
+    text = output.progress_bar(obj, width=3)
+    assert text == "[x  ] 1/3 done: 0 succeeded, 1 failed, 1 running"
+    assert "1/3 succeeded" not in text
 
 
 def test_summary_carries_the_failed_condition() -> None:

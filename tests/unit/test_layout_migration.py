@@ -15,15 +15,15 @@ import pytest
 
 from apiserver.kube import Connection, KubeClient
 from apiserver.kube.client import KubeRejected
-from apiserver.registry.kube_store import (
+from apiserver.registry.kube_objects import (
     NAMESPACE_LABEL,
     STORAGE_API,
-    KubeObjectStore,
     storage_kind,
     storage_labels,
     storage_name,
     storage_object,
 )
+from apiserver.registry.kube_store import KubeObjectStore
 from apiserver.registry.layout_migration import (
     LAYOUT1_INSTANCE_LABEL,
     LayoutMigration,

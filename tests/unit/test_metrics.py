@@ -199,7 +199,7 @@ async def test_build_app_counts_its_own_reviews(fake_kube, pki, tmp_path):
     # Ready: every cache has synced; no watch is served; the store is timed.
     assert {labels: value for (name, labels), value in scraped.items()
             if name == "container_notifier_cache_synced"} == {
-        (("cache", cache),): 1 for cache in ("pod-index", "pod-cache", "owner-templates")}
+        (("cache", cache),): 1 for cache in ("pod-cache", "owner-templates")}
     assert {labels: value for (name, labels), value in scraped.items()
             if name == "container_notifier_watches"} == {
         (("resource", resource),): 0 for resource in ("podnotifiers", "notifications")}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from apiserver import errors
-from apiserver.registry import namespace_guard
+from apiserver.registry import paging
 from apiserver.registry.errors import TooLarge
 from apiserver.registry.namespace_guard import (
     NamespaceGuardedStore,
@@ -154,7 +154,7 @@ async def test_a_watch_passes_through(guarded: NamespaceGuardedStore) -> None:
 
 async def test_the_collector_deletes_only_the_gone_namespaces_objects(
         inner: SqliteObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(namespace_guard, "PAGE_SIZE", 2)  # across pages
+    monkeypatch.setattr(paging, "ALL_OBJECTS_PAGE", 2)  # across pages
     for namespace, name in [("kept", "a"), ("gone", "a"), ("gone", "b"), ("gone", "c"),
                             ("closing", "a"), ("also-gone", "x"), ("kept", "b")]:
         await inner.create(record(name, namespace))

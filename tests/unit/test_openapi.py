@@ -17,7 +17,7 @@ from apiserver.api.openapi import (
     openapi_v3_discovery,
     openapi_v3_group_version,
 )
-from apiserver.handlers import notifications, notify, podnotifiers
+from apiserver.handlers import notifications, notifier_pods, notify, podnotifiers
 from apiserver.handlers.watch_response import Watches
 from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 
@@ -76,11 +76,13 @@ def test_described_references_in_each_form():
 def test_kinds_carry_group_version_kind():
     for definitions in (openapi_v2()["definitions"],
                         openapi_v3_group_version()["components"]["schemas"]):
-        for kind in ("PodNotifier", "PodNotifierList", "Notification", "NotificationList"):
+        kinds = ("PodNotifier", "PodNotifierList", "Notification", "NotificationList",
+                 "NotifierPod", "NotifierPodList")
+        for kind in kinds:
             assert definitions[f"{OURS}.{kind}"]["x-kubernetes-group-version-kind"] == [
                 {"group": "notifier.x-k8s.io", "version": "v1alpha1", "kind": kind}]
         gvk_kinds = [d for d in definitions.values() if "x-kubernetes-group-version-kind" in d]
-        assert len(gvk_kinds) == 4
+        assert len(gvk_kinds) == len(kinds)
 
 
 def test_schemas_have_the_contract_fields():
@@ -133,6 +135,7 @@ def served_routes() -> APIRouter:
     router.include_router(notifications.router(  # type: ignore[arg-type]
         None, None, None, None, Watches(), max_parallelism=1, max_timeout_seconds=1,
         max_hold_seconds=3600))
+    router.include_router(notifier_pods.router(None, None))  # type: ignore[arg-type]
     return router
 
 
@@ -142,8 +145,9 @@ def test_paths_match_the_served_routes():
     served = {(method, route.path.replace("{pod}", "{name}"))
               for route in api_routes(served_routes()) for method in route.methods}
     assert documented == served
-    # the two release actions (issue 11) added one each, Notifications' deletecollection one
-    assert len(served) == 16
+    # the two release actions (issue 11) added one each, Notifications' deletecollection one,
+    # the read-only pods (issue 23) get and two lists
+    assert len(served) == 19
 
 
 def test_v3_discovery_points_at_the_served_document_by_hash():
@@ -245,3 +249,19 @@ def test_explain_shows_conditions_and_reasons() -> None:
         assert reason in status["reason"]["description"]
     condition = schemas["io.k8s.apimachinery.pkg.apis.meta.v1.Condition"]["properties"]
     assert "Complete or Failed" in condition["type"]["description"]
+
+
+def test_read_only_pods_are_documented_as_get_and_list_without_watch():
+    """kubectl explain pods.notifier.x-k8s.io reads the NotifierPod schema; the list's query
+    has no watch (405) and no resourceVersionMatch."""
+    paths = openapi_v3_group_version()["paths"]
+    listing = paths["/apis/notifier.x-k8s.io/v1alpha1/namespaces/{namespace}/pods"]
+    assert set(listing) == {"parameters", "get"}
+    params = {p["name"] for p in listing["get"]["parameters"]}
+    assert params == {"labelSelector", "fieldSelector", "resourceVersion", "limit", "continue"}
+    assert listing["get"]["x-kubernetes-group-version-kind"]["kind"] == "NotifierPod"
+    assert "410" not in listing["get"]["responses"]
+    assert "core pods" in listing["get"]["responses"]["403"]["description"]
+    schema = openapi_v3_group_version()["components"]["schemas"][f"{OURS}.NotifierPod"]
+    assert set(schema["properties"]) == {"apiVersion", "kind", "metadata", "containers",
+                                         "access"}

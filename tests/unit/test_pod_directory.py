@@ -1,5 +1,5 @@
-"""PodDirectory: the pod index behind PodDeleted detection and orphan collection, against a
-fake kube-apiserver (MockTransport) speaking metadata-only lists and watches."""
+"""PodDirectory: the pod index behind PodDeleted detection and orphan collection, on the pod
+cache's informer, against a fake kube-apiserver (MockTransport) speaking lists and watches."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import httpx
 
 from apiserver.kube import Connection, KubeClient
 from apiserver.kube.informer import Backoff
+from apiserver.notifier.podcache import PodCache
 from apiserver.notifier.pods import PodDirectory
 
 
 def pod(name: str, uid: str, rv: str = "1") -> dict[str, Any]:
-    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"namespace": "ns", "name": name, "uid": uid, "resourceVersion": rv}}
+    return {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"namespace": "ns", "name": name, "uid": uid, "resourceVersion": rv},
+            "spec": {"containers": [{"name": "app"}]}}
 
 
 async def hold_open() -> Any:
@@ -32,18 +34,18 @@ class FakeKube:
 
     def __init__(self, items: list[dict[str, Any]] | None, events: list[dict[str, Any]]):
         self.items, self.events = items, events
-        self.accepts: list[str] = []
         self.watches = 0
+        self.lists_and_watches = 0
 
     def handle(self, request: httpx.Request) -> httpx.Response:
-        self.accepts.append(request.headers["accept"])
+        self.lists_and_watches += 1
         if request.url.params.get("watch") == "true":
             self.watches += 1
             if self.watches > 1:
                 return httpx.Response(200, content=hold_open())
             body = "".join(json.dumps(e) + "\n" for e in self.events)
             return httpx.Response(200, content=body.encode())
-        return httpx.Response(200, json={"kind": "PartialObjectMetadataList",
+        return httpx.Response(200, json={"kind": "PodList",
                                          "metadata": {"resourceVersion": "10"},
                                          "items": self.items})
 
@@ -52,8 +54,13 @@ class FakeKube:
                           transport=httpx.MockTransport(self.handle))
 
 
-async def run_until(directory: PodDirectory, condition: Any, fake: FakeKube) -> None:
-    task = asyncio.create_task(directory.run())
+def directory_on(cache: PodCache) -> PodDirectory:
+    return PodDirectory(cache.informer)
+
+
+async def run_until(cache: PodCache, condition: Any) -> None:
+    """Run the pod cache (whose informer the directory reads) until `condition` holds."""
+    task = asyncio.create_task(cache.run())
     try:
         async with asyncio.timeout(5):
             while not condition():
@@ -65,25 +72,35 @@ async def run_until(directory: PodDirectory, condition: Any, fake: FakeKube) -> 
 
 async def test_an_empty_cluster_lists_as_null_items_and_still_syncs() -> None:
     fake = FakeKube(None, [{"type": "ADDED", "object": pod("p", "u1", "11")}])
-    directory = PodDirectory(fake.client())
-    await run_until(directory, lambda: directory.synced.is_set()
-                    and not directory.gone("ns", "p", "u1"), fake)
-    assert all("as=PartialObjectMetadata" in accept for accept in fake.accepts)
+    cache = PodCache(fake.client())
+    directory = directory_on(cache)
+    await run_until(cache, lambda: directory.synced.is_set()
+                    and not directory.gone("ns", "p", "u1"))
+
+
+async def test_the_directory_and_the_cache_share_one_list_and_watch() -> None:
+    fake = FakeKube([pod("p", "u1")], [{"type": "DELETED", "object": pod("p", "u1", "12")}])
+    cache = PodCache(fake.client())
+    directory = directory_on(cache)
+    await run_until(cache, lambda: directory.gone("ns", "p", "u1") and fake.watches >= 2)
+    assert fake.lists_and_watches == 1 + fake.watches  # one list: no informer of its own
 
 
 async def test_deleted_pod_sets_its_deletion_event() -> None:
     fake = FakeKube([pod("p", "u1")], [{"type": "DELETED", "object": pod("p", "u1", "12")}])
-    directory = PodDirectory(fake.client())
+    cache = PodCache(fake.client())
+    directory = directory_on(cache)
     with directory.deletion("ns", "p", "u1") as deleted:
-        await run_until(directory, deleted.is_set, fake)
+        await run_until(cache, deleted.is_set)
     assert directory.gone("ns", "p", "u1")
 
 
 async def test_a_pod_replaced_by_another_uid_counts_as_deleted() -> None:
     fake = FakeKube([pod("p", "u1")], [{"type": "ADDED", "object": pod("p", "u2", "12")}])
-    directory = PodDirectory(fake.client())
+    cache = PodCache(fake.client())
+    directory = directory_on(cache)
     with directory.deletion("ns", "p", "u1") as deleted:
-        await run_until(directory, deleted.is_set, fake)
+        await run_until(cache, deleted.is_set)
     assert directory.gone("ns", "p", "u1")
     assert not directory.gone("ns", "p", "u2")
 
@@ -93,10 +110,11 @@ async def test_bookmarks_and_unrelated_pods_do_not_fire() -> None:
         {"type": "BOOKMARK", "object": {"kind": "PartialObjectMetadata",
                                         "metadata": {"resourceVersion": "11"}}},
         {"type": "DELETED", "object": pod("q", "u9", "12")}])
-    directory = PodDirectory(fake.client())
+    cache = PodCache(fake.client())
+    directory = directory_on(cache)
     with directory.deletion("ns", "p", "u1") as deleted:
-        await run_until(directory, lambda: directory.synced.is_set()
-                        and directory.gone("ns", "q", "u9"), fake)
+        await run_until(cache, lambda: directory.synced.is_set()
+                        and directory.gone("ns", "q", "u9"))
         assert not deleted.is_set()
 
 
@@ -104,16 +122,18 @@ async def test_deletions_are_counted_for_the_orphan_scan() -> None:
     fake = FakeKube([pod("p", "u1"), pod("q", "u2")],
                     [{"type": "DELETED", "object": pod("p", "u1", "12")},
                      {"type": "MODIFIED", "object": pod("q", "u2", "13")}])
-    directory = PodDirectory(fake.client())
+    cache = PodCache(fake.client())
+    directory = directory_on(cache)
     assert directory.deletions == 0
-    await run_until(directory, lambda: directory.synced.is_set()
-                    and directory.gone("ns", "p", "u1"), fake)
+    await run_until(cache, lambda: directory.synced.is_set()
+                    and directory.gone("ns", "p", "u1"))
     assert directory.deletions == 1
     assert not directory.gone("ns", "q", "u2")
 
 
 async def test_not_gone_before_the_first_list() -> None:
-    directory = PodDirectory(FakeKube([], []).client())
+    cache = PodCache(FakeKube([], []).client())
+    directory = directory_on(cache)
     assert not directory.synced.is_set()
     assert not directory.gone("ns", "p", "u1")
 
@@ -133,9 +153,10 @@ async def test_a_deletion_found_by_a_relist_fires_and_counts() -> None:
 
     fake = Relisting([pod("p", "u1"), pod("q", "u2")],
                      [{"type": "ERROR", "object": {"kind": "Status", "code": 410}}])
-    directory = PodDirectory(fake.client(), backoff=Backoff(initial=0.01, maximum=0.01))
+    cache = PodCache(fake.client(), backoff=Backoff(initial=0.01, maximum=0.01))
+    directory = directory_on(cache)
     with directory.deletion("ns", "p", "u1") as deleted:
-        await run_until(directory, deleted.is_set, fake)
+        await run_until(cache, deleted.is_set)
     assert fake.lists == 2
     assert directory.deletions == 1
     assert not directory.gone("ns", "q", "u2")

@@ -41,9 +41,8 @@ def test_namespace_wide_notify_denial_says_how_to_check_access():
         namespace="ns")
     message = status.forbidden_request("alice", attributes, "no RBAC policy matched").message
     assert message.endswith(': no RBAC policy matched. Check access with "kubectl notify can-i '
-                            'POD" or a SelfSubjectAccessReview of group notifier.x-k8s.io, '
-                            'resource pods, subresource notify ("kubectl auth can-i create '
-                            'pods/notify" asks about core pods named notify instead)')
+                            'POD" or "kubectl auth can-i create pods.notifier.x-k8s.io '
+                            '--subresource=notify" (plain "pods/notify" names the core pods)')
 
 
 def test_other_denials_carry_no_notify_hint():

@@ -236,3 +236,32 @@ def test_stop_script_reports_a_command_that_already_exited() -> None:
     process.wait(timeout=5)
     stop = subprocess.run(kill_argv(pid, 1), capture_output=True, timeout=20)
     assert stop.stdout == b"exited\n"
+
+
+def go_argv(argv: Sequence[str]) -> str:
+    """An argv as Go's ``%v`` prints a []string, as runtimes quote it in their errors."""
+    return "[" + " ".join(argv) + "]"
+
+
+@pytest.mark.parametrize("answer", [
+    (4242, _result(ExecReason.NON_ZERO_EXIT_CODE, 3,
+                   message=f"error executing command {go_argv(wrap(ARGV))}: exit status 3")),
+    (4242, _result(ExecReason.NON_ZERO_EXIT_CODE, 1, message=(
+        "command terminated with non-zero exit code: error executing command "
+        f"{go_argv(wrap(ARGV))}, exit code 1"))),
+])
+async def test_messages_show_the_declared_command_not_the_pid_wrapper(
+        answer: tuple[int | None, ExecResult]) -> None:
+    result = await StoppingExec(FakeExec([answer]))(ARGV, 2)
+    assert go_argv(ARGV) in result.message
+    assert "container-notifier" not in result.message and "printf" not in result.message
+    assert result.message.replace(go_argv(ARGV), go_argv(wrap(ARGV))) == answer[1].message
+
+
+async def test_a_failed_stop_does_not_quote_the_stop_script() -> None:
+    failed_stop = _result(ExecReason.EXEC_FAILED, message=(
+        f"error executing command {go_argv(kill_argv(4242, 5))}: exit status 2"))
+    result = await StoppingExec(FakeExec([(4242, TIMED_OUT), (None, failed_stop)]),
+                                grace_seconds=5)(ARGV, 2)
+    assert "[the stop script]: exit status 2" in result.message
+    assert "kill -TERM" not in result.message and "may still run" in result.message

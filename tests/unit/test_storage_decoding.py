@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from apiserver.fanout.scope import ScopeStore
 from apiserver.registry.errors import MalformedObject, NotFound
-from apiserver.registry.kube_store import (
+from apiserver.registry.kube_objects import (
     INSTANCE_LABEL,
     NAMESPACE_LABEL,
-    KubeObjectStore,
     storage_kind,
     storage_name,
 )
+from apiserver.registry.kube_store import KubeObjectStore
 from apiserver.registry.podnotifiers import PodNotifierStore, runner
 from apiserver.registry.resources import (
     NOTIFICATION_POD_SETS,
@@ -156,14 +156,14 @@ def test_the_cache_skips_and_counts_what_does_not_decode(resource: ResourceType,
     path = data.draw(st.sampled_from([p for p in paths(good) if p[:1] in (
         ("object",), ("sequence",), ("createdRevision",))]))
     bad = replaced(good, path, new)
-    store._added(good)
-    store._updated(good, bad)
-    store._updated(bad, bad)  # the same resourceVersion again (a relist): not counted again
+    store._cache._added(good)
+    store._cache._updated(good, bad)
+    store._cache._updated(bad, bad)  # the same resourceVersion again (a relist): not counted again
     malformed = sum(counted.values())
     assert malformed in (0, 1)
-    assert ((("ns", "x") in store._entries) == (malformed == 0))
-    store._deleted(bad)
-    assert ("ns", "x") not in store._entries
+    assert ((("ns", "x") in store._cache._entries) == (malformed == 0))
+    store._cache._deleted(bad)
+    assert ("ns", "x") not in store._cache._entries
 
 
 @pytest.fixture

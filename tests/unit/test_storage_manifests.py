@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from apiserver.registry.kube_store import DEFAULT_INSTANCE, STORAGE_GROUP, storage_kind
+from apiserver.registry.kube_objects import DEFAULT_INSTANCE, STORAGE_GROUP, storage_kind
 from apiserver.registry.layout_migration import layout_marker
 from apiserver.server import STORED_RESOURCES
 

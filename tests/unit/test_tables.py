@@ -265,13 +265,36 @@ def test_notification_table_columns_and_cells() -> None:
                                                     "skipped": 1, "rolledBack": 3}}}
     table = NOTIFICATION_TABLE.table([obj])
     names = [c["name"] for c in table["columnDefinitions"]]
-    assert names[:6] == ["Name", "Notifier", "Phase", "Succeeded/Total", "Failed", "Age"]
+    assert names[:7] == ["Name", "Notifier", "Phase", "Succeeded/Total", "Failed", "Window",
+                         "Age"]
     cells = table["rows"][0]["cells"]
-    assert cells[:5] == ["pre-snapshot", "quiesce", "Failed", "3/5", 1]
-    assert cells[6:] == [1, 3]
-    assert [c["priority"] for c in table["columnDefinitions"]][6:] == [1, 1]
+    assert cells[:6] == ["pre-snapshot", "quiesce", "Failed", "3/5", 1, ""]
+    assert cells[7:] == [1, 3]
+    assert [c["priority"] for c in table["columnDefinitions"]][5:] == [0, 0, 1, 1]
 
 
 def test_notification_table_before_any_status() -> None:
     row = NOTIFICATION_TABLE.row({"metadata": {"name": "n"}, "spec": {"notifier": "q"}})
-    assert row["cells"][2:5] == ["", "0/0", 0]
+    assert row["cells"][2:6] == ["", "0/0", 0, ""]
+
+
+def windowed(phase: str, **window: str) -> dict:
+    return {"metadata": {"name": "snap"},
+            "spec": {"notifier": "quiesce", "release": {"maxHoldSeconds": 600}},
+            "status": {"phase": phase, "window": window}}
+
+
+@pytest.mark.parametrize(("obj", "cell"), [
+    (windowed("Running"), "quiescing"),
+    (windowed("Running", quiescedTime=ts(12)), "open 12s"),
+    (windowed("Running", quiescedTime=ts(3 * MINUTE)), "open 3m"),
+    (windowed("Succeeded", quiescedTime=ts(10), releaseTime=ts(7), unquiescedTime=ts(6)),
+     "closed 3s"),
+    (windowed("Failed"), "never opened"),
+    (windowed("Running", releaseTime=ts(1)), "never opened"),
+    ({"metadata": {"name": "plain"}, "spec": {"notifier": "reload"},
+      "status": {"phase": "Running"}}, ""),
+])
+def test_the_window_column_shows_an_open_window_and_how_long(obj: dict, cell: str) -> None:
+    names = [c["name"] for c in NOTIFICATION_TABLE.column_definitions()]
+    assert NOTIFICATION_TABLE.row(obj, now=NOW)["cells"][names.index("Window")] == cell

@@ -21,12 +21,14 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/name: container-notifier
 {{- end }}
 
-{{/* repository@digest when a digest is given, else repository:tag (tag defaults to appVersion). */}}
+{{/* repository@digest when a digest is given, else repository:tag (tag defaults to appVersion).
+No image is published, so the repository has no default. */}}
 {{- define "container-notifier.image" -}}
+{{- $repository := required "image.repository is required: no container-notifier image is published; build yours and push it (make image IMAGE=<registry>/container-notifier, docs/image.md), then set --set image.repository=<registry>/container-notifier" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{ $repository }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ $repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 {{- end }}
 
