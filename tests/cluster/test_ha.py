@@ -230,11 +230,15 @@ def test_two_replicas_racing_to_run_one_notifier_on_one_pod_one_201_one_409(
 
 
 def test_at_most_k_unfinished_and_k_stored_after_10k_concurrent_notifies_over_both(
-        cluster: Cluster, namespace: str, caller: User) -> None:
+        cluster: Cluster, namespace: str, caller: User, tmp_path: Path) -> None:
     k = 10
-    # Each run outlasts the burst of requests, even on a loaded machine: a run that ended during
-    # it would free a slot, and an 11th create would be right.
-    notifiers = [exec_notifier(f"n{i}", "sleep 10", timeout=30) for i in range(10 * k)]
+    # Each run waits until the burst of requests is over, however slow the machine: a run that
+    # ended during it would free a slot, and an 11th create would be right. Each command that
+    # starts appends a line on the host, so the count of runs is a side effect, not a status.
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    script = (f"echo $$ >> {shlex.quote(str(started))}; "
+              f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.1; done")
+    notifiers = [exec_notifier(f"n{i}", script, timeout=120) for i in range(10 * k)]
     (pod,) = cluster.deploy(namespace, "busy", annotations=declare(app=notifiers))
     name = pod["metadata"]["name"]
     start = threading.Barrier(10 * k)
@@ -250,6 +254,12 @@ def test_at_most_k_unfinished_and_k_stored_after_10k_concurrent_notifies_over_bo
     unfinished = [r for r in records(cluster, namespace)
                   if r["status"].get("phase") in ("Pending", "Running")]
     assert len(unfinished) <= k
+    def commands() -> int:
+        return len(started.read_text().splitlines()) if started.exists() else 0
+
+    wait_until(lambda: commands() >= answers[201], "every admitted run's command to start", 60)
+    assert commands() == answers[201], "a command ran for a notify that was refused"
+    gate.touch()
 
     # the stored bound: finished records beyond K are evicted within seconds
     wait_until(lambda: not [r for r in records(cluster, namespace)
