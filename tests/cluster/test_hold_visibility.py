@@ -122,6 +122,12 @@ def test_a_held_notifier_shows_the_lsn_it_printed_while_it_holds(
         namespace, contains=("Held", "Released"))
     assert reasons_in_order(on_record, "Held", "Released") == ["Held", "Released"], on_record
     assert f"PodNotifier/{name}" in on_record, on_record
+    short = kubectl_until(cluster, holder, "events", "--for", f"podnotifier/{name}", "-n",
+                          namespace, contains=("Held", "Released"))
+    assert reasons_in_order(short, "Held", "Released") == ["Held", "Released"], short
+    described = kubectl_until(cluster, holder, "describe", "podnotifier", name, "-n",
+                              namespace, contains=("Held", "Released"))
+    assert "Events:" in described and "<none>" not in described.split("Events:", 1)[1]
     print(f"\nkubectl events --for podnotifier/{name}:\n{on_record}")
 
 
