@@ -20,6 +20,7 @@ OUTPUT_WIDTH = 60
 TAIL_LINES = 10
 """Lines of each stream `-o wide` prints below the table."""
 BAR_WIDTH = 30
+HELD = "Held"
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -104,7 +105,9 @@ def record_summary(record: Mapping[str, Any]) -> str:
 
 
 def record_result(record: Mapping[str, Any], wide: bool = False) -> str:
-    """The summary line, then one line per container: exit code, duration, last output."""
+    """The summary line, then one line per container: exit code, duration, last output; then,
+    with ``wide`` or while the run is Held, the tail of each container's output (a held
+    command's output so far: what it printed before it was ready, e.g. an LSN)."""
     containers = (record.get("status") or {}).get("containers") or []
     if wide:
         header = ["CONTAINER", "PHASE", "REASON", "EXIT", "DURATION", "OUTPUT"]
@@ -123,7 +126,7 @@ def record_result(record: Mapping[str, Any], wide: bool = False) -> str:
     parts = [record_summary(record)]
     if rows:
         parts.append(table(header, rows))
-    if wide:
+    if wide or (record.get("status") or {}).get("phase") == HELD:
         parts.extend(_tails(containers))
     return "\n".join(parts)
 

@@ -866,11 +866,17 @@ class NotificationRun:
         and wait until it ends; store why (the release is then due)."""
         if self.window.get("releaseReason"):
             return  # resumed after the window ended: release what is due
+        opening = not self.window.get("quiescedTime")
         quiesced = self.window.get("quiescedTime") or records.now()
         stored = await self._stored("store the window", lambda: self.parts.scopes.note_window(
             self.uid, quiescedTime=quiesced))
         if stored is not None:
             self.window = dict(stored.window)
+        if opening:
+            self.parts.events.quiesced(
+                self.ref, self.spec["notifier"],
+                sum(p.state != scope.SKIPPED for p in self.pods.values()),
+                self.window.get("quiescedTime", quiesced))
         log.info("every pod quiesced: the window is open", extra={
             "namespace": self.namespace, "notification": self.name, "quiesced": quiesced})
         await self._stored("store the status", self._write_status)
@@ -992,10 +998,16 @@ class NotificationRun:
         await asyncio.gather(*(release(pod) for pod in targets))
         done = sum(p.release in scope.RELEASE_FINAL for p in self.pods.values())
         if done and not self.window.get("unquiescedTime"):
+            unquiesced = records.now()
             stored = await self._stored("store the window", lambda: self.parts.scopes
-                                        .note_window(self.uid, unquiescedTime=records.now()))
+                                        .note_window(self.uid, unquiescedTime=unquiesced))
             if stored is not None:
                 self.window = dict(stored.window)
+            releases = Counter(p.release for p in self.pods.values())
+            self.parts.events.unquiesced(
+                self.ref, self.window.get("releaseReason", ""), self.window.get("quiescedTime"),
+                self.window.get("unquiescedTime", unquiesced), releases[scope.RELEASE_DONE],
+                releases[scope.RELEASE_FAILED])
         if targets:
             outcomes = Counter(self.pods[p.pod_uid].release for p in targets)
             log.info("released", extra={

@@ -9,8 +9,9 @@ The value is JSON mapping a container name to that container's notifiers::
              "hold": {"readyLine": "ready", "maxHoldSeconds": 600}},
             {"name": "reload", "action": {"signal": "SIGHUP"}}]}
 
-A notifier with ``hold`` is *held*: its command keeps running once it printed its ready line
-(``timeoutSeconds`` is then the time it has to become ready), until it is released, its
+A notifier with ``hold`` is *held*: its command keeps running once it is ready (it printed its
+``readyLine``, or its ``readyCommand``, polled every ``readyPeriodSeconds``, exited 0;
+``timeoutSeconds`` is then the time it has to become ready), until it is released, its
 ``maxHoldSeconds`` pass or its pod goes away (``apiserver.notifier.holds``, docs/api.md "Held
 notifiers"). Only exec notifiers can be held: a signal has no command that could stay.
 
@@ -81,6 +82,9 @@ DEFAULT_MAX_TIMEOUT_SECONDS = 600
 DEFAULT_MAX_HOLD_SECONDS = 3600
 DEFAULT_READY_LINE = "ready"
 MAX_READY_LINE_CHARS = 256
+DEFAULT_READY_PERIOD_SECONDS = 1
+MAX_READY_PERIOD_SECONDS = 60
+"""readyPeriodSeconds' bound: a longer period would leave a lock held unseen for minutes."""
 
 ALLOWED_SIGNALS = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGWINCH")
 
@@ -120,11 +124,15 @@ class SignalAction:
 
 @dataclass(frozen=True)
 class Hold:
-    """A held notifier's command stays running once it printed ``ready_line`` on a line of
-    its own, at most ``max_hold_seconds``."""
+    """A held notifier's command stays running once it is ready, at most
+    ``max_hold_seconds``: once it printed ``ready_line`` on a line of its own or, with
+    ``ready_command`` (then ``ready_line`` is None), once that command, run in the same
+    container every ``ready_period_seconds`` (each run at most as long), first exited 0."""
 
     max_hold_seconds: int
-    ready_line: str = DEFAULT_READY_LINE
+    ready_line: str | None = DEFAULT_READY_LINE
+    ready_command: tuple[str, ...] | None = None
+    ready_period_seconds: int = DEFAULT_READY_PERIOD_SECONDS
 
 
 @dataclass(frozen=True)
@@ -296,14 +304,37 @@ def _ready_line(value: str) -> Iterable[Problem]:
         yield invalid("must be one line: the command prints it on a line of its own")
 
 
+def _ready_command(command: list[str]) -> Iterable[Problem]:
+    if not command:
+        yield invalid('must name the program to run, e.g. ["pg_isready"]')
+    else:
+        yield from _argv(command)
+
+
+READY_PERIOD_RANGE = ("must be between {low} and {high} seconds: how often the ready command "
+                      f"runs (and how long each run may take); leave it out for the default of "
+                      f"{DEFAULT_READY_PERIOD_SECONDS}")
+
+
 class HoldDeclaration(APIModel):
-    """Keep the command running once it is ready, until it is released."""
+    """Keep the command running once it is ready, until it is released: ready when it prints
+    readyLine, or when readyCommand exits 0 (at most one of the two)."""
 
     ready_line: Annotated[str | None, Field(
         description="The command is ready when it prints this line on standard output (a line "
                     f'equal to it, without its line ending); default "{DEFAULT_READY_LINE}".'),
         Check(_ready_line), Invalid("must be a string (a line of output)")
     ] = None
+    ready_command: Annotated[list[str] | None, Field(
+        description="Instead of readyLine: an argv run in the same container (exec, no "
+                    "shell) every readyPeriodSeconds until it first exits 0, which makes the "
+                    "command ready."),
+        Check(_ready_command), Invalid("must be a list of strings (an argv)")] = None
+    ready_period_seconds: Annotated[int | None, Field(
+        description="With readyCommand: seconds between its runs, and the longest each run "
+                    f"may take; default {DEFAULT_READY_PERIOD_SECONDS}."),
+        Bounds(MIN_TIMEOUT_SECONDS, MAX_READY_PERIOD_SECONDS, READY_PERIOD_RANGE),
+        Invalid("must be a whole number of seconds")] = None
     max_hold_seconds: Annotated[int | None, Field(
         description="The longest the command stays held after it became ready; then it is "
                     "stopped and the run fails HoldExpired. Bounded by --max-hold-seconds."),
@@ -312,15 +343,27 @@ class HoldDeclaration(APIModel):
 
     def hold(self) -> Hold:
         assert self.max_hold_seconds is not None
+        if self.ready_command:
+            return Hold(self.max_hold_seconds, None, tuple(self.ready_command),
+                        self.ready_period_seconds or DEFAULT_READY_PERIOD_SECONDS)
         return Hold(self.max_hold_seconds, self.ready_line or DEFAULT_READY_LINE)
 
 
-def _hold_bounded(hold: HoldDeclaration) -> Iterable[Problem]:
-    """maxHoldSeconds is required (checked here, so that the path names it as written)."""
+def _hold_rules(hold: HoldDeclaration) -> Iterable[Problem]:
+    """maxHoldSeconds is required; readyLine and readyCommand are exclusive; readyPeriodSeconds
+    goes with readyCommand (checked here, so that the paths name the fields as written)."""
     if hold.max_hold_seconds is None:
         yield Problem(CauseReason.REQUIRED, "give the longest the command may stay held, in "
                       "seconds, e.g. 600 (at most the server's --max-hold-seconds)",
                       at=".maxHoldSeconds")
+    if hold.ready_line is not None and hold.ready_command is not None:
+        yield invalid("readyLine and readyCommand are exclusive (the command is ready by its "
+                      "output or by the ready command's exit code); keep only one",
+                      at=".readyCommand", value=hold.ready_command)
+    if hold.ready_period_seconds is not None and hold.ready_command is None:
+        yield invalid("only a readyCommand is polled; set readyCommand or remove "
+                      "readyPeriodSeconds", at=".readyPeriodSeconds",
+                      value=hold.ready_period_seconds)
 
 
 def _one_action(action: ActionDeclaration) -> Iterable[Problem]:
@@ -347,10 +390,12 @@ class NotifierDeclaration(APIModel):
                       Check(_one_action), Invalid("must be an object with exec or signal"),
                       Required("set exactly one of exec or signal", empty=False)] = None
     hold: Annotated[HoldDeclaration | None, Field(
-        description="Make the notifier held: its command keeps running once it printed its "
-                    "ready line, until released (exec actions only)."),
-        Check(_hold_bounded),
-        Invalid("must be an object with maxHoldSeconds and optionally readyLine")] = None
+        description="Make the notifier held: its command keeps running once it is ready (its "
+                    "ready line printed, or its ready command exited 0), until released (exec "
+                    "actions only)."),
+        Check(_hold_rules),
+        Invalid("must be an object with maxHoldSeconds and optionally readyLine or "
+                "readyCommand")] = None
 
     def notifier(self) -> Notifier:
         """The notifier this declares (validated: name and action are set)."""

@@ -5,7 +5,15 @@ which `kubectl events --for pod/X` and `kubectl describe pod X` show. Runs of on
 by one requester (the record's `spec.requestedBy.username`, for a Notification's runs whatever
 the record says) on one pod that end with the same reason are one series: one Event whose
 `series.count` is how many such runs, patched at most once per series interval with the latest
-run's note. Nothing regards the PodNotifier record: its own status is the run's result.
+run's note. Nothing regards the PodNotifier record of an ordinary run: its own status is the
+run's result.
+
+A held notifier's run records `Held` when its record becomes Held, and when it ends `Released`
+(Normal) or `HoldExpired` (Warning) instead of `Notified`/`NotifierFailed` (any other end of a
+hold is a `NotifierFailed` as before): each regarding the Pod (a series per notifier and
+requester, as above) and regarding the PodNotifier record, whose `kubectl events --for` then
+tells the hold's story. Held runs are rare and long, so the two Events per step cost little;
+ordinary runs still write nothing on their records.
 
 Reasons: `Notified` (Normal), `NotifierFailed` and `NotifierTimedOut` (Warning). The note names
 the notifier, the requester, the outcome, the duration, the latest record and each container
@@ -14,7 +22,9 @@ the notifier printed.
 
 A Notification records `Started`, `PodFailed` (one series per failure reason, counting the pods:
 not one Event per pod; the note names the latest), `Completed` (Normal) or `Failed` (Warning)
-when it ends, and `RolledBack` (Normal, or Warning when a rollback failed).
+when it ends, and `RolledBack` (Normal, or Warning when a rollback failed); with a quiesce window
+(spec.release), `Quiesced` when the window opens and `Unquiesced`, with its length, when it
+closes.
 """
 
 from __future__ import annotations
@@ -38,9 +48,13 @@ REPORTING_CONTROLLER = "notifier.x-k8s.io/container-notifier"
 NOTIFIED, NOTIFIER_FAILED, NOTIFIER_TIMED_OUT = "Notified", "NotifierFailed", "NotifierTimedOut"
 STARTED, POD_FAILED, COMPLETED, FAILED = "Started", "PodFailed", "Completed", "Failed"
 ROLLED_BACK = "RolledBack"
-NOTIFY, ROLLBACK = "Notify", "Rollback"
+HELD, RELEASED, HOLD_EXPIRED = "Held", "Released", "HoldExpired"
+QUIESCED, UNQUIESCED = "Quiesced", "Unquiesced"
+NOTIFY, ROLLBACK, HOLD, RELEASE = "Notify", "Rollback", "Hold", "Release"
 """Actions."""
 NOTIFICATION_KIND = "Notification"
+HOLD_ENDINGS = {records.RELEASED: (NORMAL, RELEASED), records.HOLD_EXPIRED: (WARNING, HOLD_EXPIRED)}
+"""A held run's end reasons that have an Event reason of their own: (type, reason)."""
 MAX_CONTAINERS_IN_NOTE = 10
 
 
@@ -48,6 +62,12 @@ def pod_ref(record: Mapping[str, Any]) -> ObjectRef:
     spec = record["spec"]
     return ObjectRef("v1", "Pod", record["metadata"]["namespace"], spec["podName"],
                      spec.get("podUID", ""))
+
+
+def record_ref(record: Mapping[str, Any]) -> ObjectRef:
+    metadata = record["metadata"]
+    return ObjectRef(GROUP_VERSION, records.KIND, metadata["namespace"], metadata["name"],
+                     metadata.get("uid", ""))
 
 
 def notification_ref(namespace: str, name: str, uid: str) -> ObjectRef:
@@ -96,16 +116,66 @@ def run_note(record: Mapping[str, Any]) -> str:
             f"{', '.join(parts) or 'none'}")
 
 
+def _held_containers(status: Mapping[str, Any]) -> str:
+    parts = [f"{c['name']}: PID {c['pid']}" if "pid" in c else str(c["name"])
+             for c in status.get("containers", [])[:MAX_CONTAINERS_IN_NOTE]]
+    more = len(status.get("containers", [])) - MAX_CONTAINERS_IN_NOTE
+    return ", ".join(parts + ([f"and {more} more"] if more > 0 else [])) or "none"
+
+
+def held_note(record: Mapping[str, Any]) -> str:
+    """A run that became Held: who asked, since when, its bound, how to release it; never
+    its output (the record holds that, behind its own RBAC)."""
+    status = record.get("status", {})
+    name, namespace = record["metadata"]["name"], record["metadata"]["namespace"]
+    return (f"notifier {record['spec']['notifier']} requested by {requester(record)} is held "
+            f"since {status.get('heldTime', '?')} (at most maxHoldSeconds "
+            f"{status.get('maxHoldSeconds', '?')}s); release it: kubectl notify -n {namespace} "
+            f"release podnotifier/{name}; latest: PodNotifier {name}; containers: "
+            f"{_held_containers(status)}")
+
+
+def hold_end_note(record: Mapping[str, Any]) -> str:
+    """A held run that ended Released or HoldExpired: by whom or why, after how long held."""
+    status = record.get("status", {})
+    held = parse_timestamp(status.get("heldTime"))
+    ended = parse_timestamp(status.get("completionTime"))
+    length = (f" after {run_length(ended - held)} held" if held is not None
+              and ended is not None else "")
+    if status.get("reason") == records.RELEASED:
+        verdict = f"was released by {status.get('releasedBy') or 'a request'}{length}"
+    else:
+        verdict = (f"was not released within maxHoldSeconds ({status.get('maxHoldSeconds')}s)"
+                   f"{length}: its commands were stopped")
+    return (f"notifier {record['spec']['notifier']} requested by {requester(record)} "
+            f"{verdict}; latest: PodNotifier {record['metadata']['name']}; containers: "
+            f"{_stopped_containers(status)}")
+
+
+def _stopped_containers(status: Mapping[str, Any]) -> str:
+    parts = [f"{c['name']}: {c.get('stopped') or c.get('reason') or c.get('phase', '')}"
+             for c in status.get("containers", [])[:MAX_CONTAINERS_IN_NOTE]]
+    more = len(status.get("containers", [])) - MAX_CONTAINERS_IN_NOTE
+    return ", ".join(parts + ([f"and {more} more"] if more > 0 else [])) or "none"
+
+
 class RunEvents:
-    """The Events of finished PodNotifier runs (see the module docstring)."""
+    """The Events of PodNotifier runs (see the module docstring)."""
 
     def __init__(self, sink: EventSink) -> None:
         self._sink = sink
 
     def run_finished(self, record: Mapping[str, Any]) -> None:
-        """Emit the run's occurrence; never raises (an Event is never worth failing a run)."""
+        """Emit the run's occurrence (a held run's Released or HoldExpired also regarding its
+        record); never raises (an Event is never worth failing a run)."""
         try:
-            reason = run_reason(record.get("status", {}))
+            status = record.get("status", {})
+            ending = (HOLD_ENDINGS.get(str(status.get("reason")))
+                      if records.is_held_notifier(record) else None)
+            if ending is not None:
+                self._hold_step(record, *ending, RELEASE, hold_end_note(record))
+                return
+            reason = run_reason(status)
             occurrence = Occurrence(pod_ref(record), NORMAL if reason == NOTIFIED else WARNING,
                                     reason, NOTIFY, run_note(record),
                                     note_class=run_series_class(record))
@@ -114,6 +184,22 @@ class RunEvents:
                           extra={"podnotifier": record.get("metadata", {}).get("name", "")})
             return
         self._sink.emit(occurrence)
+
+    def held(self, record: Mapping[str, Any]) -> None:
+        """The run's record became Held: `Held` on the pod and on the record; never raises."""
+        try:
+            self._hold_step(record, NORMAL, HELD, HOLD, held_note(record))
+        except Exception:
+            log.exception("describing a held run as an Event failed; no Event recorded",
+                          extra={"podnotifier": record.get("metadata", {}).get("name", "")})
+
+    def _hold_step(self, record: Mapping[str, Any], kind: str, reason: str, action: str,
+                   note: str) -> None:
+        pod = Occurrence(pod_ref(record), kind, reason, action, note,
+                         note_class=run_series_class(record))
+        on_record = Occurrence(record_ref(record), kind, reason, action, note)
+        self._sink.emit(pod)
+        self._sink.emit(on_record)
 
 
 class NotificationEvents:
@@ -140,6 +226,24 @@ class NotificationEvents:
         self._sink.emit(Occurrence(
             notification, NORMAL if succeeded else WARNING, COMPLETED if succeeded else FAILED,
             NOTIFY, f"{phase} ({reason}): {message}"))
+
+    def quiesced(self, notification: ObjectRef, notifier: str, pods: int, at: str) -> None:
+        """The quiesce window opened: every pod is quiesced."""
+        self._sink.emit(Occurrence(
+            notification, NORMAL, QUIESCED, NOTIFY,
+            f"the window is open: all {pods} pods quiesced with notifier {notifier} at {at}; "
+            "they stay quiesced until the release"))
+
+    def unquiesced(self, notification: ObjectRef, reason: str, quiesced: str | None,
+                   unquiesced: str, released: int, failed: int) -> None:
+        """The window closed (its pods released): why, and how long it was open."""
+        opened, closed = parse_timestamp(quiesced), parse_timestamp(unquiesced)
+        length = (f"the window was open {run_length(closed - opened)} (from {quiesced} to "
+                  f"{unquiesced})" if opened is not None and closed is not None
+                  else "not every pod was quiesced, so no window opened")
+        self._sink.emit(Occurrence(
+            notification, WARNING if failed else NORMAL, UNQUIESCED, RELEASE,
+            f"released ({reason}): {length}; {released} pods released, {failed} failed"))
 
     def rolled_back(self, notification: ObjectRef, notifier: str, done: int, failed: int
                     ) -> None:

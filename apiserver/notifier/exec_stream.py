@@ -81,6 +81,20 @@ class ExecResult:
     """After a timeout: how the command was stopped; None if it did not time out."""
 
 
+@dataclass(frozen=True)
+class OutputTails:
+    """The bounded tails of an exec's stdout and stderr, written as output arrives: whoever
+    passed them to ``exec_in_container`` may read them while the command runs (a held
+    command's output so far)."""
+
+    stdout: OutputTail
+    stderr: OutputTail
+
+    @classmethod
+    def bounded(cls, tail_bytes: int) -> OutputTails:
+        return cls(OutputTail(tail_bytes), OutputTail(tail_bytes))
+
+
 class StdoutFilter(Protocol):
     """Sees standard output before its tail is kept, and may hold back part of it."""
 
@@ -126,6 +140,7 @@ async def exec_in_container(
     tail_bytes: int = DEFAULT_TAIL_BYTES,
     stdout_filter: StdoutFilter | None = None,
     close_stdin: asyncio.Event | None = None,
+    tails: OutputTails | None = None,
 ) -> ExecResult:
     """Run ``command`` in the container and wait for it to exit, at most ``timeout_seconds``.
 
@@ -135,10 +150,12 @@ async def exec_in_container(
     if given, sees standard output first (``apiserver.notifier.stopping`` reads the wrapper's
     PID marker with it). With ``close_stdin``, the command's stdin is open (and empty) until
     the event is set, then closed: with ``v5.channel.k8s.io`` by a CLOSE frame, with v4 it stays
-    open until the stream ends.
+    open until the stream ends. ``tails``, if given, are the tails to keep the output in
+    (instead of new ones of ``tail_bytes``), so that the caller can read them while it runs.
     """
     started = datetime.now(UTC)
-    stdout, stderr = OutputTail(tail_bytes), OutputTail(tail_bytes)
+    tails = tails or OutputTails.bounded(tail_bytes)
+    stdout, stderr = tails.stdout, tails.stderr
     url = exec_url(endpoint.url, namespace, pod, container, command,
                    stdin=close_stdin is not None)
     try:

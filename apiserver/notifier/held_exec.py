@@ -3,7 +3,10 @@
 The command runs through the PID wrapper (``stopping.wrap``) on an exec stream whose stdin is
 open, so that release can close it: a session such as ``mysql`` holding ``FLUSH TABLES WITH
 READ LOCK`` ends at stdin EOF. Its stdout goes through the ``PidMarker`` (the PID) and the
-``ReadyLine`` (ready). The stream stays open while the command is held. Release closes stdin,
+``ReadyLine`` (ready); with a ready check instead (``hold.readyCommand``), the check runs every
+period once the PID is known, and the first that passes makes the command ready. Its output
+tails are readable while it runs (``output``: what the record shows once Held). The stream
+stays open while the command is held. Release closes stdin,
 waits ``STDIN_CLOSE_WAIT_SECONDS`` for the command to end by itself, then runs the stop
 sequence by PID (SIGTERM, SIGKILL after the grace period; ``stopping.stop_command``), and waits
 for the stream's end, so the result carries the exit status when the runtime reports it.
@@ -21,8 +24,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from apiserver.notifier.exec_protocol import ExecReason, Stop
-from apiserver.notifier.exec_stream import ExecResult, StdoutFilter
+from apiserver.notifier.exec_protocol import DEFAULT_TAIL_BYTES, ExecReason, Stop
+from apiserver.notifier.exec_stream import ExecResult, OutputTails, StdoutFilter
 from apiserver.notifier.stopping import SHELL, PidMarker, ReadyLine, Stopped, unwrapped, wrap
 
 STDIN_CLOSE_WAIT_SECONDS = 1.0
@@ -30,10 +33,14 @@ STDIN_CLOSE_WAIT_SECONDS = 1.0
 STREAM_END_WAIT_SECONDS = 5.0
 """After the stop sequence, how long the exec stream may take to report the end."""
 
-HeldRawExec = Callable[[Sequence[str], float, StdoutFilter, asyncio.Event],
+HeldRawExec = Callable[[Sequence[str], float, StdoutFilter, asyncio.Event, OutputTails],
                        Coroutine[Any, Any, ExecResult]]
 """Runs an argv in the container within a timeout, reading stdout through the filter, with
-stdin open until the event is set (``exec_stream.exec_in_container`` with ``close_stdin``)."""
+stdin open until the event is set, keeping the output in the tails
+(``exec_stream.exec_in_container`` with ``close_stdin`` and ``tails``)."""
+ReadyCheck = Callable[[], Awaitable[ExecResult]]
+"""Runs a held notifier's ready command once in the command's container; exit code 0 is
+ready."""
 StopByPid = Callable[[int], Awaitable[Stopped]]
 """Runs the stop sequence for a PID in the command's container."""
 
@@ -41,32 +48,69 @@ StopByPid = Callable[[int], Awaitable[Stopped]]
 class HeldCommand:
     """One held command, started at construction (inside a running event loop).
 
-    ``ready`` is set once the command printed its ready line; ``pid`` is its PID once the
-    wrapper reported it (it always does before the ready line). ``ended`` is set when the exec
-    stream ended: the command exited, or the stream broke.
+    ``ready`` is set once the command printed ``ready_line`` or, given ``ready_check``
+    (``ready_line`` is then not looked for), once the PID is known and a check run every
+    ``ready_period_seconds`` first exits 0 (``last_check`` is the latest check's result).
+    ``pid`` is its PID once the wrapper reported it (it always does before the ready line).
+    ``ended`` is set when the exec stream ended: the command exited, or the stream broke.
     """
 
     def __init__(self, execute: HeldRawExec, stop: StopByPid, argv: Sequence[str],
-                 ready_line: str, max_seconds: float) -> None:
+                 ready_line: str | None, max_seconds: float, *,
+                 tail_bytes: int = DEFAULT_TAIL_BYTES, ready_check: ReadyCheck | None = None,
+                 ready_period_seconds: float = 1.0) -> None:
         self._marker = PidMarker()
-        self._ready = ReadyLine(self._marker, ready_line)
+        stdout_filter: StdoutFilter = self._marker
+        if ready_check is None:
+            line = ReadyLine(self._marker, ready_line or "")
+            stdout_filter, self._seen = line, line.seen
+        else:
+            self._seen = asyncio.Event()
+        self.last_check: ExecResult | None = None
         self._close_stdin = asyncio.Event()
         self._stop = stop
         self._argv = tuple(argv)
         self._started = datetime.now(UTC)
+        self._tails = OutputTails.bounded(tail_bytes)
         self._stream: asyncio.Task[ExecResult] = asyncio.create_task(
-            execute(wrap(argv), max_seconds, self._ready, self._close_stdin),
+            execute(wrap(argv), max_seconds, stdout_filter, self._close_stdin, self._tails),
             name="held command")
         self.ended = asyncio.Event()
         self._stream.add_done_callback(lambda _task: self.ended.set())
+        self._checks: asyncio.Task[None] | None = None
+        if ready_check is not None:
+            self._checks = asyncio.create_task(
+                self._poll(ready_check, ready_period_seconds), name="held command ready check")
+            self._stream.add_done_callback(lambda _task: self._stop_checks())
 
     @property
     def ready(self) -> asyncio.Event:
-        return self._ready.seen
+        return self._seen
 
     @property
     def pid(self) -> int | None:
         return self._marker.pid
+
+    def output(self) -> OutputTails:
+        """The command's output tails so far (the PID marker taken off stdout)."""
+        return self._tails
+
+    async def _poll(self, check: ReadyCheck, period: float) -> None:
+        """Run the check every ``period`` until it passes (ready) or the stream ends; the
+        first run once the wrapper reported the PID, so the command itself runs."""
+        while not self.ended.is_set():
+            if self.pid is not None:
+                self.last_check = await check()
+                if self.last_check.exit_code == 0:
+                    self._seen.set()
+                    return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(period if self.pid is not None else 0.05):
+                    await self.ended.wait()
+
+    def _stop_checks(self) -> None:
+        if self._checks is not None:
+            self._checks.cancel()
 
     async def result(self) -> ExecResult:
         """The exec's result, once the stream ended (a failure to start it included)."""
@@ -82,6 +126,7 @@ class HeldCommand:
     async def release(self) -> tuple[ExecResult, Stopped]:
         """End the command: close its stdin, then stop it by PID if it still runs; the
         stream's result (as ended, or cut off if it did not end) and how the command ended."""
+        self._stop_checks()
         self._close_stdin.set()
         if not self.ended.is_set():
             with contextlib.suppress(TimeoutError):
@@ -106,6 +151,7 @@ class HeldCommand:
 
     async def cancel(self) -> None:
         """Drop the stream without stopping the command (it ended, or stopping it is moot)."""
+        self._stop_checks()
         self._stream.cancel()
         await asyncio.gather(self._stream, return_exceptions=True)
 

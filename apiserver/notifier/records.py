@@ -16,7 +16,8 @@ from apiserver.api.resources import GROUP_VERSION
 from apiserver.api.types import CONDITION_COMPLETE, CONDITION_FAILED, FINISHED_PHASES, Phase
 from apiserver.api.validation import label_value_errors
 from apiserver.authn.user import UserInfo
-from apiserver.notifier.exec_stream import ExecResult
+from apiserver.notifier.exec_protocol import OutputTail
+from apiserver.notifier.exec_stream import ExecResult, OutputTails
 from apiserver.registry.decoding import (
     decoded,
     mapping,
@@ -141,10 +142,12 @@ def is_held_notifier(record: Mapping[str, Any]) -> bool:
     return isinstance(record.get("status", {}).get("maxHoldSeconds"), int)
 
 
-def mark_held(record: dict[str, Any], at: str, pids: Mapping[str, int | None]
-              ) -> dict[str, Any]:
+def mark_held(record: dict[str, Any], at: str, pids: Mapping[str, int | None],
+              outputs: Mapping[str, OutputTails] | None = None) -> dict[str, Any]:
     """Every container's command is ready: the record and those containers are Held since
-    ``at``, each with the PID of its command (so that any replica can stop it)."""
+    ``at``, each with the PID of its command (so that any replica can stop it) and, from
+    ``outputs``, its output tails so far (what it printed before it was ready: e.g. the LSN
+    a backup needs while the lock is held)."""
     status = record.setdefault("status", {})
     status["phase"] = HELD
     status["heldTime"] = at
@@ -155,7 +158,19 @@ def mark_held(record: dict[str, Any], at: str, pids: Mapping[str, int | None]
             pid = pids[container["name"]]
             if pid is not None:
                 container["pid"] = pid
+            tails = (outputs or {}).get(container["name"])
+            if tails is not None:
+                container.update(_tails(tails.stdout, tails.stderr))
     return record
+
+
+def _tails(stdout: OutputTail, stderr: OutputTail) -> dict[str, Any]:
+    return {"stdout": _text(stdout.value()), "stderr": _text(stderr.value()),
+            "stdoutTruncated": stdout.truncated, "stderrTruncated": stderr.truncated}
+
+
+def _text(output: bytes) -> str:
+    return output.decode("utf-8", errors="replace")
 
 
 def request_release(record: dict[str, Any], at: str, by: str) -> dict[str, Any]:
@@ -213,8 +228,8 @@ def container_result(name: str, container_id: str, result: ExecResult) -> dict[s
         "completionTime": rfc3339(result.finished),
         "reason": str(result.reason),
         "message": result.message,
-        "stdout": result.stdout.decode("utf-8", errors="replace"),
-        "stderr": result.stderr.decode("utf-8", errors="replace"),
+        "stdout": _text(result.stdout),
+        "stderr": _text(result.stderr),
         "stdoutTruncated": result.stdout_truncated,
         "stderrTruncated": result.stderr_truncated,
     }

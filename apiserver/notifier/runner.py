@@ -5,8 +5,9 @@ bounds how many records run at once across the server, ends a run as PodDeleted 
 pod is deleted, and on shutdown ends unfinished runs as Interrupted.
 
 A held notifier's run (``Plan.max_hold_seconds`` set) starts each container's command through
-``HoldingExec.hold`` and waits for all of them to print their ready line; the record is then
-``Held`` (with each command's PID) and the run keeps the streams open until the first of: a
+``HoldingExec.hold`` and waits for all of them to be ready (their ready line printed, or their
+ready command exited 0); the record is then ``Held`` (with each command's PID and its output
+tails so far, in that same write) and the run keeps the streams open until the first of: a
 release request stored on the record (re-read every ``HOLD_POLL_SECONDS``, so a request that
 reached any replica is seen), ``max_hold_seconds`` since it became Held, the pod's deletion, a
 command exiting on its own, the server's shutdown. Then every command still running is stopped
@@ -26,18 +27,20 @@ import asyncio
 import contextlib
 import logging
 import random
+import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from apiserver.notifier import records
-from apiserver.notifier.declarations import Notifier, SignalAction
+from apiserver.notifier.declarations import Hold, Notifier, SignalAction
 from apiserver.notifier.events import RunEvents
 from apiserver.notifier.exec_protocol import ExecReason, Stop
 from apiserver.notifier.exec_stream import (
     ExecResult,
     KubeEndpoint,
+    OutputTails,
     StdoutFilter,
     exec_in_container,
 )
@@ -62,6 +65,8 @@ HOLD_POLL_SECONDS = 0.5
 HOLD_STREAM_MARGIN_SECONDS = 60
 """A held command's exec stream is closed at the latest this long after its ready timeout
 plus maxHoldSeconds: a bound should the run itself miss the end of the hold."""
+READY_CHECK_TAIL_BYTES = 256
+"""Output kept of one run of a ready command (only its exit code counts)."""
 
 
 async def retry_until_stored(write: Callable[[], Awaitable[T]], what: str, *,
@@ -124,19 +129,31 @@ class KubeExec:
         return await StoppingExec(execute, self._grace_seconds)(argv, timeout_seconds)
 
     def hold(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
-             ready_line: str, tail_bytes: int, max_seconds: float) -> HeldCommand:
+             hold: Hold, tail_bytes: int, max_seconds: float) -> HeldCommand:
         endpoint = self._endpoint()
 
         async def execute(command: Sequence[str], timeout: float, stdout_filter: StdoutFilter,
-                          close_stdin: asyncio.Event) -> ExecResult:
+                          close_stdin: asyncio.Event, tails: OutputTails) -> ExecResult:
             return await exec_in_container(endpoint, namespace, pod, container, command,
                                            timeout_seconds=timeout, tail_bytes=tail_bytes,
-                                           stdout_filter=stdout_filter, close_stdin=close_stdin)
+                                           stdout_filter=stdout_filter, close_stdin=close_stdin,
+                                           tails=tails)
 
         async def stop(pid: int) -> Stopped:
             return await self.stop(namespace, pod, container, pid)
 
-        return HeldCommand(execute, stop, argv, ready_line, max_seconds)
+        check = None
+        if hold.ready_command is not None:
+            ready_command = hold.ready_command
+
+            async def check() -> ExecResult:
+                return await self(namespace, pod, container, ready_command,
+                                  timeout_seconds=hold.ready_period_seconds,
+                                  tail_bytes=READY_CHECK_TAIL_BYTES, stop_on_timeout=True)
+
+        return HeldCommand(execute, stop, argv, hold.ready_line, max_seconds,
+                           tail_bytes=tail_bytes, ready_check=check,
+                           ready_period_seconds=hold.ready_period_seconds)
 
     async def stop(self, namespace: str, pod: str, container: str, pid: int) -> Stopped:
         endpoint = self._endpoint()
@@ -161,9 +178,10 @@ class HoldingExec(CommandStopper, Protocol):
     by PID."""
 
     def hold(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
-             ready_line: str, tail_bytes: int, max_seconds: float) -> HeldCommand:
-        """Start ``argv`` held: stdin open, ready once it printed ``ready_line``, its exec
-        stream closed after ``max_seconds`` at the latest."""
+             hold: Hold, tail_bytes: int, max_seconds: float) -> HeldCommand:
+        """Start ``argv`` held: stdin open, ready once it printed ``hold.ready_line`` (or
+        ``hold.ready_command`` first exited 0), its exec stream closed after ``max_seconds``
+        at the latest."""
         ...
 
 
@@ -435,7 +453,7 @@ class Runner:
                 assert container.notifier.hold is not None
                 commands[container.name] = self._holding.hold(
                     plan.namespace, plan.pod, container.name, container.notifier.argv,
-                    ready_line=container.notifier.hold.ready_line, tail_bytes=plan.tail_bytes,
+                    hold=container.notifier.hold, tail_bytes=plan.tail_bytes,
                     max_seconds=plan.timeout_seconds[container.name] + hold_seconds
                     + HOLD_STREAM_MARGIN_SECONDS)
             with self._pods.deletion(plan.namespace, plan.pod, plan.pod_uid) as deleted:
@@ -447,8 +465,11 @@ class Runner:
                 pids = {name: command.pid for name, command in commands.items()}
                 held = {name: {"heldTime": at, **({"pid": pid} if pid is not None else {})}
                         for name, pid in pids.items()}
-                stored = await self._final(plan, lambda r: records.mark_held(r, at, pids))
+                outputs = {name: command.output() for name, command in commands.items()}
+                stored = await self._final(
+                    plan, lambda r: records.mark_held(r, at, pids, outputs))
                 self._settle(plan)
+                self._events.held(stored)
                 log.info("notifier held", extra={"namespace": plan.namespace,
                                                  "podnotifier": plan.record, "pids": pids})
                 end = await self._while_held(plan, commands, deleted, stored, hold_seconds)
@@ -508,14 +529,14 @@ class Runner:
         async def end(container: ContainerPlan) -> dict[str, Any]:
             command = commands[container.name]
             assert container.notifier.hold is not None
-            line = container.notifier.hold.ready_line
+            readiness = _readiness(container.notifier.hold)
             if command.ended.is_set():
                 result = await command.result()
                 entry = records.container_result(container.name, container.container_id, result)
                 if result.exit_code == 0 or container.name != failed:
                     return {**entry, "phase": records.FAILED, "reason": records.NOT_READY,
                             "message": f"the command exited (exit code {result.exit_code}) "
-                                       f'before every container was ready (ready line "{line}")'}
+                                       f"before every container was ready ({readiness})"}
                 return entry
             result, stopped = await command.release()
             entry = {**records.container_result(container.name, container.container_id,
@@ -526,8 +547,9 @@ class Runner:
                         f"was deleted before the notifier was held; {stopped.how}"}
             if container.name == failed:
                 seconds = plan.timeout_seconds[container.name]
-                return {**entry, "reason": str(ExecReason.TIMEOUT), "message": f"did not print "
-                        f'its ready line "{line}" within {seconds}s; {stopped.how}'}
+                return {**entry, "reason": str(ExecReason.TIMEOUT), "message":
+                        f"{_not_ready(container.notifier.hold, command)} within {seconds}s; "
+                        f"{stopped.how}"}
             return {**entry, "reason": records.NOT_READY, "message": f"stopped: container "
                     f"{failed} did not become ready; {stopped.how}"}
 
@@ -667,6 +689,25 @@ def run_summary(plan: Plan, record: Mapping[str, Any] | None, phase: str, reason
 
 
 _READY, _ENDED, _TIMED_OUT = "Ready", "Ended", "TimedOut"
+
+
+def _readiness(hold: Hold) -> str:
+    """How the hold's command is seen ready, for messages."""
+    if hold.ready_command is not None:
+        return f"ready command {shlex.join(hold.ready_command)}"
+    return f'ready line "{hold.ready_line}"'
+
+
+def _not_ready(hold: Hold, command: HeldCommand) -> str:
+    """What a command that did not become ready in time failed to do."""
+    if hold.ready_command is None:
+        return f'did not print its ready line "{hold.ready_line}"'
+    last = command.last_check
+    said = ("it never ran: the command's PID was not reported" if last is None
+            else f"the last run: exit code {last.exit_code}" if last.exit_code is not None
+            else f"the last run: {last.message or last.reason}")
+    return (f"its ready command {shlex.join(hold.ready_command)} did not exit 0 ({said}, run "
+            f"every {hold.ready_period_seconds}s)")
 
 
 async def _ready_or_not(command: HeldCommand, timeout: float) -> str:

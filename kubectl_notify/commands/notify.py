@@ -15,7 +15,7 @@ from kubectl_notify.errors import FAILED, SUCCEEDED, PluginError
 from kubectl_notify.terminal import Terminal
 
 FINISHED = ("Succeeded", "Failed")
-HELD = "Held"
+HELD = output.HELD
 
 
 def is_finished(record: dict[str, Any]) -> bool:

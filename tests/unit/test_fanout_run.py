@@ -201,6 +201,8 @@ class Server:
     metrics: FakeMetrics
     new_pods: FakeNewPods
     manager: FanoutManager
+    events: RecordingSink
+    """The Notifications' Events."""
 
     @classmethod
     async def open(cls, data: Path, lead: bool = True) -> Server:
@@ -211,17 +213,17 @@ class Server:
         podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
         scopes = scope_store(database)
         fake, authorizer = FakePods(podnotifiers), FakeAuthorizer()
-        metrics, new_pods = FakeMetrics(), FakeNewPods()
+        metrics, new_pods, events = FakeMetrics(), FakeNewPods(), RecordingSink()
         manager = FanoutManager(FanoutParts(
             notifications=notifications, podnotifiers=podnotifiers, scopes=scopes,
             admission=fake, runner=fake, authorizer=authorizer, metrics=metrics,
-            new_pods=new_pods, events=NotificationEvents(RecordingSink()),
+            new_pods=new_pods, events=NotificationEvents(events),
             holds=HoldReleases(podnotifiers)), sweep_delay=0.01,
             scope_grace=0, absent_grace=0)
         if lead:
             await manager.lead()
         return cls(database, notifications, podnotifiers, scopes, fake, authorizer, metrics,
-                   new_pods, manager)
+                   new_pods, manager, events)
 
     async def create(self, name: str, pods: list[tuple[str, str]], **spec: Any
                      ) -> dict[str, Any]:

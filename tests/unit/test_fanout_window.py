@@ -86,6 +86,19 @@ async def test_the_window_holds_until_the_release_is_requested(server: Server) -
     assert server.fake.started[:3] == [(pod, QUIESCE) for pod in NAMES]  # quiesce all first
     assert {labels.get(ROLLBACK_ATTEMPT_LABEL) for labels in server.fake.labels[3:]} == {"1"}
     assert "released 3 of 3" in status["conditions"][0]["message"]
+    window_events = [o for o in server.events.occurrences
+                     if o.reason in ("Quiesced", "Unquiesced")]
+    assert [(o.reason, o.type, o.regarding.name) for o in window_events] == [
+        ("Quiesced", "Normal", "snap"), ("Unquiesced", "Normal", "snap")]
+    opened, closed = window_events
+    assert f"all 3 pods quiesced with notifier {QUIESCE} at {window['quiescedTime']}" in (
+        opened.note)
+    assert closed.note.startswith("released (ReleaseRequested): the window was open "), closed
+    assert (f"(from {window['quiescedTime']} to {window['unquiescedTime']}); 3 pods released, "
+            "0 failed") in closed.note
+    reasons = server.events.reasons()
+    assert reasons.index("Started") < reasons.index("Quiesced") < reasons.index(
+        "Unquiesced") < reasons.index("Completed"), reasons
 
 
 async def test_after_seconds_releases_by_itself(server: Server) -> None:
@@ -97,6 +110,7 @@ async def test_after_seconds_releases_by_itself(server: Server) -> None:
     assert status["phase"] == "Succeeded"
     assert status["window"]["releaseReason"] == "AfterSeconds"
     assert started(server, UNQUIESCE) == NAMES
+    assert server.events.reasons().count("Quiesced") == 1
 
 
 async def test_max_hold_seconds_releases_when_nobody_does(server: Server) -> None:
@@ -144,6 +158,10 @@ async def test_a_failed_quiesce_releases_what_was_quiesced(server: Server) -> No
                                 "released": 1}
     assert started(server, UNQUIESCE) == ["db-0"]
     assert "not every pod was quiesced" in quiesced(status)["message"]
+    assert "Quiesced" not in server.events.reasons()
+    (closed,) = [o for o in server.events.occurrences if o.reason == "Unquiesced"]
+    assert closed.note == ("released (FailFast): not every pod was quiesced, so no window "
+                           "opened; 1 pods released, 0 failed")
 
 
 async def test_a_failed_release_fails_the_notification(server: Server) -> None:
@@ -153,6 +171,8 @@ async def test_a_failed_release_fails_the_notification(server: Server) -> None:
     assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "ReleaseFailed")
     assert "1 releases failed: db-1" in status["conditions"][0]["message"]
     assert status["counts"]["released"] == 2
+    (closed,) = [o for o in server.events.occurrences if o.reason == "Unquiesced"]
+    assert closed.type == "Warning" and closed.note.endswith("2 pods released, 1 failed")
 
 
 async def test_a_release_without_a_notifier_of_an_ordinary_quiesce_fails_loudly(
@@ -191,6 +211,9 @@ async def test_a_crash_mid_window_continues_the_window_and_releases_once(
         status = (await second.finished("snap"))["status"]
         assert status["phase"] == "Succeeded"
         assert sorted(second.fake.started) == [(pod, UNQUIESCE) for pod in NAMES]
+        assert first.events.reasons().count("Quiesced") == 1
+        assert "Quiesced" not in second.events.reasons(), "the resumed window opened again"
+        assert second.events.reasons().count("Unquiesced") == 1
     finally:
         await second.close()
 

@@ -1,6 +1,7 @@
-"""Held notifiers: the hold declaration, the ready line, the runner's held lifecycle with a fake
-held exec over the real SQLite store (release, HoldExpired, PodDeleted, HoldEnded, shutdown,
-failures before ready), and release requests (``HoldReleases``)."""
+"""Held notifiers: the hold declaration (readyLine or readyCommand), the ready line and the ready
+command, the runner's held lifecycle with a fake held exec over the real SQLite store (the tails
+while Held, release, HoldExpired, PodDeleted, HoldEnded, shutdown, failures before ready, the
+Events), and release requests (``HoldReleases``)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from apiserver.notifier.declarations import (
 from apiserver.notifier.errors import InvalidDeclaration, InvalidSelection
 from apiserver.notifier.events import RunEvents
 from apiserver.notifier.exec_protocol import ExecReason, Stop
-from apiserver.notifier.exec_stream import ExecResult
+from apiserver.notifier.exec_stream import ExecResult, OutputTails
 from apiserver.notifier.held_exec import HeldCommand
 from apiserver.notifier.holds import HoldReleases, NotHeldNotifier
 from apiserver.notifier.housekeeping import recover_interrupted
@@ -88,6 +89,40 @@ def test_a_signal_notifier_cannot_be_held() -> None:
     (error,) = _errors({"name": "r", "action": {"signal": "SIGHUP"},
                         "hold": {"maxHoldSeconds": 5}})
     assert "db[0].hold: Invalid value" in error and "signal notifier cannot be held" in error
+
+
+def test_a_hold_may_be_ready_by_a_command_polled_at_its_period() -> None:
+    parsed = _parse({"name": "lock", "action": EXEC, "hold": {
+        "readyCommand": ["test", "-e", "/run/locked"], "readyPeriodSeconds": 2,
+        "maxHoldSeconds": 60}})
+    assert parsed.hold == Hold(60, None, ("test", "-e", "/run/locked"), 2)
+    default = _parse({"name": "lock", "action": EXEC, "hold": {
+        "readyCommand": ["pg_isready"], "maxHoldSeconds": 60}})
+    assert default.hold == Hold(60, None, ("pg_isready",), 1)
+
+
+HOLD_PATH = "metadata.annotations[notifier.x-k8s.io/notifiers].db[0].hold"
+
+
+@pytest.mark.parametrize(("hold", "field", "expected"), [
+    ({"readyLine": "ready", "readyCommand": ["true"]}, "readyCommand",
+     "readyLine and readyCommand are exclusive"),
+    ({"readyPeriodSeconds": 5}, "readyPeriodSeconds", "only a readyCommand is polled"),
+    ({"readyCommand": []}, "readyCommand", "must name the program to run"),
+    ({"readyCommand": [""]}, "readyCommand[0]", "the program must be named"),
+    ({"readyCommand": "test -e x"}, "readyCommand", "must be a list of strings (an argv)"),
+    ({"readyCommand": ["true"], "readyPeriodSeconds": 0}, "readyPeriodSeconds",
+     "must be between 1 and 60 seconds"),
+    ({"readyCommand": ["true"], "readyPeriodSeconds": 61}, "readyPeriodSeconds",
+     "must be between 1 and 60 seconds"),
+    ({"readyCommand": ["true"], "readyPeriodSeconds": 1.5}, "readyPeriodSeconds",
+     "must be a whole number of seconds"),
+])
+def test_a_ready_command_is_validated_naming_the_field(hold: dict[str, Any], field: str,
+                                                       expected: str) -> None:
+    (error,) = _errors({"name": "lock", "action": EXEC, "hold": {**hold, "maxHoldSeconds": 5}})
+    assert error.startswith(f"{HOLD_PATH}.{field}: Invalid value: "), error
+    assert expected in error, error
 
 
 @pytest.mark.parametrize(("line", "expected"), [
@@ -240,10 +275,11 @@ class FakeStream:
         self.argv: list[str] = []
 
     async def __call__(self, argv: Sequence[str], timeout: float, stdout_filter: Any,
-                       close_stdin: asyncio.Event) -> ExecResult:
+                       close_stdin: asyncio.Event, tails: OutputTails) -> ExecResult:
         self.argv = list(argv)
-        stdout_filter.feed(b"container-notifier-pid 77\nlocking\n")
-        stdout_filter.feed(b"ready\n")
+        for frame in (b"container-notifier-pid 77\nlocking\n", b"ready\n"):
+            tails.stdout.write(stdout_filter.feed(frame))
+        tails.stderr.write(b"warming up\n")
         await close_stdin.wait()
         if not self.honours_eof:
             await self.signalled.wait()
@@ -265,6 +301,9 @@ async def test_a_held_command_is_released_by_closing_stdin_then_by_its_pid(
     await asyncio.wait_for(command.ready.wait(), 1)
     assert command.pid == 77 and stream.argv[0] == "/bin/sh" and stream.argv[-1] == "mysql"
     assert not command.ended.is_set()
+    so_far = command.output()
+    assert (so_far.stdout.value(), so_far.stderr.value()) == (b"locking\nready\n",
+                                                              b"warming up\n")
     ended, stopped = await command.release()
     assert ended.stdout == b"locking\nready\n"  # the marker is off, the ready line kept
     if honours_eof:
@@ -276,7 +315,7 @@ async def test_a_held_command_is_released_by_closing_stdin_then_by_its_pid(
 
 async def test_a_held_command_without_a_shell_says_it_needs_one() -> None:
     async def no_shell(argv: Sequence[str], timeout: float, stdout_filter: Any,
-                       close_stdin: asyncio.Event) -> ExecResult:
+                       close_stdin: asyncio.Event, tails: OutputTails) -> ExecResult:
         return result(127)
 
     async def never(pid: int) -> Stopped:
@@ -286,6 +325,50 @@ async def test_a_held_command_without_a_shell_says_it_needs_one() -> None:
     await asyncio.wait_for(command.ended.wait(), 1)
     ended = await command.result()
     assert not command.ready.is_set() and "a held notifier runs through /bin/sh" in ended.message
+
+
+class SilentStream(FakeStream):
+    """A held command that prints only the marker: readiness is its ready command's."""
+
+    async def __call__(self, argv: Sequence[str], timeout: float, stdout_filter: Any,
+                       close_stdin: asyncio.Event, tails: OutputTails) -> ExecResult:
+        tails.stdout.write(stdout_filter.feed(b"container-notifier-pid 78\nready\n"))
+        await close_stdin.wait()
+        return result(0)
+
+
+async def test_a_held_command_with_a_ready_command_is_ready_when_it_first_exits_0() -> None:
+    stream, answers, checks = SilentStream(True), [1, 1, 0], []
+
+    async def check() -> ExecResult:
+        checks.append(len(checks))
+        return result(answers[len(checks) - 1])
+
+    command = HeldCommand(stream, stream.stop, ["psql"], None, 60, ready_check=check,
+                          ready_period_seconds=0.01)
+    await asyncio.wait_for(command.ready.wait(), 2)
+    assert checks == [0, 1, 2] and command.pid == 78  # a ready line is not looked for
+    assert command.last_check is not None and command.last_check.exit_code == 0
+    await command.release()
+    assert len(checks) == 3, "checked again once ready"
+
+
+async def test_a_ready_command_is_not_run_before_the_command_started() -> None:
+    async def no_shell(argv: Sequence[str], timeout: float, stdout_filter: Any,
+                       close_stdin: asyncio.Event, tails: OutputTails) -> ExecResult:
+        await asyncio.sleep(0.1)
+        return result(127)
+
+    async def check() -> ExecResult:
+        raise AssertionError("the command never reported its PID")
+
+    async def never(pid: int) -> Stopped:
+        raise AssertionError("nothing to stop")
+
+    command = HeldCommand(no_shell, never, ["psql"], None, 60, ready_check=check,
+                          ready_period_seconds=0.01)
+    await asyncio.wait_for(command.ended.wait(), 1)
+    assert not command.ready.is_set() and command.last_check is None
 
 
 # The runner's held lifecycle
@@ -300,6 +383,11 @@ class FakeHeld:
         self.ended = asyncio.Event()
         self.released = False
         self._result: ExecResult | None = None
+        self.tails = OutputTails.bounded(4096)
+        self.last_check: ExecResult | None = None
+
+    def output(self) -> OutputTails:
+        return self.tails
 
     def exit(self, code: int) -> None:
         self._result = result(code, b"ready\n")
@@ -322,11 +410,13 @@ class FakeHeld:
 @dataclass
 class FakeHolding:
     commands: dict[str, FakeHeld] = field(default_factory=dict)
-    ready_lines: list[str] = field(default_factory=list)
+    ready_lines: list[str | None] = field(default_factory=list)
+    hold_as: Hold | None = None
+    """The hold the runner's plans declare (default: ready line "locked")."""
 
     def hold(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
-             ready_line: str, tail_bytes: int, max_seconds: float) -> FakeHeld:
-        self.ready_lines.append(ready_line)
+             hold: Hold, tail_bytes: int, max_seconds: float) -> FakeHeld:
+        self.ready_lines.append(hold.ready_line)
         self.commands[container] = FakeHeld(100 + len(self.commands))
         return self.commands[container]
 
@@ -340,6 +430,7 @@ class Held:
     holding: FakeHolding
     pods: FakePodDeletions
     runner: Runner
+    events: RecordingSink
 
     async def start(self, *containers: str, max_hold: int = 60, timeout: int = 30) -> str:
         record = records.mark_running(records.new_record(records.RecordRequest(
@@ -349,7 +440,7 @@ class Held:
             requested_by=UserInfo("u"), max_hold_seconds=max_hold)), records.now())
         created = await self.store.create(record)
         notifier = Notifier("lock", timeout, ExecAction(("sh", "-c", "echo ready")),
-                            Hold(max_hold, "locked"))
+                            self.holding.hold_as or Hold(max_hold, "locked"))
         name = created["metadata"]["name"]
         self.runner.start(Plan(NS, name, "db-0", "uid-0", tuple(
             ContainerPlan(c, notifier, f"cid-{c}") for c in containers),
@@ -377,10 +468,10 @@ async def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator
     monkeypatch.setattr("apiserver.notifier.runner.HOLD_POLL_SECONDS", 0.02)
     database = await SqliteDatabase.open(tmp_path / "data")
     store = SqliteObjectStore(database, PODNOTIFIERS)
-    holding, pods = FakeHolding(), FakePodDeletions()
+    holding, pods, sink = FakeHolding(), FakePodDeletions(), RecordingSink()
     runner = Runner(store, FakeExec(), pods, FakeMetrics(), max_concurrent=4,
-                    events=RunEvents(RecordingSink()), holding=holding)  # type: ignore[arg-type]
-    yield Held(store, holding, pods, runner)
+                    events=RunEvents(sink), holding=holding)  # type: ignore[arg-type]
+    yield Held(store, holding, pods, runner, sink)
     await runner.shutdown()
     store.close()
     await database.close()
@@ -407,6 +498,69 @@ async def test_a_held_run_settles_held_with_each_pid_and_ends_released(held: Hel
             "Succeeded", "Released", "Terminated"), container
         assert "released by alice" in container["message"] and "pid" in container
     assert status["conditions"][0]["type"] == "Complete"
+
+
+async def test_the_held_record_shows_the_output_so_far_in_the_same_write(held: Held) -> None:
+    name = await held.start("db")
+    command = held.holding.commands["db"]
+    command.tails.stdout.write(b"lsn 0/3000028\nready\n")
+    command.tails.stderr.write(b"NOTICE: backup started\n")
+    before = (await held.store.get(NS, name))["metadata"]["resourceVersion"]
+    record = await held.held(name)
+    (container,) = record["status"]["containers"]
+    assert (container["stdout"], container["stderr"]) == ("lsn 0/3000028\nready\n",
+                                                          "NOTICE: backup started\n")
+    assert (container["stdoutTruncated"], container["stderrTruncated"]) == (False, False)
+    assert int(record["metadata"]["resourceVersion"]) == int(before) + 1, "one write to Held"
+
+
+async def test_a_held_run_records_held_then_released_on_the_pod_and_the_record(
+        held: Held) -> None:
+    name = await held.start("db")
+    await held.held(name)
+    await HoldReleases(held.store).request(NS, name, UserInfo("alice"))
+    await held.finished(name)
+    await _until(lambda: len(held.events.occurrences) == 4)
+    steps = [(o.regarding.kind, o.type, o.reason, o.action) for o in held.events.occurrences]
+    assert steps == [("Pod", "Normal", "Held", "Hold"), ("PodNotifier", "Normal", "Held", "Hold"),
+                     ("Pod", "Normal", "Released", "Release"),
+                     ("PodNotifier", "Normal", "Released", "Release")]
+    pod_held, record_held, released, _ = held.events.occurrences
+    assert record_held.regarding.name == name and pod_held.regarding.name == "db-0"
+    assert f"release podnotifier/{name}" in pod_held.note and "db: PID 100" in pod_held.note
+    assert "requested by u was released by alice after " in released.note, released.note
+    assert "db: Terminated" in released.note
+
+
+async def test_an_expired_hold_records_hold_expired_and_other_ends_notifier_failed(
+        held: Held) -> None:
+    expired = await held.start("db", max_hold=1)
+    await held.held(expired)
+    await held.finished(expired)
+    await _until(lambda: len(held.events.occurrences) == 4)
+    assert [(o.regarding.kind, o.type, o.reason) for o in held.events.occurrences[2:]] == [
+        ("Pod", "Warning", "HoldExpired"), ("PodNotifier", "Warning", "HoldExpired")]
+    assert "not released within maxHoldSeconds (1s)" in held.events.occurrences[2].note
+
+    ended = await held.start("side")
+    await held.held(ended)
+    held.holding.commands["side"].exit(0)
+    await held.finished(ended)
+    await _until(lambda: len(held.events.occurrences) == 7)
+    assert [(o.regarding.kind, o.reason) for o in held.events.occurrences[4:]] == [
+        ("Pod", "Held"), ("PodNotifier", "Held"), ("Pod", "NotifierFailed")]
+
+
+async def test_a_ready_command_not_passing_in_time_says_what_it_last_said(held: Held) -> None:
+    held.holding.hold_as = Hold(60, None, ("test", "-e", "/run/locked"), 2)
+    name = await held.start("db", timeout=1)
+    held.holding.commands["db"].last_check = result(1)
+    status = (await held.finished(name))["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "Timeout"), status
+    assert status["containers"][0]["message"].startswith(
+        "its ready command test -e /run/locked did not exit 0 (the last run: exit code 1, run "
+        "every 2s) within 1s; "), status
+    assert held.holding.ready_lines == [None]
 
 
 async def test_a_held_run_logs_its_end_with_its_held_time(

@@ -1,5 +1,6 @@
-"""How kubectl notify prints: a run's line per container, -o wide tails, a Notification's
-progress (a bar redrawn in place on a terminal, plain lines otherwise) and its failed pods."""
+"""How kubectl notify prints: a run's line per container, -o wide tails (and a held run's), a
+Notification's progress (a bar redrawn in place on a terminal, plain lines otherwise) and its
+failed pods."""
 
 from __future__ import annotations
 
@@ -57,6 +58,17 @@ def test_wide_adds_the_reason_and_the_tails() -> None:
     assert lines[3] == "--- db stdout, last 10 lines (truncated):"
     assert lines[4:14] == [f"    line {i}" for i in range(5, 15)]
     assert lines[14] == "--- db message: exit status 3"
+
+
+def test_a_held_run_shows_the_tail_of_what_its_command_printed_so_far() -> None:
+    held = {"metadata": {"name": "db-0-backup-q8x2z"}, "status": {
+        "phase": "Held", "startTime": "2026-12-01T08:00:00.100Z", "containers": [
+            {"name": "db", "phase": "Held", "startTime": "2026-12-01T08:00:00.100Z",
+             "pid": 41, "stdout": "lsn 0/3000028\nready\n", "stderr": ""}]}}
+    lines = output.record_result(held).splitlines()
+    assert lines[0] == "podnotifier/db-0-backup-q8x2z Held"
+    assert lines[2].split() == ["db", "Held", "-", "-", "ready"]
+    assert lines[3:] == ["--- db stdout, last 2 lines:", "    lsn 0/3000028", "    ready"]
 
 
 def test_long_output_is_shortened_and_pending_runs_have_no_duration() -> None:
