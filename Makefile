@@ -22,7 +22,7 @@ CHART_VALUE_SETS := \
 	networkPolicy.enabled=true,networkPolicy.apiserver.cidrs={10.0.0.0/24},metrics.serviceMonitor.enabled=true \
 	storage.backend=sqlite,replicas=1
 
-.PHONY: venv wheels haproxy test lint chart-lint lock image release demo bench cluster-up cluster-down cluster-status
+.PHONY: venv wheels haproxy databases test lint chart-lint lock image release demo bench cluster-up cluster-down cluster-status
 
 # The runtime lock's versions constrain the venv (without its hashes, which pip cannot check for
 # an editable install), so tests run what the image ships.
@@ -46,6 +46,20 @@ $(HAPROXY):
 	fi
 
 haproxy: $(HAPROXY)
+
+# The database servers tests/cluster/test_snapshot_databases.py runs the snapshot recipes against
+# (docs/consistent-snapshots.md): Debian's postgresql and mariadb-server, installed here when
+# either is missing (as root; otherwise say what to install). Nothing to do when both are there.
+DATABASE_PACKAGES := postgresql mariadb-server
+databases:
+	@if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && [ -x /usr/sbin/mariadbd ]; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DATABASE_PACKAGES); \
+	else \
+		echo "error: PostgreSQL or MariaDB is missing: install the Debian packages $(DATABASE_PACKAGES) (sudo apt-get install -y $(DATABASE_PACKAGES))" >&2; \
+		exit 1; \
+	fi
 
 # Each lock is first checked against the wheelhouse alone (no index: about a second when every
 # wheel is there); only a lock with a wheel missing is downloaded, with this machine's pip
@@ -103,7 +117,7 @@ chart-lint: venv
 	done
 	$(PY) hack/render_manifests.py --check
 
-test: lint wheels $(HAPROXY)
+test: lint wheels $(HAPROXY) databases
 	bash hack/build.sh >/dev/null
 	$(VENV)/bin/pytest -ra --durations=15
 

@@ -214,6 +214,10 @@ class ServerOptions:
         3600, parse=parse_positive,
         help="upper bound of a held notifier's maxHoldSeconds and of a Notification's "
         "spec.release.maxHoldSeconds: the longest any pod stays quiesced")
+    max_grace_period_seconds: int = option(
+        300, parse=parse_positive,
+        help="upper bound of a notifier's terminationGracePeriodSeconds (SIGTERM to SIGKILL) "
+        "and hold.releaseGracePeriodSeconds (stdin closed to SIGTERM)")
     default_ttl_seconds_after_finished: int = option(
         3600, parse=parse_positive, help="how long finished records are kept when the request "
         "sets no spec.ttlSecondsAfterFinished")

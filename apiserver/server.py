@@ -301,7 +301,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             default_ttl_seconds_after_finished=options.default_ttl_seconds_after_finished,
             max_records_per_pod=options.max_records_per_pod,
             max_concurrent_executions=options.max_concurrent_executions,
-            max_hold_seconds=options.max_hold_seconds))
+            max_hold_seconds=options.max_hold_seconds,
+            max_grace_period_seconds=options.max_grace_period_seconds))
     holds = HoldReleases(records)
     fanout = FanoutManager(FanoutParts(
         notifications=notification_store, podnotifiers=records,
@@ -316,7 +317,8 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     routes.include_router(podnotifiers.router(records, watches))
     routes.include_router(notifier_pods.router(NotifierPods(
         pod_cache, owners, authorizer, max_timeout_seconds=options.max_timeout_seconds,
-        max_hold_seconds=options.max_hold_seconds), authorizer))
+        max_hold_seconds=options.max_hold_seconds,
+        max_grace_period_seconds=options.max_grace_period_seconds), authorizer))
     routes.include_router(podnotifiers.release_router(records, holds,
                                                       authorizer))
     routes.include_router(notifications.router(

@@ -21,9 +21,10 @@ from kubectl_notify.cli import (
     NotifyPod,
     NotifySelector,
     Release,
+    VerifyWindow,
     parse,
 )
-from kubectl_notify.commands import access, fanout, listing, notify, release
+from kubectl_notify.commands import access, fanout, listing, notify, release, verify_window
 from kubectl_notify.errors import SUCCEEDED, PluginError
 from kubectl_notify.escaping import escape_terminal
 from kubectl_notify.impersonation import Impersonating
@@ -93,6 +94,8 @@ async def run_command(api: NotifierAPI, command: Command, terminal: Terminal) ->
         return await access.run(api, command, terminal)
     if isinstance(command, Release):
         return await release.run(api, command, terminal)
+    if isinstance(command, VerifyWindow):
+        return await verify_window.run(api, command, terminal)
     raise AssertionError(f"no runner for {command!r}")
 
 

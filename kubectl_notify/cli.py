@@ -2,10 +2,11 @@
 
 kubectl passes every argument after ``notify`` to the plugin, its global flags included, so
 the plugin parses ``--kubeconfig``, ``--context`` and ``-n/--namespace`` itself, anywhere on
-the line. The first word that is not an option picks the command: ``list``, ``can-i``, ``release``
-and ``completion`` are commands, anything else is a pod (``pod/NAME`` also names a pod, for a pod
-called like a command). Flags with an optional value (``--wait[=30s]``, ``--dry-run[=server]``)
-take it only after ``=``, as kubectl's do, so ``--wait POD`` never reads the pod as the value.
+the line. The first word that is not an option picks the command: ``list``, ``can-i``, ``release``,
+``verify-window`` and ``completion`` are commands, anything else is a pod (``pod/NAME`` also
+names a pod, for a pod called like a command). Flags with an optional value (``--wait[=30s]``,
+``--dry-run[=server]``) take it only after ``=``, as kubectl's do, so ``--wait POD`` never reads
+the pod as the value.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ DEFAULT_WAIT = "30s"
 NOTIFY_OUTPUTS = ("wide", "yaml", "json", "name")
 LIST_OUTPUTS = ("wide", "yaml", "json")
 SHELLS = ("bash", "zsh")
-COMMANDS = ("list", "can-i", "release", "completion")
+COMMANDS = ("list", "can-i", "release", "verify-window", "completion")
 RELEASABLE = {"podnotifier": "podnotifiers", "podnotifiers": "podnotifiers",
               "notification": "notifications", "notifications": "notifications"}
-"""What ``release KIND/NAME`` accepts, to the resource it POSTs ``release`` to."""
+"""What ``release KIND/NAME`` and ``verify-window KIND/NAME`` accept, to the resource."""
 CONCURRENCY_POLICIES = ("Forbid", "Wait")
 
 
@@ -101,6 +102,17 @@ class Release:
 
 
 @dataclass(frozen=True)
+class VerifyWindow:
+    """``kubectl notify verify-window notification/NAME TIME...``: whether each time lies inside
+    the window (`resource` is the plural it reads)."""
+
+    resource: str
+    name: str
+    times: tuple[str, ...]
+    clock_skew_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class CanI:
     """``kubectl notify can-i POD [NOTIFIER]``."""
 
@@ -117,7 +129,7 @@ class Completion:
     words: tuple[str, ...] | None = None
 
 
-Command = NotifyPod | NotifySelector | ListNotifiers | CanI | Release | Completion
+Command = NotifyPod | NotifySelector | ListNotifiers | CanI | Release | VerifyWindow | Completion
 
 
 @dataclass(frozen=True)
@@ -269,6 +281,30 @@ def _release_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _verify_window_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=f"{PROG} verify-window", command="verify-window",
+        usage=f"{PROG} verify-window notification/NAME | podnotifier/NAME TIME... [flags]",
+        description="Say for each TIME (RFC 3339, e.g. a VolumeSnapshot's status.creationTime) "
+                    "whether it lies inside the quiesce window: a Notification's "
+                    "status.window.quiescedTime to status.window.releaseTime, or a held "
+                    "PodNotifier's status.heldTime to status.releaseRequestedTime (the server's "
+                    "clock, milliseconds). A TIME stands for the whole interval its last digit "
+                    "allows (2026-12-01T12:00:05Z: 12:00:05.000 to 12:00:06.000, as a "
+                    "creationTime is whole seconds), widened by --clock-skew on each side; it "
+                    "is inside only if all of it is. Exit code 1 if any TIME is not inside. "
+                    "Needs get on the resource.")
+    parser.add_argument("command", choices=["verify-window"], help=argparse.SUPPRESS)
+    parser.add_argument("target", metavar="KIND/NAME",
+                        help="notification/NAME or podnotifier/NAME")
+    parser.add_argument("times", metavar="TIME", nargs="+", help="RFC 3339 times")
+    parser.add_argument("--clock-skew", metavar="DURATION", default="0s",
+                        help="how far the clock that wrote the times may be off the server's "
+                             "(e.g. 500ms, 2s); default 0s")
+    _add_globals(parser)
+    return parser
+
+
 def _completion_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=f"{PROG} completion", command="completion",
                      usage=f"{PROG} completion bash|zsh",
@@ -283,7 +319,7 @@ def _completion_parser() -> argparse.ArgumentParser:
 
 
 _PARSERS = {"list": _list_parser, "can-i": _can_i_parser, "release": _release_parser,
-            "completion": _completion_parser}
+            "verify-window": _verify_window_parser, "completion": _completion_parser}
 
 
 def parse(argv: Sequence[str]) -> Invocation:
@@ -340,6 +376,13 @@ def _subcommand(name: str, parsed: argparse.Namespace) -> Command:
                              "release")
         return Release(resource=RELEASABLE[kind], name=target,
                        wait=_wait_seconds(parsed.wait), output=parsed.output)
+    if name == "verify-window":
+        kind, slash, target = parsed.target.partition("/")
+        if not slash or kind not in RELEASABLE or not target:
+            raise UsageError(f"{parsed.target!r}: give notification/NAME or podnotifier/NAME",
+                             "verify-window")
+        return VerifyWindow(resource=RELEASABLE[kind], name=target, times=tuple(parsed.times),
+                            clock_skew_seconds=_duration("--clock-skew", parsed.clock_skew))
     return Completion(shell=parsed.shell)
 
 

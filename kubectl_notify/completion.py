@@ -90,7 +90,7 @@ def _value_flags(parser: argparse.ArgumentParser) -> set[str]:
 def _positional(command: str, positional: list[str], scanned: argparse.Namespace) -> list[str]:
     if command == "completion":
         return list(cli.SHELLS) if len(positional) == 1 else []
-    if command == "release":
+    if command in ("release", "verify-window"):
         return ["podnotifier/", "notification/"] if len(positional) == 1 else []
     if command in ("list", "can-i"):
         index = len(positional) - 1

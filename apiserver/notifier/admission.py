@@ -18,6 +18,7 @@ from apiserver.errors import Cause, quoted
 from apiserver.notifier import records, request
 from apiserver.notifier.declarations import (
     ANNOTATION,
+    DEFAULT_MAX_GRACE_PERIOD_SECONDS,
     DEFAULT_MAX_HOLD_SECONDS,
     InvalidNotifiers,
     parse_notifiers,
@@ -60,6 +61,7 @@ class Limits:
     max_records_per_pod: int
     max_concurrent_executions: int
     max_hold_seconds: int = DEFAULT_MAX_HOLD_SECONDS
+    max_grace_period_seconds: int = DEFAULT_MAX_GRACE_PERIOD_SECONDS
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ class Admission:
             declarations = parse_notifiers(meta.get("annotations", {}).get(ANNOTATION),
                                            max_timeout_seconds=self._limits.max_timeout_seconds,
                                            max_hold_seconds=self._limits.max_hold_seconds,
+                                           max_grace_period_seconds=(
+                                               self._limits.max_grace_period_seconds),
                                            containers=names)
         except InvalidNotifiers as error:
             raise InvalidDeclaration(meta["name"], [e.as_cause() for e in error.errors]

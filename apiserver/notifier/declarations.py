@@ -80,6 +80,12 @@ DEFAULT_TIMEOUT_SECONDS = 30
 MIN_TIMEOUT_SECONDS = 1
 DEFAULT_MAX_TIMEOUT_SECONDS = 600
 DEFAULT_MAX_HOLD_SECONDS = 3600
+DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS = 5
+"""A command's time between SIGTERM and SIGKILL when its notifier declares none."""
+DEFAULT_RELEASE_GRACE_PERIOD_SECONDS = 1
+"""A released held command's time to end by itself once its stdin is closed, before SIGTERM,
+when its notifier declares none."""
+DEFAULT_MAX_GRACE_PERIOD_SECONDS = 300
 DEFAULT_READY_LINE = "ready"
 MAX_READY_LINE_CHARS = 256
 DEFAULT_READY_PERIOD_SECONDS = 1
@@ -90,6 +96,8 @@ ALLOWED_SIGNALS = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2
 
 TIMEOUT_RANGE = ("must be between {low} and {high} seconds (the server's maximum); leave it "
                  f"out for the default of {DEFAULT_TIMEOUT_SECONDS}")
+GRACE_RANGE = ("must be between {low} and {high} seconds (the server's maximum, "
+               "--max-grace-period-seconds)")
 HOLD_RANGE = ("must be between {low} and {high} seconds (the server's maximum, "
               "--max-hold-seconds): the longest the command may stay held")
 
@@ -133,6 +141,9 @@ class Hold:
     ready_line: str | None = DEFAULT_READY_LINE
     ready_command: tuple[str, ...] | None = None
     ready_period_seconds: int = DEFAULT_READY_PERIOD_SECONDS
+    release_grace_period_seconds: int = DEFAULT_RELEASE_GRACE_PERIOD_SECONDS
+    """On release, how long the command may take to end by itself once its stdin is closed
+    (e.g. ``pg_backup_stop()``) before it is sent SIGTERM."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,9 @@ class Notifier:
     hold: Hold | None = None
     """Set for a held notifier (exec actions only); ``timeout_seconds`` is then the time the
     command has to become ready."""
+    termination_grace_period_seconds: int = DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS
+    """When the command is stopped (a timeout, a release it did not end by itself), the time
+    between SIGTERM and SIGKILL."""
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -171,19 +185,23 @@ def parse_notifiers(
     *,
     max_timeout_seconds: int = DEFAULT_MAX_TIMEOUT_SECONDS,
     max_hold_seconds: int = DEFAULT_MAX_HOLD_SECONDS,
+    max_grace_period_seconds: int = DEFAULT_MAX_GRACE_PERIOD_SECONDS,
     containers: Collection[str] | None = None,
 ) -> dict[str, tuple[Notifier, ...]]:
     """The declarations in the annotation value (none if the pod has no annotation).
 
     Raises ``InvalidNotifiers`` listing every problem if the value does not validate.
     ``containers``, if given, are the pod's container names: a declaration for any other name
-    is an error. ``max_timeout_seconds`` and ``max_hold_seconds`` bound ``timeoutSeconds`` and
-    ``hold.maxHoldSeconds`` (the server's flags).
+    is an error. ``max_timeout_seconds``, ``max_hold_seconds`` and ``max_grace_period_seconds``
+    bound ``timeoutSeconds``, ``hold.maxHoldSeconds`` and the two grace periods
+    (``terminationGracePeriodSeconds``, ``hold.releaseGracePeriodSeconds``): the server's flags.
     """
     if annotation is None:
         return {}
     declarations, errors = _read(annotation, {"max_timeout_seconds": max_timeout_seconds,
-                                              "max_hold_seconds": max_hold_seconds}, containers)
+                                              "max_hold_seconds": max_hold_seconds,
+                                              "max_grace_period_seconds":
+                                                  max_grace_period_seconds}, containers)
     if errors:
         raise InvalidNotifiers(errors)
     return declarations
@@ -340,13 +358,26 @@ class HoldDeclaration(APIModel):
                     "stopped and the run fails HoldExpired. Bounded by --max-hold-seconds."),
         Bounds(MIN_TIMEOUT_SECONDS, "max_hold_seconds", HOLD_RANGE),
         Invalid("must be a whole number of seconds")] = None
+    release_grace_period_seconds: Annotated[int | None, Field(
+        description="On release, stdin is closed first: the seconds the command then has to end "
+                    "by itself (e.g. a session running pg_backup_stop()) before it is sent "
+                    f"SIGTERM; default {DEFAULT_RELEASE_GRACE_PERIOD_SECONDS}. Bounded by "
+                    "--max-grace-period-seconds."),
+        Bounds(0, "max_grace_period_seconds", GRACE_RANGE),
+        Invalid("must be a whole number of seconds")] = None
 
     def hold(self) -> Hold:
         assert self.max_hold_seconds is not None
+        grace = self.release_grace_period_seconds
+        release_grace = DEFAULT_RELEASE_GRACE_PERIOD_SECONDS if grace is None else grace
         if self.ready_command:
-            return Hold(self.max_hold_seconds, None, tuple(self.ready_command),
-                        self.ready_period_seconds or DEFAULT_READY_PERIOD_SECONDS)
-        return Hold(self.max_hold_seconds, self.ready_line or DEFAULT_READY_LINE)
+            return Hold(self.max_hold_seconds, ready_line=None,
+                        ready_command=tuple(self.ready_command),
+                        ready_period_seconds=self.ready_period_seconds
+                        or DEFAULT_READY_PERIOD_SECONDS,
+                        release_grace_period_seconds=release_grace)
+        return Hold(self.max_hold_seconds, ready_line=self.ready_line or DEFAULT_READY_LINE,
+                    release_grace_period_seconds=release_grace)
 
 
 def _hold_rules(hold: HoldDeclaration) -> Iterable[Problem]:
@@ -386,6 +417,13 @@ class NotifierDeclaration(APIModel):
         description=f"Seconds the notifier may run; default {DEFAULT_TIMEOUT_SECONDS}."),
         Bounds(MIN_TIMEOUT_SECONDS, "max_timeout_seconds", TIMEOUT_RANGE),
         Invalid("must be a whole number of seconds")] = None
+    termination_grace_period_seconds: Annotated[int | None, Field(
+        description="When the command is stopped (its timeout passed, or a released held "
+                    "command did not end by itself), the seconds between SIGTERM and SIGKILL; "
+                    f"default {DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS}. Bounded by "
+                    "--max-grace-period-seconds."),
+        Bounds(0, "max_grace_period_seconds", GRACE_RANGE),
+        Invalid("must be a whole number of seconds")] = None
     action: Annotated[ActionDeclaration | None, Field(description="What the notifier does."),
                       Check(_one_action), Invalid("must be an object with exec or signal"),
                       Required("set exactly one of exec or signal", empty=False)] = None
@@ -395,7 +433,7 @@ class NotifierDeclaration(APIModel):
                     "actions only)."),
         Check(_hold_rules),
         Invalid("must be an object with maxHoldSeconds and optionally readyLine or "
-                "readyCommand")] = None
+                "readyCommand, and releaseGracePeriodSeconds")] = None
 
     def notifier(self) -> Notifier:
         """The notifier this declares (validated: name and action are set)."""
@@ -405,8 +443,10 @@ class NotifierDeclaration(APIModel):
             action = ExecAction(tuple(self.action.exec.command))
         else:
             action = SignalAction(str(self.action.signal))
+        grace = self.termination_grace_period_seconds
         return Notifier(self.name, self.timeout_seconds or DEFAULT_TIMEOUT_SECONDS, action,
-                        None if self.hold is None else self.hold.hold())
+                        None if self.hold is None else self.hold.hold(),
+                        DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS if grace is None else grace)
 
 
 def _signal_not_held(declaration: NotifierDeclaration) -> Iterable[Problem]:
@@ -417,9 +457,19 @@ def _signal_not_held(declaration: NotifierDeclaration) -> Iterable[Problem]:
                       value=declaration.hold.model_dump(by_alias=True, exclude_none=True))
 
 
+def _signal_not_stopped(declaration: NotifierDeclaration) -> Iterable[Problem]:
+    if declaration.termination_grace_period_seconds is not None and (
+            declaration.action is not None and declaration.action.signal is not None):
+        yield invalid("a signal notifier leaves no command to stop, so it has no grace period; "
+                      "remove terminationGracePeriodSeconds or use an exec action",
+                      at=".terminationGracePeriodSeconds",
+                      value=declaration.termination_grace_period_seconds)
+
+
 _CONTAINER_NOTIFIERS = TypeAdapter(Annotated[
-    list[Annotated[NotifierDeclaration, Check(_signal_not_held), Invalid(
-        "must be an object with name, action and optionally timeoutSeconds and hold")]],
+    list[Annotated[NotifierDeclaration, Check(_signal_not_held), Check(_signal_not_stopped),
+                   Invalid("must be an object with name, action and optionally timeoutSeconds, "
+                           "terminationGracePeriodSeconds and hold")]],
     Invalid("must be a list of notifiers")])
 """The value of one container's entry: its notifiers."""
 

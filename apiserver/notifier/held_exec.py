@@ -6,10 +6,11 @@ READ LOCK`` ends at stdin EOF. Its stdout goes through the ``PidMarker`` (the PI
 ``ReadyLine`` (ready); with a ready check instead (``hold.readyCommand``), the check runs every
 period once the PID is known, and the first that passes makes the command ready. Its output
 tails are readable while it runs (``output``: what the record shows once Held). The stream
-stays open while the command is held. Release closes stdin,
-waits ``STDIN_CLOSE_WAIT_SECONDS`` for the command to end by itself, then runs the stop
-sequence by PID (SIGTERM, SIGKILL after the grace period; ``stopping.stop_command``), and waits
-for the stream's end, so the result carries the exit status when the runtime reports it.
+stays open while the command is held. Release closes stdin, waits the notifier's
+``hold.releaseGracePeriodSeconds`` for the command to end by itself (a ``psql`` session running
+``pg_backup_stop()``), then runs the stop sequence by PID (SIGTERM, SIGKILL after
+``terminationGracePeriodSeconds``; ``stopping.stop_command``), and waits for the stream's end,
+so the result carries the exit status when the runtime reports it.
 
 Some runtimes (kwok among them) do not close the process's stdin when the stream's stdin is
 closed, and ``v4.channel.k8s.io`` cannot close it at all: there the SIGTERM step stops it.
@@ -24,12 +25,11 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from apiserver.notifier.declarations import DEFAULT_RELEASE_GRACE_PERIOD_SECONDS
 from apiserver.notifier.exec_protocol import DEFAULT_TAIL_BYTES, ExecReason, Stop
 from apiserver.notifier.exec_stream import ExecResult, OutputTails, StdoutFilter
 from apiserver.notifier.stopping import SHELL, PidMarker, ReadyLine, Stopped, unwrapped, wrap
 
-STDIN_CLOSE_WAIT_SECONDS = 1.0
-"""After closing stdin, how long the command may take to end by itself before SIGTERM."""
 STREAM_END_WAIT_SECONDS = 5.0
 """After the stop sequence, how long the exec stream may take to report the end."""
 
@@ -42,7 +42,8 @@ ReadyCheck = Callable[[], Awaitable[ExecResult]]
 """Runs a held notifier's ready command once in the command's container; exit code 0 is
 ready."""
 StopByPid = Callable[[int], Awaitable[Stopped]]
-"""Runs the stop sequence for a PID in the command's container."""
+"""Runs the stop sequence for a PID in the command's container (with the notifier's
+termination grace period)."""
 
 
 class HeldCommand:
@@ -53,12 +54,16 @@ class HeldCommand:
     ``ready_period_seconds`` first exits 0 (``last_check`` is the latest check's result).
     ``pid`` is its PID once the wrapper reported it (it always does before the ready line).
     ``ended`` is set when the exec stream ended: the command exited, or the stream broke.
+    ``release_grace_seconds`` is how long release waits, once stdin is closed, for the command
+    to end by itself.
     """
 
     def __init__(self, execute: HeldRawExec, stop: StopByPid, argv: Sequence[str],
                  ready_line: str | None, max_seconds: float, *,
                  tail_bytes: int = DEFAULT_TAIL_BYTES, ready_check: ReadyCheck | None = None,
-                 ready_period_seconds: float = 1.0) -> None:
+                 ready_period_seconds: float = 1.0,
+                 release_grace_seconds: float = DEFAULT_RELEASE_GRACE_PERIOD_SECONDS) -> None:
+        self._release_grace = release_grace_seconds
         self._marker = PidMarker()
         stdout_filter: StdoutFilter = self._marker
         if ready_check is None:
@@ -130,7 +135,7 @@ class HeldCommand:
         self._close_stdin.set()
         if not self.ended.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(STDIN_CLOSE_WAIT_SECONDS):
+                async with asyncio.timeout(self._release_grace):
                     await self.ended.wait()
         if self.ended.is_set():
             return await self.result(), Stopped(Stop.EXITED, self._exited_how())

@@ -30,7 +30,7 @@ import asyncio
 import base64
 import binascii
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,7 +47,12 @@ from apiserver.api.types import (
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes, denial_message
 from apiserver.authz.sar import Authorizer, Decision
-from apiserver.notifier.declarations import ANNOTATION, InvalidNotifiers, parse_notifiers
+from apiserver.notifier.declarations import (
+    ANNOTATION,
+    DEFAULT_MAX_GRACE_PERIOD_SECONDS,
+    InvalidNotifiers,
+    parse_notifiers,
+)
 from apiserver.notifier.trust import Owners, decide
 from apiserver.registry.errors import BadRequest
 from apiserver.registry.resources import ResourceType
@@ -127,15 +132,13 @@ class _Reviews:
         return await self._ask(user, attributes)
 
 
-def _declared(pod: Object, max_timeout_seconds: int, max_hold_seconds: int
-              ) -> list[Object] | str:
+def _declared(pod: Object, limits: Mapping[str, int]) -> list[Object] | str:
     """The pod's containers that declare notifiers, each with its entries as declared; or why
     the annotation does not validate."""
     annotation = ((pod["metadata"].get("annotations") or {}).get(ANNOTATION))
     names = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
     try:
-        parse_notifiers(annotation, max_timeout_seconds=max_timeout_seconds,
-                        max_hold_seconds=max_hold_seconds, containers=names)
+        parse_notifiers(annotation, containers=names, **limits)
     except InvalidNotifiers as error:
         return str(error)
     if annotation is None:
@@ -161,17 +164,19 @@ def notify_attributes(namespace: str, pod: str) -> RequestAttributes:
 
 class NotifierPods:
     """NotifierPods of the pods `pods` holds; `owners` and `authorizer` decide access as
-    pods/notify does; `max_timeout_seconds` and `max_hold_seconds` (the server's flags)
-    validate declarations as pods/notify does."""
+    pods/notify does; `max_timeout_seconds`, `max_hold_seconds` and `max_grace_period_seconds`
+    (the server's flags) validate declarations as pods/notify does."""
 
     def __init__(self, pods: PodReader, owners: Owners, authorizer: Authorizer, *,
                  max_timeout_seconds: int, max_hold_seconds: int,
+                 max_grace_period_seconds: int = DEFAULT_MAX_GRACE_PERIOD_SECONDS,
                  max_reviews: int = MAX_REVIEWS) -> None:
         self._pods = pods
         self._owners = owners
         self._authorizer = authorizer
-        self._max_timeout_seconds = max_timeout_seconds
-        self._max_hold_seconds = max_hold_seconds
+        self._limits = {"max_timeout_seconds": max_timeout_seconds,
+                        "max_hold_seconds": max_hold_seconds,
+                        "max_grace_period_seconds": max_grace_period_seconds}
         self._max_reviews = max_reviews
 
     async def get(self, user: UserInfo, namespace: str, name: str) -> Object | None:
@@ -212,7 +217,7 @@ class NotifierPods:
         meta = pod["metadata"]
         view: Object = {"apiVersion": GROUP_VERSION, "kind": RESOURCE.kind,
                         "metadata": {key: meta[key] for key in METADATA if key in meta}}
-        declared = _declared(pod, self._max_timeout_seconds, self._max_hold_seconds)
+        declared = _declared(pod, self._limits)
         if isinstance(declared, str):
             view["containers"] = []
             view["access"] = _access(False, reason=ACCESS_INVALID_DECLARATION, message=(

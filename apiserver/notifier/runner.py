@@ -64,7 +64,8 @@ HOLD_POLL_SECONDS = 0.5
 """While Held, how often the run re-reads its record for a release request."""
 HOLD_STREAM_MARGIN_SECONDS = 60
 """A held command's exec stream is closed at the latest this long after its ready timeout
-plus maxHoldSeconds: a bound should the run itself miss the end of the hold."""
+plus maxHoldSeconds plus its two grace periods: a bound should the run itself miss the end of
+the hold."""
 READY_CHECK_TAIL_BYTES = 256
 """Output kept of one run of a ready command (only its exit code counts)."""
 
@@ -94,18 +95,20 @@ async def retry_until_stored(write: Callable[[], Awaitable[T]], what: str, *,
 class ContainerExec(Protocol):
     """Runs a command in a container and reports how it ended (never raises for the command's
     own failure: that is in the result). With `stop_on_timeout`, a command that outlives its
-    timeout is stopped in the container, or the result says it could not be
-    (`ExecResult.stopped`)."""
+    timeout is stopped in the container (SIGTERM, SIGKILL after `grace_seconds`: the notifier's
+    terminationGracePeriodSeconds), or the result says it could not be (`ExecResult.stopped`)."""
 
     async def __call__(self, namespace: str, pod: str, container: str, argv: Sequence[str],
                        *, timeout_seconds: int, tail_bytes: int,
-                       stop_on_timeout: bool = False) -> ExecResult: ...
+                       stop_on_timeout: bool = False,
+                       grace_seconds: int = GRACE_SECONDS) -> ExecResult: ...
 
 
 class KubeExec:
     """`ContainerExec` through kube-apiserver's pods/exec, as the server's own identity;
     stopping a timed-out command is `apiserver.notifier.stopping`'s (SIGTERM, then SIGKILL after
-    `grace_seconds`)."""
+    the notifier's grace period; `grace_seconds` where none is known, as for a dead replica's
+    held commands)."""
 
     def __init__(self, endpoint: Callable[[], KubeEndpoint],
                  grace_seconds: int = GRACE_SECONDS) -> None:
@@ -115,7 +118,8 @@ class KubeExec:
 
     async def __call__(self, namespace: str, pod: str, container: str, argv: Sequence[str],
                        *, timeout_seconds: int, tail_bytes: int,
-                       stop_on_timeout: bool = False) -> ExecResult:
+                       stop_on_timeout: bool = False,
+                       grace_seconds: int = GRACE_SECONDS) -> ExecResult:
         endpoint = self._endpoint()
 
         async def execute(command: Sequence[str], timeout: float,
@@ -126,10 +130,11 @@ class KubeExec:
 
         if not stop_on_timeout:
             return await execute(argv, timeout_seconds, None)
-        return await StoppingExec(execute, self._grace_seconds)(argv, timeout_seconds)
+        return await StoppingExec(execute, grace_seconds)(argv, timeout_seconds)
 
     def hold(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
-             hold: Hold, tail_bytes: int, max_seconds: float) -> HeldCommand:
+             hold: Hold, tail_bytes: int, max_seconds: float,
+             grace_seconds: int = GRACE_SECONDS) -> HeldCommand:
         endpoint = self._endpoint()
 
         async def execute(command: Sequence[str], timeout: float, stdout_filter: StdoutFilter,
@@ -140,7 +145,7 @@ class KubeExec:
                                            tails=tails)
 
         async def stop(pid: int) -> Stopped:
-            return await self.stop(namespace, pod, container, pid)
+            return await self.stop(namespace, pod, container, pid, grace_seconds=grace_seconds)
 
         check = None
         if hold.ready_command is not None:
@@ -153,9 +158,11 @@ class KubeExec:
 
         return HeldCommand(execute, stop, argv, hold.ready_line, max_seconds,
                            tail_bytes=tail_bytes, ready_check=check,
-                           ready_period_seconds=hold.ready_period_seconds)
+                           ready_period_seconds=hold.ready_period_seconds,
+                           release_grace_seconds=hold.release_grace_period_seconds)
 
-    async def stop(self, namespace: str, pod: str, container: str, pid: int) -> Stopped:
+    async def stop(self, namespace: str, pod: str, container: str, pid: int,
+                   grace_seconds: int | None = None) -> Stopped:
         endpoint = self._endpoint()
 
         async def execute(command: Sequence[str], timeout: float,
@@ -163,7 +170,8 @@ class KubeExec:
             return await exec_in_container(endpoint, namespace, pod, container, command,
                                            timeout_seconds=timeout, stdout_filter=stdout_filter)
 
-        return await stop_command(execute, pid, self._grace_seconds)
+        return await stop_command(execute, pid, self._grace_seconds if grace_seconds is None
+                                  else grace_seconds)
 
 
 class CommandStopper(Protocol):
@@ -178,10 +186,12 @@ class HoldingExec(CommandStopper, Protocol):
     by PID."""
 
     def hold(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
-             hold: Hold, tail_bytes: int, max_seconds: float) -> HeldCommand:
+             hold: Hold, tail_bytes: int, max_seconds: float,
+             grace_seconds: int = GRACE_SECONDS) -> HeldCommand:
         """Start ``argv`` held: stdin open, ready once it printed ``hold.ready_line`` (or
         ``hold.ready_command`` first exited 0), its exec stream closed after ``max_seconds``
-        at the latest."""
+        at the latest. On release it has ``hold.release_grace_period_seconds`` to end once
+        stdin is closed, then ``grace_seconds`` between SIGTERM and SIGKILL."""
         ...
 
 
@@ -427,7 +437,8 @@ class Runner:
         result = await self._execute(
             plan.namespace, plan.pod, container.name, container.notifier.argv,
             timeout_seconds=plan.timeout_seconds[container.name], tail_bytes=plan.tail_bytes,
-            stop_on_timeout=not signal)
+            stop_on_timeout=not signal,
+            grace_seconds=container.notifier.termination_grace_period_seconds)
         entry = records.container_result(container.name, container.container_id, result)
         if signal:
             return records.explain_signal_failure(entry)
@@ -450,12 +461,15 @@ class Runner:
         held: dict[str, dict[str, Any]] = {}
         try:
             for container in runnable:
-                assert container.notifier.hold is not None
+                declared = container.notifier
+                assert declared.hold is not None
                 commands[container.name] = self._holding.hold(
-                    plan.namespace, plan.pod, container.name, container.notifier.argv,
-                    hold=container.notifier.hold, tail_bytes=plan.tail_bytes,
+                    plan.namespace, plan.pod, container.name, declared.argv,
+                    hold=declared.hold, tail_bytes=plan.tail_bytes,
                     max_seconds=plan.timeout_seconds[container.name] + hold_seconds
-                    + HOLD_STREAM_MARGIN_SECONDS)
+                    + declared.hold.release_grace_period_seconds
+                    + declared.termination_grace_period_seconds + HOLD_STREAM_MARGIN_SECONDS,
+                    grace_seconds=declared.termination_grace_period_seconds)
             with self._pods.deletion(plan.namespace, plan.pod, plan.pod_uid) as deleted:
                 failure = await self._until_ready(plan, runnable, commands, deleted)
                 if failure is not None:

@@ -6,7 +6,8 @@ output and then ``exec``s the argv: the command keeps that PID, its output, its 
 exit code. The marker line is read off the stream before the output tail (``PidMarker``), so it
 never reaches the record. When the timeout passes, a second exec in the same container sends
 SIGTERM to that PID and its descendants, waits the grace period, then sends SIGKILL to those
-still alive (``KILL_SCRIPT``), and says which happened.
+still alive (``KILL_SCRIPT``), and says which happened. The grace period is the notifier's
+``terminationGracePeriodSeconds`` (default ``GRACE_SECONDS``).
 
 A container without ``/bin/sh`` cannot start the wrapper: the exec fails before the marker,
 with a non-zero exit code (126 or 127) or an error naming ``/bin/sh``. The command is then run
@@ -21,12 +22,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from apiserver.notifier.declarations import DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS
 from apiserver.notifier.exec_protocol import ExecReason, Stop
 from apiserver.notifier.exec_stream import ExecResult, StdoutFilter
 
 SHELL = "/bin/sh"
-GRACE_SECONDS = 5
-"""How long a timed-out command has between SIGTERM and SIGKILL."""
+GRACE_SECONDS = DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS
+"""How long a stopped command has between SIGTERM and SIGKILL unless its notifier declares
+``terminationGracePeriodSeconds``."""
 STOP_MARGIN_SECONDS = 10
 """How long the stopping exec may take beyond the grace period (its own start, SIGKILL)."""
 

@@ -261,7 +261,8 @@ def test_unknown_annotation_fields_list_the_definitions_fields() -> None:
     listed = ", ".join(f'"{json_name(name, info)}"'
                        for name, info in NotifierDeclaration.model_fields.items())
     assert error.message.endswith(f"supported values: {listed}")
-    assert listed == '"name", "timeoutSeconds", "action", "hold"'
+    assert listed == ('"name", "timeoutSeconds", "terminationGracePeriodSeconds", "action", '
+                      '"hold"')
 
 
 def test_explain_shows_the_defaults_and_no_held_notification() -> None:

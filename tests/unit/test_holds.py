@@ -294,10 +294,9 @@ class FakeStream:
 
 @pytest.mark.parametrize("honours_eof", [True, False])
 async def test_a_held_command_is_released_by_closing_stdin_then_by_its_pid(
-        honours_eof: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("apiserver.notifier.held_exec.STDIN_CLOSE_WAIT_SECONDS", 0.05)
+        honours_eof: bool) -> None:
     stream = FakeStream(honours_eof)
-    command = HeldCommand(stream, stream.stop, ["mysql"], "ready", 60)
+    command = HeldCommand(stream, stream.stop, ["mysql"], "ready", 60, release_grace_seconds=0.05)
     await asyncio.wait_for(command.ready.wait(), 1)
     assert command.pid == 77 and stream.argv[0] == "/bin/sh" and stream.argv[-1] == "mysql"
     assert not command.ended.is_set()
@@ -413,10 +412,13 @@ class FakeHolding:
     ready_lines: list[str | None] = field(default_factory=list)
     hold_as: Hold | None = None
     """The hold the runner's plans declare (default: ready line "locked")."""
+    graces: list[tuple[float, int]] = field(default_factory=list)
 
     def hold(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
-             hold: Hold, tail_bytes: int, max_seconds: float) -> FakeHeld:
+             hold: Hold, tail_bytes: int, max_seconds: float,
+             grace_seconds: int = 5) -> FakeHeld:
         self.ready_lines.append(hold.ready_line)
+        self.graces.append((hold.release_grace_period_seconds, grace_seconds))
         self.commands[container] = FakeHeld(100 + len(self.commands))
         return self.commands[container]
 
@@ -432,7 +434,8 @@ class Held:
     runner: Runner
     events: RecordingSink
 
-    async def start(self, *containers: str, max_hold: int = 60, timeout: int = 30) -> str:
+    async def start(self, *containers: str, max_hold: int = 60, timeout: int = 30,
+                    release_grace: int = 1, termination_grace: int = 5) -> str:
         record = records.mark_running(records.new_record(records.RecordRequest(
             namespace=NS, pod="db-0", pod_uid="uid-0", notifier="lock",
             containers=list(containers), requested_containers=None, timeout_seconds=None,
@@ -440,7 +443,9 @@ class Held:
             requested_by=UserInfo("u"), max_hold_seconds=max_hold)), records.now())
         created = await self.store.create(record)
         notifier = Notifier("lock", timeout, ExecAction(("sh", "-c", "echo ready")),
-                            self.holding.hold_as or Hold(max_hold, "locked"))
+                            self.holding.hold_as
+                            or Hold(max_hold, "locked", release_grace_period_seconds=release_grace),
+                            termination_grace)
         name = created["metadata"]["name"]
         self.runner.start(Plan(NS, name, "db-0", "uid-0", tuple(
             ContainerPlan(c, notifier, f"cid-{c}") for c in containers),

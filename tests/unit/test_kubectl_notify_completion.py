@@ -15,7 +15,7 @@ def offline(words: list[str]) -> list[str]:
 
 
 def test_first_word_offers_the_commands() -> None:
-    assert offline([""]) == ["list", "can-i", "release", "completion"]
+    assert offline([""]) == ["list", "can-i", "release", "verify-window", "completion"]
     assert offline(["ca"]) == ["can-i"]
 
 
@@ -32,9 +32,10 @@ def test_values_of_output_and_shells() -> None:
     assert offline(["completion", ""]) == ["bash", "zsh"]
     assert offline(["release", ""]) == ["podnotifier/", "notification/"]
     assert offline(["release", "n"]) == ["notification/"]
+    assert offline(["verify-window", ""]) == ["podnotifier/", "notification/"]
     assert offline(["-n", ""]) == []
     assert offline(["--wait=1s", "--dry-run=server", "-c", "db", ""]) == [
-        "list", "can-i", "release", "completion"]
+        "list", "can-i", "release", "verify-window", "completion"]
 
 
 def test_kubectl_protocol_ends_with_the_no_file_directive(capsys: pytest.CaptureFixture[str]

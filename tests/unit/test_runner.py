@@ -51,15 +51,17 @@ class FakeExec:
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
     calls: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
     stop_on_timeout: list[bool] = field(default_factory=list)
+    grace_seconds: list[int] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     running: int = 0
     peak: int = 0
 
     async def __call__(self, namespace: str, pod: str, container: str, argv: Sequence[str],
                        *, timeout_seconds: int, tail_bytes: int,
-                       stop_on_timeout: bool = False) -> ExecResult:
+                       stop_on_timeout: bool = False, grace_seconds: int = 5) -> ExecResult:
         self.calls.append((pod, container, tuple(argv)))
         self.stop_on_timeout.append(stop_on_timeout)
+        self.grace_seconds.append(grace_seconds)
         self.running += 1
         self.peak = max(self.peak, self.running)
         try:

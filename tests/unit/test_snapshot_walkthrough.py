@@ -2,12 +2,15 @@
 its Notification validates, and its held commands behave as the page says — run here with
 stand-ins for `psql` and `mysql` that log the SQL they are fed: the quiesce statement comes
 before the ready line, and closing stdin (what a release does first) ends the session with the
-unquiesce in it."""
+unquiesce in it; PostgreSQL's also when its whole process tree gets SIGTERM instead."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import select
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -72,31 +75,55 @@ def test_the_notification_validates() -> None:
 
 @pytest.mark.parametrize(("workload_name", "client", "quiesce", "unquiesce"), [
     ("pg", "psql", "SELECT pg_backup_start('snapshot', true);",
-     "SELECT lsn FROM pg_backup_stop(false);"),
-    ("mysql", "mysql", "FLUSH TABLES WITH READ LOCK;", None),
+     "SELECT 'stop lsn ' || lsn || chr(10) || '--- backup_label' || chr(10) || labelfile || "
+     "'--- tablespace_map' || chr(10) || coalesce(spcmapfile, '') || '--- end' "
+     "FROM pg_backup_stop(true);"),
+    ("mysql", "mysql", "FLUSH TABLES WITH READ LOCK;", "UNLOCK TABLES;"),
 ])
 def test_held_command_quiesces_before_ready_and_unquiesces_when_stdin_closes(
-        tmp_path: Path, workload_name: str, client: str, quiesce: str, unquiesce: str | None
+        tmp_path: Path, workload_name: str, client: str, quiesce: str, unquiesce: str
 ) -> None:
     _, argv, _ = held_command(workload_name)
     (tmp_path / client).write_text(FAKE_CLIENT)
     (tmp_path / client).chmod(0o755)
     log = tmp_path / "sql.log"
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SQL_LOG": str(log),
-           "MYSQL_ROOT_PASSWORD": "secret"}
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SQL_LOG": str(log)}
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                text=True)
     assert process.stdin is not None and process.stdout is not None
     try:
         assert select.select([process.stdout], [], [], 5)[0], "no output within 5 s"
         assert process.stdout.readline() == "ready\n"
-        assert log.read_text().splitlines()[0] == quiesce
+        assert quiesce in log.read_text().splitlines()
         assert process.poll() is None  # held: the session stays open
         process.stdin.close()  # the release closes stdin first
         assert process.wait(timeout=5) == 0
     finally:
         process.kill()
     statements = log.read_text().splitlines()
-    assert statements[0] == quiesce
-    if unquiesce is not None:
-        assert statements[-1] == unquiesce
+    assert statements.index(quiesce) < len(statements) - 1
+    assert statements[-1] == unquiesce
+
+
+def test_the_postgres_command_still_stops_the_backup_when_it_is_sent_sigterm(
+        tmp_path: Path) -> None:
+    """Release's second step, and what a runtime that never closes stdin (kwok) gets: SIGTERM
+    to the command and every descendant (the stop script's tree). Only `cat` ends; the same
+    psql session then runs pg_backup_stop() and the command exits 0."""
+    _, argv, _ = held_command("pg")
+    (tmp_path / "psql").write_text(FAKE_CLIENT)
+    (tmp_path / "psql").chmod(0o755)
+    log = tmp_path / "sql.log"
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SQL_LOG": str(log)},
+                               start_new_session=True)
+    assert process.stdout is not None
+    try:
+        assert select.select([process.stdout], [], [], 5)[0], "no output within 5 s"
+        assert process.stdout.readline() == "ready\n"
+        os.killpg(process.pid, signal.SIGTERM)  # stdin stays open
+        assert process.wait(timeout=5) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "FROM pg_backup_stop(true);" in log.read_text().splitlines()[-1]
