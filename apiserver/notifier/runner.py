@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from apiserver.api.types import Phase
 from apiserver.notifier import records
 from apiserver.notifier.declarations import Hold, Notifier, SignalAction
 from apiserver.notifier.events import RunEvents
@@ -51,7 +52,8 @@ from apiserver.notifier.stopping import (
     StoppingExec,
     stop_command,
 )
-from apiserver.registry.errors import NotFound
+from apiserver.registry.errors import Finished, NotFound
+from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,9 @@ T = TypeVar("T")
 
 RETRY_INITIAL_SECONDS = 0.1
 RETRY_MAX_SECONDS = 5.0
+FINISHED_ELSEWHERE = "FinishedElsewhere"
+"""The reason a run reports (in its log line and metrics, never in the record) when another
+writer finished its record first (a takeover): the record keeps that writer's result."""
 HOLD_POLL_SECONDS = 0.5
 """While Held, how often the run re-reads its record for a release request."""
 HOLD_STREAM_MARGIN_SECONDS = 60
@@ -334,7 +339,7 @@ class Runner:
         return await retry_until_stored(
             lambda: self._update(plan, mutate), "storing a run's final state",
             extra={"namespace": plan.namespace, "podnotifier": plan.record},
-            give_up=(NotFound,))
+            give_up=(NotFound, Finished))
 
     async def _run(self, plan: Plan) -> None:
         started = time.monotonic()
@@ -362,7 +367,7 @@ class Runner:
                     final = ending(records.POD_NOT_RUNNING, plan.pod_not_running)
                 else:
                     final = await self._run_containers(plan, progress, ending)
-            except (NotFound, asyncio.CancelledError):
+            except (NotFound, Finished, asyncio.CancelledError):
                 raise
             except Exception as error:
                 log.exception("run failed", extra={"namespace": plan.namespace,
@@ -376,6 +381,12 @@ class Runner:
             log.info("record deleted while it ran", extra={"namespace": plan.namespace,
                                                             "podnotifier": plan.record})
             reason = "RecordDeleted"
+        except Finished as finished:
+            log.warning("the record was finished by another writer (its run was taken over); "
+                        "this run stores nothing more", extra={
+                            "namespace": plan.namespace, "podnotifier": plan.record,
+                            "phase": finished.phase})
+            phase, reason = Phase(finished.phase), FINISHED_ELSEWHERE
         except asyncio.CancelledError:
             last = await _shielded(self._update(plan, ending(records.INTERRUPTED,
                                                              progress.interrupted_message))
@@ -606,6 +617,9 @@ class Runner:
                     log.warning("reading a held record failed; retrying", extra={
                         "namespace": plan.namespace, "podnotifier": plan.record,
                         "error": f"{type(error).__name__}: {error}"})
+                if records.is_finished(record):  # taken over: stop holding, write nothing
+                    raise Finished(PODNOTIFIERS, plan.record,
+                                   str(record.get("status", {}).get("phase")))
         finally:
             for task in watched:
                 task.cancel()
@@ -756,6 +770,9 @@ async def _shielded(update: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
         return await asyncio.shield(update)
     except asyncio.CancelledError:
         raise
+    except Finished:
+        log.info("an interrupted run's record was already finished by another writer")
+        return None
     except Exception as error:
         log.warning("storing an interrupted run failed; the next start ends it", extra={
             "error": f"{type(error).__name__}: {error}"})

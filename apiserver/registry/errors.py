@@ -59,6 +59,20 @@ class Conflict(StoreError, errors.Conflict):
     pass
 
 
+class Finished(Conflict):
+    """A write that would change the spec or status of a finished record: a finished record
+    never changes again, whoever writes (a replica whose run was taken over, one that lost its
+    Lease); its metadata (labels, annotations) still may."""
+
+    def __init__(self, resource: ResourceType, name: str, phase: str) -> None:
+        super().__init__(
+            f'{resource.qualified} "{as_printable(name)}" is finished (phase {phase}): a '
+            "finished record never changes; create a new run instead",
+            resource=resource, name=name,
+            causes=[Cause("FieldValueForbidden", f"finished with phase {phase}", "status")])
+        self.phase = phase
+
+
 class Expired(StoreError, errors.Gone):
     """The resourceVersion or continue token is older than the retained history (410 Gone)."""
 

@@ -16,7 +16,9 @@ generic interface only:
   trimmed to K again shortly after (replicas evicting at once may leave more);
 - ``delete_expired``: finished records whose TTL after ``completionTime`` has passed;
 - ``trim``/``trim_all``: the oldest finished records beyond K of a pod;
-- ``unfinished``: every Pending or Running record, for restart recovery.
+- ``unfinished``: every Pending or Running record, for restart recovery;
+- ``guaranteed_update``: a finished record never changes again (``Finished``, 409): its spec
+  and status stay as first finished, whoever writes; labels and annotations may change.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, TypeVar
 from apiserver.api.types import FINISHED_PHASES, PHASES
 from apiserver.registry.errors import (
     Conflict,
+    Finished,
     NotFound,
     StoreError,
     TooManyRequests,
@@ -70,6 +73,10 @@ def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     """``obj[key]`` if it is an object, else an empty one."""
     value = obj.get(key)
     return value if isinstance(value, Mapping) else {}
+
+
+_FINAL_PARTS = ("spec", "status")
+"""What of a finished record never changes again."""
 
 
 def is_finished(record: Mapping[str, Any]) -> bool:
@@ -306,7 +313,21 @@ class PodNotifierStore(ObjectStore):
     async def guaranteed_update(
         self, namespace: str, name: str, mutate: Callable[[Object], Object]
     ) -> Object:
-        return await _whole(self._backend.guaranteed_update(namespace, name, mutate))
+        """``mutate`` the current record; raises ``Finished`` if the record is finished and
+        the mutation would change its spec or status (checked on the version it is applied
+        to, so a record another writer finished meanwhile is refused as well)."""
+
+        def unless_finished(current: Object) -> Object:
+            if not is_finished(current):
+                return mutate(current)
+            phase = str(_part(current, "status").get("phase"))
+            before = copy.deepcopy({part: current.get(part) for part in _FINAL_PARTS})
+            updated = mutate(current)  # which may change `current` in place
+            if any(updated.get(part) != before[part] for part in _FINAL_PARTS):
+                raise Finished(PODNOTIFIERS, name, phase)
+            return updated
+
+        return await _whole(self._backend.guaranteed_update(namespace, name, unless_finished))
 
     async def delete(
         self, namespace: str, name: str, *, resource_version: str = "", uid: str = ""

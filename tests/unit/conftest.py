@@ -1,18 +1,16 @@
 """Fixtures for unit tests: a PKI like a cluster's, a fake kube-apiserver (MockTransport), the
-registry's SQLite database, the storage backends the store conformance suite runs against, the
+registry's SQLite database, the storage backends of the unit run (tests/support/backends.py), the
 whole server in-process (``InProcessServer``), the logging configuration restored after a test
 that configures it, and the hypothesis profiles."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import ssl
 import threading
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +27,8 @@ from apiserver.kube import Connection, KubeClient
 from apiserver.registry.resources import ResourceType
 from apiserver.registry.sqlite_database import DEFAULT_EVENT_RETENTION, SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
-from apiserver.registry.store import DEFAULT_MAX_OBJECT_BYTES, ObjectStore
-from apiserver.registry.watch import DEFAULT_MAX_QUEUED_EVENTS
 from certs.authority import KeyPair, issue, new_ca
+from tests.support.backends import UNIT_BACKENDS, Backend
 
 FRONT_PROXY_CN = "front-proxy-client"
 
@@ -177,144 +174,15 @@ async def database(tmp_path: Path, event_retention: int) -> AsyncIterator[Sqlite
     await opened.close()
 
 
-class Backend:
-    """A storage backend under the store conformance suite (tests/unit/test_store_conformance).
-
-    `store` opens the store of one resource; every store of one Backend shares its
-    resourceVersion counter and keeps `history` changes of history. A new backend adds an
-    entry to `BACKENDS` that builds one of these (and to `CLUSTER_BACKENDS` if it needs the
-    local control plane).
-    """
-
-    history = 20
-
-    def __init__(self, open_store: Callable[[ResourceType, int, int], ObjectStore]) -> None:
-        self._open_store = open_store
-        self.stores: list[ObjectStore] = []
-
-    def store(self, resource: ResourceType, *, max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
-              max_queued_events: int = DEFAULT_MAX_QUEUED_EVENTS) -> ObjectStore:
-        opened = self._open_store(resource, max_object_bytes, max_queued_events)
-        self.stores.append(opened)
-        return opened
-
-
-@contextlib.asynccontextmanager
-async def sqlite_backend(tmp_path: Path) -> AsyncIterator[Backend]:
-    database = await SqliteDatabase.open(tmp_path / "backend", event_retention=Backend.history)
-    try:
-        yield Backend(lambda resource, max_bytes, max_queued: SqliteObjectStore(
-            database, resource, max_object_bytes=max_bytes, max_queued_events=max_queued))
-    finally:
-        await database.close()
-
-
-CONFORMANCE_STORAGE_NAMESPACE = "cn-conformance-storage"
-"""The storage namespace of the Kubernetes backend under the conformance suite (on the real
-control plane: created once, with the server's storage rights in it)."""
-FAKE_STORAGE_NAMESPACE = "cn-storage"
-"""The storage namespace of the Kubernetes backend on the fake API."""
-_storage_namespace_ready: set[str] = set()
-"""The control planes (by server address) where CONFORMANCE_STORAGE_NAMESPACE was applied."""
-
-
-@contextlib.asynccontextmanager
-async def kubernetes_backend(request: pytest.FixtureRequest, tmp_path: Path
-                             ) -> AsyncIterator[Backend]:
-    """Stores on the real local control plane (the session ``cluster``), as the server's
-    ServiceAccount, in the storage namespace CONFORMANCE_STORAGE_NAMESPACE (created once, with
-    a Role granting the server what the chart's storage Role grants in its own namespace; the
-    public namespaces the suite names need not exist: the store does not check them). Each
-    test gets a fresh storage instance (``INSTANCE_LABEL``): its stores see only the objects it
-    wrote, and it deletes them after."""
-    from apiserver.registry.kube_objects import INSTANCE_LABEL, STORAGE_GROUP, storage_kind
-    from apiserver.registry.kube_store import KubeObjectStore
-    from apiserver.server import STORED_RESOURCES
-    from localcluster.layout import REPO_ROOT
-    from localcluster.pki import NOTIFIER_NAMESPACE, NOTIFIER_SERVICE
-    from tests.support.kube import Cluster
-
-    cluster: Cluster = request.getfixturevalue("cluster")
-    kinds = [storage_kind(resource) for resource in STORED_RESOURCES]
-    namespace = CONFORMANCE_STORAGE_NAMESPACE
-    with cluster.admin() as admin:
-        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-        if any(admin.get(crds + kind.crd_name).status_code == 404
-               for kind in kinds):  # a reused control plane from before (some of) the CRDs
-            cluster.kubectl("apply", "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
-            cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                            "-f", str(REPO_ROOT / "apiservice" / "storage-crds.yaml"))
-    role = "container-notifier:storage"
-    if cluster.server not in _storage_namespace_ready:
-        cluster.apply(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-             "metadata": {"name": role, "namespace": namespace},
-             "rules": [{"apiGroups": [STORAGE_GROUP], "resources": [k.plural for k in kinds],
-                        "verbs": ["get", "list", "watch", "create", "update", "delete",
-                                  "deletecollection"]}]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": role, "namespace": namespace},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-             "subjects": [{"kind": "ServiceAccount", "name": NOTIFIER_SERVICE,
-                           "namespace": NOTIFIER_NAMESPACE}]})
-        _storage_namespace_ready.add(cluster.server)
-    instance = f"conformance-{uuid.uuid4().hex[:10]}"
-    kube = KubeClient.from_kubeconfig(cluster.layout.notifier_kubeconfig)
-    try:
-        yield Backend(lambda resource, max_bytes, max_queued: KubeObjectStore(
-            kube, resource, storage_namespace=namespace, instance=instance,
-            history=Backend.history, max_object_bytes=max_bytes,
-            max_queued_events=max_queued))
-    finally:
-        await kube.aclose()
-        with cluster.admin() as admin:
-            for kind in kinds:
-                admin.delete(f"/apis/{STORAGE_GROUP}/v1alpha1/namespaces/{namespace}/"
-                             f"{kind.plural}",
-                             params={"labelSelector": f"{INSTANCE_LABEL}={instance}"})
-
-
-@contextlib.asynccontextmanager
-async def kubernetes_fake_backend(request: pytest.FixtureRequest, tmp_path: Path
-                                  ) -> AsyncIterator[Backend]:
-    from apiserver.registry.kube_store import KubeObjectStore
-    from tests.support.fake_storage_api import FakeStorageAPI
-
-    kube = FakeStorageAPI().client()
-    try:
-        yield Backend(lambda resource, max_bytes, max_queued: KubeObjectStore(
-            kube, resource, storage_namespace=FAKE_STORAGE_NAMESPACE, history=Backend.history,
-            max_object_bytes=max_bytes, max_queued_events=max_queued))
-    finally:
-        await kube.aclose()
-
-
-BackendFactory = Callable[[pytest.FixtureRequest, Path],
-                          contextlib.AbstractAsyncContextManager[Backend]]
-
-BACKENDS: dict[str, BackendFactory] = {
-    "sqlite": lambda request, tmp_path: sqlite_backend(tmp_path),
-    "kubernetes": kubernetes_backend,
-    "kubernetes-fake": kubernetes_fake_backend,
-}
-"""Every storage backend, by name: each must pass the store conformance suite.
-``kubernetes-fake`` is the Kubernetes backend on the fake API of
-tests/support/fake_storage_api.py, so that a run without the control plane covers it too."""
-
-CLUSTER_BACKENDS = frozenset({"kubernetes"})
-"""Backends that need the local control plane: their tests are marked ``cluster``."""
-
-
-@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.cluster)
-                        if name in CLUSTER_BACKENDS else name for name in sorted(BACKENDS)])
+@pytest.fixture(params=sorted(UNIT_BACKENDS))
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
-    async with BACKENDS[request.param](request, tmp_path) as opened:
+    """Each backend of the unit run (tests/support/backends.py); the same suites run against
+    the real control plane's Kubernetes backend from tests/cluster."""
+    async with UNIT_BACKENDS[request.param](tmp_path) as opened:
         try:
             yield opened
         finally:
-            for store in opened.stores:
-                store.close()
+            opened.close()
 
 
 # Hypothesis: few examples, so the unit suite stays fast; derandomized on CI (CI set) so that a

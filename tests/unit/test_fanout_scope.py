@@ -19,7 +19,7 @@ from apiserver.registry.errors import AlreadyExists
 from apiserver.registry.resources import NOTIFICATION_POD_SETS, NOTIFICATION_RUNS
 from apiserver.registry.sqlite_database import FILE_NAME, SqliteDatabase
 from apiserver.registry.store import ObjectStore
-from tests.unit.conftest import Backend
+from tests.support.backends import Backend
 
 N1, N2 = "notification-uid-1", "notification-uid-2"
 

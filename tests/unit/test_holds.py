@@ -428,7 +428,7 @@ class FakeHolding:
 
 @dataclass
 class Held:
-    store: SqliteObjectStore
+    store: PodNotifierStore
     holding: FakeHolding
     pods: FakePodDeletions
     runner: Runner
@@ -472,7 +472,7 @@ class Held:
 async def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Held]:
     monkeypatch.setattr("apiserver.notifier.runner.HOLD_POLL_SECONDS", 0.02)
     database = await SqliteDatabase.open(tmp_path / "data")
-    store = SqliteObjectStore(database, PODNOTIFIERS)
+    store = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
     holding, pods, sink = FakeHolding(), FakePodDeletions(), RecordingSink()
     runner = Runner(store, FakeExec(), pods, FakeMetrics(), max_concurrent=4,
                     events=RunEvents(sink), holding=holding)  # type: ignore[arg-type]

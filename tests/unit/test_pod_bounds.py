@@ -38,8 +38,8 @@ from apiserver.registry.store import Object
 from apiserver.server import STORED_RESOURCES
 from apiserver.timestamps import timestamp
 from localcluster.layout import REPO_ROOT
+from tests.support.backends import Backend
 from tests.support.fake_storage_api import FakeStorageAPI
-from tests.unit.conftest import Backend
 from tests.unit.test_housekeeping import FakePods
 
 NS = "ns"

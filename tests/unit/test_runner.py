@@ -25,6 +25,7 @@ from apiserver.notifier.exec_protocol import ExecReason, Stop
 from apiserver.notifier.exec_stream import ExecResult
 from apiserver.notifier.runner import ContainerPlan, Plan, Runner, retry_until_stored
 from apiserver.registry.errors import NotFound
+from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import PODNOTIFIERS
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
@@ -139,7 +140,7 @@ class FlakyStore:
 
 @dataclass
 class Setup:
-    store: SqliteObjectStore
+    store: PodNotifierStore
     flaky: FlakyStore
     execute: FakeExec
     pods: FakePodDeletions
@@ -172,7 +173,7 @@ async def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
     monkeypatch.setattr("apiserver.notifier.runner.RETRY_INITIAL_SECONDS", 0.001)
     monkeypatch.setattr("apiserver.notifier.runner.RETRY_MAX_SECONDS", 0.01)
     database = await SqliteDatabase.open(tmp_path / "data")
-    store = SqliteObjectStore(database, PODNOTIFIERS)
+    store = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
     flaky, execute, pods, metrics = FlakyStore(store), FakeExec(), FakePodDeletions(), FakeMetrics()
     events = RecordingSink()
     runner = Runner(flaky, execute, pods, metrics, max_concurrent=2,  # type: ignore[arg-type]

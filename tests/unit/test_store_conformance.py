@@ -1,7 +1,8 @@
 """The store conformance suite: what every storage backend must do, written against the generic
 interface (``apiserver.registry.store.ObjectStore``) and the PodNotifier strategy on top of it.
 
-It runs once per backend of the ``backend`` fixture (tests/unit/conftest.py), so it assumes
+It runs once per backend of the ``backend`` fixture (tests/unit/conftest.py; the real control
+plane's from tests/cluster/test_store_conformance_kubernetes.py), so it assumes
 only what Kubernetes promises of resourceVersions: they increase, and other writers may take
 some in between (exact values are the SQLite tests'). It covers CRUD and the
 metadata the store owns, generateName, one increasing resourceVersion, preconditions, the size
@@ -28,6 +29,7 @@ from apiserver.registry.errors import (
     BadRequest,
     Conflict,
     Expired,
+    Finished,
     Invalid,
     InvalidSelector,
     NotFound,
@@ -40,8 +42,8 @@ from apiserver.registry.resources import NOTIFICATIONS, PODNOTIFIERS
 from apiserver.registry.store import Cohort, Object, ObjectStore
 from apiserver.registry.watch import Watch, WatchEvent
 from apiserver.timestamps import timestamp
+from tests.support.backends import Backend
 from tests.support.stores import names_by_pages
-from tests.unit.conftest import Backend
 
 MAX_BYTES = 4096
 MAX_QUEUED = 5
@@ -941,6 +943,26 @@ async def test_bounded_create_evicts_oldest_finished_in_a_batch(
     assert len(await pod_records(store, "web-1")) == 1
     await records.create_bounded(record(notifier="n8"), max_per_pod=4)
     assert len(await pod_records(store, "web-0")) == 3
+
+
+async def test_a_finished_record_never_changes_but_its_metadata(
+    store: ObjectStore, records: PodNotifierStore
+) -> None:
+    """Whoever writes: a status or spec change of a finished record is refused (409, naming
+    the phase); labels may still change."""
+    await store.create(record("run", phase="Running"))
+
+    await records.guaranteed_update("ns", "run", lambda r: finished(r, "Failed"))
+    for change in (set_phase("Succeeded"), lambda r: {**r, "spec": {**r["spec"], "x": 1}}):
+        with pytest.raises(Finished) as refused:
+            await records.guaranteed_update("ns", "run", change)
+        assert refused.value.code == 409 and "phase Failed" in str(refused.value)
+
+    labelled = await records.guaranteed_update(
+        "ns", "run", lambda r: {**r, "metadata": {**r["metadata"], "labels": {"kept": "yes"}}})
+    assert labelled["metadata"]["labels"] == {"kept": "yes"}
+    assert labelled["status"]["phase"] == "Failed"
+    assert (await store.get("ns", "run"))["status"]["phase"] == "Failed"
 
 
 def test_eviction_keeps_half_of_k_rounded_up() -> None:
