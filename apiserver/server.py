@@ -48,6 +48,7 @@ from apiserver.notifier.admission import Admission, Limits
 from apiserver.notifier.events import REPORTING_CONTROLLER, NotificationEvents, RunEvents
 from apiserver.notifier.exec_stream import KubeEndpoint
 from apiserver.notifier.holds import HoldReleases
+from apiserver.notifier.http_action import PodRequests
 from apiserver.notifier.notifier_pods import NotifierPods
 from apiserver.notifier.podcache import OwnerTemplates, PodCache
 from apiserver.notifier.pods import PodDirectory
@@ -288,8 +289,10 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
 
     events = EventRecorder(kube, REPORTING_CONTROLLER, replica, metrics)
     kube_exec = KubeExec(exec_endpoint)
+    pod_requests = PodRequests()
     runner = Runner(records, kube_exec, pod_index, metrics,
-                    options.max_concurrent_executions, RunEvents(events), holding=kube_exec)
+                    options.max_concurrent_executions, RunEvents(events), holding=kube_exec,
+                    requests=pod_requests)
     takeover = housekeeping.Takeover(
         records, replica_lease, running=runner.is_running,
         lease_duration_seconds=options.leader_elect_lease_duration, stopper=kube_exec)
@@ -365,6 +368,7 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
             await asyncio.gather(election, return_exceptions=True)
             await fanout.shutdown()
             await runner.shutdown()
+            await pod_requests.aclose()
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
             await replica_lease.release()

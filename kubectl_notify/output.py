@@ -74,8 +74,11 @@ def _shorten(text: str, width: int = OUTPUT_WIDTH) -> str:
 
 
 def _exit(container: Mapping[str, Any]) -> str:
+    """The exit code, an http notifier's ``HTTP <status code>``, else a failure's reason."""
     if container.get("exitCode") is not None:
         return str(container["exitCode"])
+    if container.get("statusCode") is not None:
+        return f"HTTP {container['statusCode']}"
     return str(container.get("reason") or "-") if container.get("phase") == "Failed" else "-"
 
 
@@ -116,6 +119,7 @@ def record_result(record: Mapping[str, Any], wide: bool = False) -> str:
     rows = []
     for c in containers:
         output = (last_line(c.get("stdout") or "") or last_line(c.get("stderr") or "")
+                  or last_line(c.get("responseBody") or "")
                   or (last_line(c.get("message") or "") if c.get("phase") == "Failed" else ""))
         row = [c.get("name", ""), c.get("phase") or "Pending"]
         if wide:
@@ -131,15 +135,22 @@ def record_result(record: Mapping[str, Any], wide: bool = False) -> str:
     return "\n".join(parts)
 
 
+STREAMS = ("stdout", "stderr", "responseBody")
+"""What a container entry holds of its notifier's output: an exec's tails, or the head of an
+http notifier's answer."""
+
+
 def _tails(containers: Iterable[Mapping[str, Any]]) -> list[str]:
     blocks = []
     for c in containers:
-        for stream in ("stdout", "stderr"):
-            lines = lines_of(c.get(stream) or "")[-TAIL_LINES:]
+        for stream in STREAMS:
+            head = stream == "responseBody"  # the answer's first bytes, an exec's last
+            every = lines_of(c.get(stream) or "")
+            lines = every[:TAIL_LINES] if head else every[-TAIL_LINES:]
             if lines:
                 truncated = " (truncated)" if c.get(f"{stream}Truncated") else ""
-                blocks.append(f"--- {c.get('name')} {stream}, last {len(lines)} "
-                              f"line{'s' if len(lines) != 1 else ''}{truncated}:")
+                blocks.append(f"--- {c.get('name')} {stream}, {'first' if head else 'last'} "
+                              f"{len(lines)} line{'s' if len(lines) != 1 else ''}{truncated}:")
                 blocks.extend(f"    {line}" for line in lines)
         if c.get("phase") == "Failed" and c.get("message"):
             blocks.append(f"--- {c.get('name')} message: {c['message']}")
@@ -237,8 +248,9 @@ def failed_pods(records: Iterable[Mapping[str, Any]], failed_count: int) -> str:
     rows = []
     for record in records:
         status = record.get("status") or {}
-        exits = [str(c["exitCode"]) for c in status.get("containers") or []
-                 if c.get("exitCode") not in (None, 0)]
+        exits = [_exit(c) for c in status.get("containers") or []
+                 if c.get("exitCode") not in (None, 0) or c.get("statusCode") is not None
+                 and c.get("phase") == "Failed"]
         rows.append([record["spec"].get("podName", ""), status.get("reason") or "-",
                      exits[0] if exits else "-", _shorten(status.get("message") or "", 80)
                      or "-"])

@@ -248,18 +248,25 @@ def _get(obj: Any, *path: str) -> Any:
 
 
 def podnotifier_exit(obj: Object, now: datetime) -> str:
-    """The first failed container's exit code, or its reason when it has none (Timeout,
-    ExecFailed, ...): a failure must not read like success. Otherwise one container's exit code,
-    several containers' "<finished>/<total>", and "-" until known."""
+    """The first failed container's exit code (an http notifier's "HTTP <status code>"), or
+    its reason when it has none (Timeout, ExecFailed, ...): a failure must not read like
+    success. Otherwise one container's exit code (or "HTTP <status code>"), several
+    containers' "<finished>/<total>", and "-" until known."""
     containers = [c for c in _get(obj, "status", "containers") or [] if isinstance(c, Mapping)]
     if not containers:
         return "-"
     failed = next((c for c in containers if c.get("phase") == Phase.FAILED), None)
     if failed is not None:
         code = failed.get("exitCode")
-        return str(code) if code not in (None, 0) else str(failed.get("reason") or "Failed")
+        if code not in (None, 0):
+            return str(code)
+        if "statusCode" in failed:
+            return f"HTTP {failed['statusCode']}"
+        return str(failed.get("reason") or "Failed")
     if len(containers) == 1:
         code = containers[0].get("exitCode")
+        if code is None and "statusCode" in containers[0]:
+            return f"HTTP {containers[0]['statusCode']}"
         return "-" if code is None else str(code)
     finished = sum(1 for c in containers if c.get("phase") in FINISHED_PHASES)
     return f"{finished}/{len(containers)}"
@@ -275,8 +282,9 @@ PODNOTIFIER_TABLE = TableConvertor((
     field_column("Notifier", PodNotifier, "spec", "notifier"),
     field_column("Phase", PodNotifier, "status", "phase"),
     Column("Exit", podnotifier_exit,
-           description="The first failed container's exit code, or its reason (e.g. Timeout) "
-                       "if it has none; else the exit code of a single container, or "
+           description="The first failed container's exit code (HTTP and the status code for "
+                       "an http notifier), or its reason (e.g. Timeout) if it has none; else "
+                       "the exit code (or HTTP status) of a single container, or "
                        "finished/total containers; - until known."),
     Column("Duration", podnotifier_duration,
            description="How long the run took, or has been running (27ms, 1.4s, 2m3s); "

@@ -85,7 +85,8 @@ NOTIFICATION_CONDITION_TYPES = (*CONDITION_TYPES, CONDITION_PODS_SKIPPED,
 PODNOTIFIER_REASONS = ("Completed", "NonZeroExitCode", "Timeout", "ContainerNotRunning",
                        "PodNotRunning", "PodDeleted", "ExecFailed", "Interrupted",
                        "InternalError", "Released", "HoldExpired", "HoldEnded", "NotReady",
-                       "StopFailed")
+                       "StopFailed", "NonSuccessStatusCode", "ConnectionRefused",
+                       "RequestFailed")
 """Every reason a PodNotifier (or one of its containers) ends with; notifier/ sets them."""
 
 PRE_EXISTING_PODS, ALL_PODS = "PreExistingPods", "AllPods"
@@ -514,7 +515,10 @@ class ContainerNotifierStatus(APIModel):
                     "timeoutSeconds), ContainerNotRunning, PodNotRunning, PodDeleted, "
                     "ExecFailed (the command could not be run), Interrupted (the server "
                     "stopped) or InternalError; for a held notifier also Released, HoldExpired, "
-                    "HoldEnded, NotReady or StopFailed (as the record's).")] = None
+                    "HoldEnded, NotReady or StopFailed (as the record's); for an http notifier "
+                    "Completed (a 2xx answer), NonSuccessStatusCode (statusCode says which), "
+                    "ConnectionRefused, Timeout or RequestFailed (no pod IP, TLS, a reset "
+                    "connection, a malformed answer; message says which).")] = None
     message: Annotated[str | None, Field(
         description="Human-readable details, from the runtime or the server.")] = None
     stopped: Annotated[str | None, Field(
@@ -531,6 +535,14 @@ class ContainerNotifierStatus(APIModel):
         description="The last bytes of standard error (at most a few KiB).")] = None
     stderr_truncated: Annotated[bool | None, Field(
         description="True if earlier standard error was dropped.")] = None
+    status_code: Annotated[int | None, Field(
+        description="An http notifier: the status code of the pod's answer, when it "
+                    "answered.")] = None
+    response_body: Annotated[str | None, Field(
+        description="An http notifier: the first bytes of the answer's body (at most a few "
+                    "KiB), when it answered.")] = None
+    response_body_truncated: Annotated[bool | None, Field(
+        description="True if the rest of the answer's body was not read.")] = None
 
 
 class PodNotifierStatus(APIModel):
@@ -823,7 +835,8 @@ class NotifierPodContainer(APIModel):
     name: Annotated[str, Field(description="Container name.")]
     notifiers: Annotated[list[dict[str, Any]] | None, Field(
         description="The container's entries of the pod's notifier.x-k8s.io/notifiers "
-                    "annotation, as declared there: name, action (exec.command or signal), "
+                    "annotation, as declared there: name, action (exec.command, signal or "
+                    "http), "
                     "timeoutSeconds and, for a held notifier, hold.",
         json_schema_extra={"items": {"type": "object",
                                      "x-kubernetes-preserve-unknown-fields": True}})] = None

@@ -21,6 +21,7 @@ from apiserver.notifier.declarations import (
     DEFAULT_MAX_GRACE_PERIOD_SECONDS,
     DEFAULT_MAX_HOLD_SECONDS,
     InvalidNotifiers,
+    container_ports,
     parse_notifiers,
     select_containers,
 )
@@ -33,6 +34,7 @@ from apiserver.notifier.errors import (
     TooManyRuns,
     Untrusted,
 )
+from apiserver.notifier.http_declaration import HttpAction
 from apiserver.notifier.runner import ContainerPlan, Plan, Runner
 from apiserver.notifier.trust import TrustDecision
 from apiserver.registry.errors import Conflict, NotFound, TooManyRequests
@@ -130,7 +132,7 @@ class Admission:
                                            max_hold_seconds=self._limits.max_hold_seconds,
                                            max_grace_period_seconds=(
                                                self._limits.max_grace_period_seconds),
-                                           containers=names)
+                                           containers=container_ports(pod))
         except InvalidNotifiers as error:
             raise InvalidDeclaration(meta["name"], [e.as_cause() for e in error.errors]
                                      ) from None
@@ -152,6 +154,14 @@ class Admission:
                 f"{', '.join(held)} but not in {', '.join(plain)}: one run cannot hold some "
                 "containers and not others; select the held ones with spec.containers, or "
                 f"declare hold alike in their {ANNOTATION} entries", "spec.containers")])
+        requests = sorted(c for c, n in selection.selected.items()
+                          if isinstance(n.action, HttpAction))
+        if requests and pod["spec"].get("hostNetwork"):
+            raise InvalidDeclaration(meta["name"], [Cause(
+                "FieldValueForbidden", f'Forbidden: notifier "{ask.notifier}" sends an HTTP '
+                f"request (containers {', '.join(requests)}), and a hostNetwork pod's IP is its "
+                "node's: the request could reach any service of the node. Use an exec "
+                "notifier in hostNetwork pods", "spec.hostNetwork")])
         states = container_states(pod)
         plans, timeouts = [], {}
         for name, notifier in selection.selected.items():
@@ -202,6 +212,7 @@ class Admission:
             pod_uid=meta["uid"], containers=admitted.containers,
             timeout_seconds=admitted.timeouts, tail_bytes=admitted.tail_bytes,
             pod_not_running=pod_not_running(admitted.pod),
+            pod_ip=str(admitted.pod.get("status", {}).get("podIP") or ""),
             max_hold_seconds=admitted.max_hold_seconds,
             requester=str(admitted.record["spec"]["requestedBy"]["username"])))
         return created

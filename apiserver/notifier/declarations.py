@@ -7,13 +7,18 @@ The value is JSON mapping a container name to that container's notifiers::
             {"name": "lock", "timeoutSeconds": 30,
              "action": {"exec": {"command": ["/bin/sh", "-c", "..."]}},
              "hold": {"readyLine": "ready", "maxHoldSeconds": 600}},
-            {"name": "reload", "action": {"signal": "SIGHUP"}}]}
+            {"name": "reload", "action": {"signal": "SIGHUP"}}],
+     "web": [{"name": "reload", "action": {"http": {"method": "POST", "port": "web",
+                                                    "path": "/-/reload"}}}]}
+
+An ``http`` action sends a request to the pod's own IP (``apiserver.notifier.http_declaration``).
 
 A notifier with ``hold`` is *held*: its command keeps running once it is ready (it printed its
 ``readyLine``, or its ``readyCommand``, polled every ``readyPeriodSeconds``, exited 0;
 ``timeoutSeconds`` is then the time it has to become ready), until it is released, its
 ``maxHoldSeconds`` pass or its pod goes away (``apiserver.notifier.holds``, docs/api.md "Held
-notifiers"). Only exec notifiers can be held: a signal has no command that could stay.
+notifiers"). Only exec notifiers can be held: a signal or a request has no command that could
+stay.
 
 Validation is strict, like the Kubernetes API's own: unknown fields, repeated JSON keys, wrong
 types and out-of-range values are all reported, as ``metav1.StatusCause``-shaped field errors
@@ -48,8 +53,8 @@ handle the signal: the kernel discards signals a PID-namespace init has no handl
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
@@ -72,6 +77,12 @@ from apiserver.api.model import (
 from apiserver.api.schema import field_info, json_name, model_in
 from apiserver.api.types import qualified_name_problems
 from apiserver.api.validation import dns1123_label_errors, qualified_name_errors
+from apiserver.notifier.http_declaration import (
+    HttpAction,
+    HttpDeclaration,
+    http_rules,
+    port_problems,
+)
 
 ANNOTATION = "notifier.x-k8s.io/notifiers"
 ANNOTATION_PATH = f"metadata.annotations[{ANNOTATION}]"
@@ -150,7 +161,7 @@ class Hold:
 class Notifier:
     name: str
     timeout_seconds: int
-    action: ExecAction | SignalAction
+    action: ExecAction | SignalAction | HttpAction
     hold: Hold | None = None
     """Set for a held notifier (exec actions only); ``timeout_seconds`` is then the time the
     command has to become ready."""
@@ -160,12 +171,26 @@ class Notifier:
 
     @property
     def argv(self) -> tuple[str, ...]:
-        """What to exec in the container to run this notifier."""
+        """What to exec in the container to run this notifier (exec and signal actions)."""
+        if isinstance(self.action, HttpAction):
+            raise TypeError("an http notifier execs nothing")
         return self.action.argv
 
 
 Declarations = Mapping[str, tuple[Notifier, ...]]
 """Container name to the notifiers it declares, in annotation order."""
+
+ContainerPorts = Mapping[str, Mapping[str, int]]
+"""A pod's container names, each to its named ports (``ports[].name`` to ``containerPort``)."""
+
+
+def container_ports(pod: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """The pod's ``ContainerPorts``, from ``spec.containers``."""
+    return {container["name"]: {port["name"]: port["containerPort"]
+                                for port in container.get("ports") or ()
+                                if isinstance(port.get("name"), str)
+                                and isinstance(port.get("containerPort"), int)}
+            for container in (pod.get("spec") or {}).get("containers") or ()}
 
 
 @dataclass(frozen=True)
@@ -186,15 +211,17 @@ def parse_notifiers(
     max_timeout_seconds: int = DEFAULT_MAX_TIMEOUT_SECONDS,
     max_hold_seconds: int = DEFAULT_MAX_HOLD_SECONDS,
     max_grace_period_seconds: int = DEFAULT_MAX_GRACE_PERIOD_SECONDS,
-    containers: Collection[str] | None = None,
+    containers: ContainerPorts | None = None,
 ) -> dict[str, tuple[Notifier, ...]]:
     """The declarations in the annotation value (none if the pod has no annotation).
 
     Raises ``InvalidNotifiers`` listing every problem if the value does not validate.
-    ``containers``, if given, are the pod's container names: a declaration for any other name
-    is an error. ``max_timeout_seconds``, ``max_hold_seconds`` and ``max_grace_period_seconds``
-    bound ``timeoutSeconds``, ``hold.maxHoldSeconds`` and the two grace periods
-    (``terminationGracePeriodSeconds``, ``hold.releaseGracePeriodSeconds``): the server's flags.
+    ``containers``, if given, are the pod's containers with their named ports: a declaration
+    for any other name is an error, and an http action's named port is resolved to its number
+    (a name the container does not declare is an error). ``max_timeout_seconds``,
+    ``max_hold_seconds`` and ``max_grace_period_seconds`` bound ``timeoutSeconds``,
+    ``hold.maxHoldSeconds`` and the two grace periods (``terminationGracePeriodSeconds``,
+    ``hold.releaseGracePeriodSeconds``): the server's flags.
     """
     if annotation is None:
         return {}
@@ -303,13 +330,22 @@ class ExecDeclaration(APIModel):
 
 
 class ActionDeclaration(APIModel):
-    """What the notifier does: exactly one of exec or signal."""
+    """What the notifier does: exactly one of exec, signal or http."""
 
     exec: Annotated[ExecDeclaration | None, Field(description="Run a command."),
                     Invalid("must be an object with command")] = None
     signal: Annotated[str | None, Field(
         description="Send a signal to the container's PID 1, e.g. SIGHUP."),
         Check(_signal, before=True)] = None
+    http: Annotated[HttpDeclaration | None, Field(
+        description="Send an HTTP request to the pod's own IP."), Check(http_rules),
+        Invalid("must be an object with method, port and optionally path, scheme, httpHeaders "
+                "and body")] = None
+
+    def chosen(self) -> list[str]:
+        """The actions set, by their field names."""
+        return [name for name, value in (("exec", self.exec), ("signal", self.signal),
+                                         ("http", self.http)) if value is not None]
 
 
 def _ready_line(value: str) -> Iterable[Problem]:
@@ -398,11 +434,15 @@ def _hold_rules(hold: HoldDeclaration) -> Iterable[Problem]:
 
 
 def _one_action(action: ActionDeclaration) -> Iterable[Problem]:
-    if action.exec is None and action.signal is None:
-        yield Problem(CauseReason.REQUIRED, "set exactly one of exec or signal")
-    elif action.exec is not None and action.signal is not None:
-        yield invalid("exec and signal are exclusive; keep only one",
+    chosen = action.chosen()
+    if not chosen:
+        yield Problem(CauseReason.REQUIRED, ONE_ACTION)
+    elif len(chosen) > 1:
+        yield invalid(f"{' and '.join(chosen)} are exclusive; keep only one",
                       value=action.model_dump(by_alias=True, exclude_none=True))
+
+
+ONE_ACTION = "set exactly one of exec, signal or http"
 
 
 class NotifierDeclaration(APIModel):
@@ -425,8 +465,8 @@ class NotifierDeclaration(APIModel):
         Bounds(0, "max_grace_period_seconds", GRACE_RANGE),
         Invalid("must be a whole number of seconds")] = None
     action: Annotated[ActionDeclaration | None, Field(description="What the notifier does."),
-                      Check(_one_action), Invalid("must be an object with exec or signal"),
-                      Required("set exactly one of exec or signal", empty=False)] = None
+                      Check(_one_action), Invalid("must be an object with exec, signal or http"),
+                      Required(ONE_ACTION, empty=False)] = None
     hold: Annotated[HoldDeclaration | None, Field(
         description="Make the notifier held: its command keeps running once it is ready (its "
                     "ready line printed, or its ready command exited 0), until released (exec "
@@ -438,9 +478,11 @@ class NotifierDeclaration(APIModel):
     def notifier(self) -> Notifier:
         """The notifier this declares (validated: name and action are set)."""
         assert self.name is not None and self.action is not None
-        action: ExecAction | SignalAction
+        action: ExecAction | SignalAction | HttpAction
         if self.action.exec is not None and self.action.exec.command:
             action = ExecAction(tuple(self.action.exec.command))
+        elif self.action.http is not None:
+            action = self.action.http.action()
         else:
             action = SignalAction(str(self.action.signal))
         grace = self.termination_grace_period_seconds
@@ -449,25 +491,35 @@ class NotifierDeclaration(APIModel):
                         DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS if grace is None else grace)
 
 
-def _signal_not_held(declaration: NotifierDeclaration) -> Iterable[Problem]:
-    if declaration.hold is not None and declaration.action is not None and (
-            declaration.action.signal is not None):
-        yield invalid("a signal notifier cannot be held (a signal leaves no command running "
-                      "to hold); remove hold or use an exec action", at=".hold",
+def _commandless(declaration: NotifierDeclaration) -> str:
+    """The action with its article, if it runs no command that could be held or stopped: "a
+    signal" or "an http"; else ""."""
+    action = declaration.action
+    if action is None or action.exec is not None:
+        return ""
+    return ("a signal" if action.signal is not None
+            else "an http" if action.http is not None else "")
+
+
+def _held_only_exec(declaration: NotifierDeclaration) -> Iterable[Problem]:
+    kind = _commandless(declaration)
+    if declaration.hold is not None and kind:
+        yield invalid(f"{kind} notifier cannot be held (it leaves no command running to "
+                      "hold); remove hold or use an exec action", at=".hold",
                       value=declaration.hold.model_dump(by_alias=True, exclude_none=True))
 
 
-def _signal_not_stopped(declaration: NotifierDeclaration) -> Iterable[Problem]:
-    if declaration.termination_grace_period_seconds is not None and (
-            declaration.action is not None and declaration.action.signal is not None):
-        yield invalid("a signal notifier leaves no command to stop, so it has no grace period; "
-                      "remove terminationGracePeriodSeconds or use an exec action",
+def _stopped_only_exec(declaration: NotifierDeclaration) -> Iterable[Problem]:
+    kind = _commandless(declaration)
+    if declaration.termination_grace_period_seconds is not None and kind:
+        yield invalid(f"{kind} notifier leaves no command to stop, so it has no grace "
+                      "period; remove terminationGracePeriodSeconds or use an exec action",
                       at=".terminationGracePeriodSeconds",
                       value=declaration.termination_grace_period_seconds)
 
 
 _CONTAINER_NOTIFIERS = TypeAdapter(Annotated[
-    list[Annotated[NotifierDeclaration, Check(_signal_not_held), Check(_signal_not_stopped),
+    list[Annotated[NotifierDeclaration, Check(_held_only_exec), Check(_stopped_only_exec),
                    Invalid("must be an object with name, action and optionally timeoutSeconds, "
                            "terminationGracePeriodSeconds and hold")]],
     Invalid("must be a list of notifiers")])
@@ -486,7 +538,7 @@ def _duplicate_names(notifiers: Any, path: str) -> list[FieldError]:
 
 
 def _read(
-    annotation: str, limits: Mapping[str, int], containers: Collection[str] | None
+    annotation: str, limits: Mapping[str, int], containers: ContainerPorts | None
 ) -> tuple[dict[str, tuple[Notifier, ...]], list[FieldError]]:
     document, errors = _load(annotation)
     if not isinstance(document, dict):
@@ -513,9 +565,39 @@ def _read(
             errors += [found for detail in error.errors(include_url=False)
                        for found in _field_errors(path, detail)]
         else:
-            declarations[container] = tuple(item.notifier() for item in declared)
+            ports = None if containers is None else containers.get(container)
+            declarations[container] = tuple(_resolved(item.notifier(), ports)
+                                            for item in declared)
         errors += _duplicate_names(notifiers, path)
+        if containers is not None and container in containers:
+            errors += _undeclared_ports(notifiers, path, containers[container])
     return declarations, errors
+
+
+def _resolved(notifier: Notifier, ports: Mapping[str, int] | None) -> Notifier:
+    """``notifier`` with its http action's named port resolved in the container's ``ports``
+    (left a name when they are not known: ``_undeclared_ports`` reports a name they lack)."""
+    action = notifier.action
+    if not isinstance(action, HttpAction) or not isinstance(action.port, str) or (
+            ports is None or action.port not in ports):
+        return notifier
+    return replace(notifier, action=replace(action, port=ports[action.port]))
+
+
+def _undeclared_ports(notifiers: Any, path: str, ports: Mapping[str, int]) -> list[FieldError]:
+    """http actions' port names the container does not declare, found in the raw list (as
+    ``_duplicate_names``) so that they are reported along with any other problem."""
+    found = []
+    for i, item in enumerate(notifiers if isinstance(notifiers, list) else ()):
+        action = item.get("action") if isinstance(item, dict) else None
+        http = action.get("http") if isinstance(action, dict) else None
+        port = http.get("port") if isinstance(http, dict) else None
+        if isinstance(port, str) and not list(port_problems(port)) and port not in ports:
+            found.append(FieldError.not_supported(
+                f"{path}[{i}].action.http.port", port, sorted(ports),
+                "the container has no port of this name; name one of its ports[].name, or "
+                "give the number"))
+    return found
 
 
 def _load(annotation: str) -> tuple[Any, list[FieldError]]:

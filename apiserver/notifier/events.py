@@ -100,9 +100,7 @@ def run_note(record: Mapping[str, Any]) -> str:
     containers = status.get("containers", [])
     parts = []
     for container in containers[:MAX_CONTAINERS_IN_NOTE]:
-        outcome = (f"exit code {container['exitCode']}" if "exitCode" in container
-                   else container.get("reason") or container.get("phase", ""))
-        parts.append(f"{container['name']}: {outcome}")
+        parts.append(f"{container['name']}: {records.outcome(container)}")
     if len(containers) > MAX_CONTAINERS_IN_NOTE:
         parts.append(f"and {len(containers) - MAX_CONTAINERS_IN_NOTE} more")
     started = parse_timestamp(status.get("startTime"))

@@ -51,6 +51,7 @@ from apiserver.notifier.declarations import (
     ANNOTATION,
     DEFAULT_MAX_GRACE_PERIOD_SECONDS,
     InvalidNotifiers,
+    container_ports,
     parse_notifiers,
 )
 from apiserver.notifier.trust import Owners, decide
@@ -138,7 +139,7 @@ def _declared(pod: Object, limits: Mapping[str, int]) -> list[Object] | str:
     annotation = ((pod["metadata"].get("annotations") or {}).get(ANNOTATION))
     names = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
     try:
-        parse_notifiers(annotation, containers=names, **limits)
+        parse_notifiers(annotation, containers=container_ports(pod), **limits)
     except InvalidNotifiers as error:
         return str(error)
     if annotation is None:

@@ -4,8 +4,9 @@ templates of their controlling owners (ReplicaSet, StatefulSet, DaemonSet, Job).
 Each object is trimmed to the fields notify needs, to bound memory:
 
 - a pod keeps ``metadata`` (namespace, name, uid, resourceVersion, creationTimestamp, labels,
-  annotations, ownerReferences, deletionTimestamp), ``spec.containers[].name`` and ``status``
-  (phase, ``containerStatuses[]`` name, containerID and state);
+  annotations, ownerReferences, deletionTimestamp), ``spec.hostNetwork``,
+  ``spec.containers[]`` name and named ``ports`` (name, containerPort), and ``status`` (phase,
+  podIP, ``containerStatuses[]`` name, containerID and state);
 - an owner keeps ``metadata`` (namespace, name, uid, resourceVersion), its ``spec.selector``
   and, of its pod template, only the notifier annotation (``spec.template.metadata.annotations``).
 
@@ -49,7 +50,7 @@ def _pick(mapping: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 def trim_pod(pod: Object) -> Object:
     status = pod.get("status") or {}
-    trimmed_status: dict[str, Any] = _pick(status, ("phase",))
+    trimmed_status: dict[str, Any] = _pick(status, ("phase", "podIP"))
     if "containerStatuses" in status:
         trimmed_status["containerStatuses"] = [
             _pick(container, ("name", "containerID", "state"))
@@ -57,10 +58,23 @@ def trim_pod(pod: Object) -> Object:
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": _pick(pod["metadata"], POD_METADATA),
-        "spec": {"containers": [{"name": c["name"]}
-                                for c in (pod.get("spec") or {}).get("containers") or []]},
+        "spec": trim_pod_spec(pod.get("spec") or {}),
         "status": trimmed_status,
     }
+
+
+def trim_pod_spec(spec: Object) -> Object:
+    """Of a pod's spec: ``hostNetwork`` and each container's name and named ports (an http
+    notifier's target)."""
+    containers = []
+    for container in spec.get("containers") or []:
+        trimmed: Object = {"name": container["name"]}
+        ports = [_pick(port, ("name", "containerPort")) for port in container.get("ports") or []
+                 if port.get("name")]
+        if ports:
+            trimmed["ports"] = ports
+        containers.append(trimmed)
+    return {"containers": containers, **_pick(spec, ("hostNetwork",))}
 
 
 def trim_owner(owner: Object) -> Object:

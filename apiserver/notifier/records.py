@@ -18,6 +18,7 @@ from apiserver.api.validation import label_value_errors
 from apiserver.authn.user import UserInfo
 from apiserver.notifier.exec_protocol import OutputTail
 from apiserver.notifier.exec_stream import ExecResult, OutputTails
+from apiserver.notifier.http_action import HttpResult
 from apiserver.registry.decoding import (
     decoded,
     mapping,
@@ -242,6 +243,35 @@ def container_result(name: str, container_id: str, result: ExecResult) -> dict[s
     return entry
 
 
+def http_result(name: str, container_id: str, result: HttpResult) -> dict[str, Any]:
+    """A `status.containers[]` entry from one http notifier's request."""
+    entry: dict[str, Any] = {
+        "name": name,
+        "phase": SUCCEEDED if result.reason == result.reason.COMPLETED else FAILED,
+        "startTime": rfc3339(result.started),
+        "completionTime": rfc3339(result.finished),
+        "reason": str(result.reason),
+        "message": result.message,
+    }
+    if container_id:
+        entry["containerID"] = container_id
+    if result.status_code is not None:
+        entry["statusCode"] = result.status_code
+        entry["responseBody"] = _text(result.body)
+        entry["responseBodyTruncated"] = result.body_truncated
+    return entry
+
+
+def outcome(container: Mapping[str, Any]) -> str:
+    """How one container's notifier ended, in a few words: its exit code, its HTTP status
+    code, else its reason (else its phase)."""
+    if "exitCode" in container:
+        return f"exit code {container['exitCode']}"
+    if "statusCode" in container:
+        return f"HTTP status {container['statusCode']}"
+    return str(container.get("reason") or container.get("phase", ""))
+
+
 NO_KILL_HINT = ("delivering a signal execs `kill` in the container, and it could not run there "
                 "(the image may have no `kill` program); declare an exec notifier that signals "
                 "the process another way")
@@ -340,9 +370,7 @@ def finished_condition(status: Mapping[str, Any]) -> dict[str, Any]:
 def _failure_summary(failed: Sequence[Mapping[str, Any]], total: int) -> str:
     parts = []
     for container in failed[:3]:
-        detail = (f"exit code {container['exitCode']}" if "exitCode" in container
-                  else container.get("reason", "failed"))
-        parts.append(f"{container['name']}: {detail}")
+        parts.append(f"{container['name']}: {outcome(container) or 'failed'}")
     more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
     return f"{len(failed)}/{total} containers failed ({'; '.join(parts)}{more})"
 

@@ -46,6 +46,8 @@ from apiserver.notifier.exec_stream import (
     exec_in_container,
 )
 from apiserver.notifier.held_exec import HeldCommand
+from apiserver.notifier.http_action import HttpResult
+from apiserver.notifier.http_declaration import HttpAction
 from apiserver.notifier.stopping import (
     GRACE_SECONDS,
     Stopped,
@@ -200,6 +202,15 @@ class HoldingExec(CommandStopper, Protocol):
         ...
 
 
+class ContainerHttp(Protocol):
+    """Sends an http notifier's request to the pod's IP and reports how it ended (never raises
+    for the request's own failure: that is in the result); ``apiserver.notifier.http_action``
+    ``PodRequests``."""
+
+    async def __call__(self, pod_ip: str, action: HttpAction, *, timeout_seconds: float,
+                       head_bytes: int) -> HttpResult: ...
+
+
 class PodDeletions(Protocol):
     """What the runner needs of ``apiserver.notifier.pods.PodDirectory``."""
 
@@ -242,6 +253,8 @@ class Plan:
     """Set for a held notifier: the longest its commands stay held once all are ready."""
     requester: str = ""
     """Who asked for the run (the record's ``spec.requestedBy.username``), for its log line."""
+    pod_ip: str = ""
+    """The pod's ``status.podIP`` when admitted: where http notifiers send their request."""
 
 
 @dataclass
@@ -272,15 +285,18 @@ class _Ending:
 
 
 class Runner:
-    """Runs the records this replica admitted. ``holding`` runs held notifiers' commands (a
-    held plan without it ends InternalError)."""
+    """Runs the records this replica admitted. ``holding`` runs held notifiers' commands and
+    ``requests`` sends http notifiers' requests (a plan that needs one the runner was built
+    without ends InternalError)."""
 
     def __init__(self, store: ObjectStore, execute: ContainerExec, pods: PodDeletions,
                  metrics: RunMetrics, max_concurrent: int, events: RunEvents,
-                 holding: HoldingExec | None = None) -> None:
+                 holding: HoldingExec | None = None,
+                 requests: ContainerHttp | None = None) -> None:
         self._store = store
         self._execute = execute
         self._holding = holding
+        self._requests = requests
         self._pods = pods
         self._metrics = metrics
         self._events = events
@@ -444,7 +460,15 @@ class Runner:
         return ending()
 
     async def _exec(self, plan: Plan, container: ContainerPlan) -> dict[str, Any]:
-        signal = isinstance(container.notifier.action, SignalAction)
+        action = container.notifier.action
+        if isinstance(action, HttpAction):
+            if self._requests is None:
+                raise RuntimeError("this server was built without a ContainerHttp")
+            sent = await self._requests(plan.pod_ip, action,
+                                        timeout_seconds=plan.timeout_seconds[container.name],
+                                        head_bytes=plan.tail_bytes)
+            return records.http_result(container.name, container.container_id, sent)
+        signal = isinstance(action, SignalAction)
         result = await self._execute(
             plan.namespace, plan.pod, container.name, container.notifier.argv,
             timeout_seconds=plan.timeout_seconds[container.name], tail_bytes=plan.tail_bytes,

@@ -142,7 +142,7 @@ def test_container_key_must_be_a_container_name() -> None:
 
 
 def test_container_must_exist_when_pod_containers_are_given() -> None:
-    error = only_error(annotation({"db": [], "sidecar": []}), containers=["db", "app"])
+    error = only_error(annotation({"db": [], "sidecar": []}), containers={"db": {}, "app": {}})
 
     assert error.reason is CauseReason.NOT_SUPPORTED
     assert error.field == f"{ANNOTATION_PATH}.sidecar"

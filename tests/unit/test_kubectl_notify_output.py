@@ -60,6 +60,24 @@ def test_wide_adds_the_reason_and_the_tails() -> None:
     assert lines[14] == "--- db message: exit status 3"
 
 
+def test_an_http_notifier_shows_its_status_code_and_the_head_of_its_answer() -> None:
+    text = output.record_result(record(
+        "Failed", reason="NonSuccessStatusCode", containers=[
+            container("web", "Failed", reason="NonSuccessStatusCode", statusCode=503,
+                      responseBody="draining\n" + "".join(f"line {i}\n" for i in range(12)),
+                      responseBodyTruncated=True, message="POST ...: the pod answered 503")]),
+        wide=True)
+    lines = text.splitlines()
+    assert lines[2].split() == ["web", "Failed", "NonSuccessStatusCode", "HTTP", "503", "1.4s",
+                                "line", "11"]
+    assert lines[3] == "--- web responseBody, first 10 lines (truncated):"
+    assert lines[4:6] == ["    draining", "    line 0"]
+    ok = output.record_result(record(containers=[
+        container("web", "Succeeded", reason="Completed", statusCode=200,
+                  responseBody="reloaded\n")]))
+    assert ok.splitlines()[2].split() == ["web", "Succeeded", "HTTP", "200", "1.4s", "reloaded"]
+
+
 def test_a_held_run_shows_the_tail_of_what_its_command_printed_so_far() -> None:
     held = {"metadata": {"name": "db-0-backup-q8x2z"}, "status": {
         "phase": "Held", "startTime": "2026-12-01T08:00:00.100Z", "containers": [

@@ -26,9 +26,11 @@ def full_pod(name: str, namespace: str = "prod") -> dict[str, Any]:
                                           "name": "rs", "uid": "rs-uid", "controller": True}],
                      "deletionTimestamp": "2026-01-01T00:00:00Z",
                      "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:x": {}}}]},
-        "spec": {"containers": [{"name": "db", "image": "postgres", "env": [{"name": "A"}]},
+        "spec": {"containers": [{"name": "db", "image": "postgres", "env": [{"name": "A"}],
+                                 "ports": [{"name": "pg", "containerPort": 5432,
+                                            "protocol": "TCP"}, {"containerPort": 9}]},
                                 {"name": "side", "image": "x"}],
-                 "volumes": [{"name": "data"}]},
+                 "hostNetwork": False, "volumes": [{"name": "data"}]},
         "status": {"phase": "Running", "podIP": "10.0.0.1",
                    "conditions": [{"type": "Ready"}],
                    "containerStatuses": [{"name": "db", "containerID": "containerd://1",
@@ -43,8 +45,9 @@ def test_trim_pod_keeps_what_notify_reads() -> None:
     del meta["managedFields"]
     assert trimmed == {
         "apiVersion": "v1", "kind": "Pod", "metadata": meta,
-        "spec": {"containers": [{"name": "db"}, {"name": "side"}]},
-        "status": {"phase": "Running", "containerStatuses": [
+        "spec": {"containers": [{"name": "db", "ports": [{"name": "pg", "containerPort": 5432}]},
+                                {"name": "side"}], "hostNetwork": False},
+        "status": {"phase": "Running", "podIP": "10.0.0.1", "containerStatuses": [
             {"name": "db", "containerID": "containerd://1", "state": {"running": {}}}]}}
 
 

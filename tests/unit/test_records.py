@@ -13,6 +13,7 @@ from apiserver.authn.user import UserInfo
 from apiserver.notifier import records
 from apiserver.notifier.exec_protocol import ExecReason
 from apiserver.notifier.exec_stream import ExecResult
+from apiserver.notifier.http_action import HttpReason
 
 STARTED = datetime(2026, 11, 30, 8, 11, 56, 853000, tzinfo=UTC)
 USER = UserInfo("backup-bot", uid="u-1", groups=["ops", "system:authenticated"])
@@ -420,9 +421,9 @@ def test_other_signal_failures_are_left_alone() -> None:
 
 def test_every_reason_the_server_sets_is_documented() -> None:
     """The reasons the definition lists (and kubectl explain prints) are exactly those the
-    exec, the records and the runner set."""
-    set_by_server = {*map(str, ExecReason), records.COMPLETED, records.INTERRUPTED,
-                     records.POD_DELETED, records.POD_NOT_RUNNING,
+    exec, the http action, the records and the runner set."""
+    set_by_server = {*map(str, ExecReason), *map(str, HttpReason), records.COMPLETED,
+                     records.INTERRUPTED, records.POD_DELETED, records.POD_NOT_RUNNING,
                      records.CONTAINER_NOT_RUNNING, "InternalError", records.RELEASED,
                      records.HOLD_EXPIRED, records.HOLD_ENDED, records.NOT_READY,
                      records.STOP_FAILED}

@@ -23,6 +23,8 @@ from apiserver.notifier.declarations import ExecAction, Notifier, SignalAction
 from apiserver.notifier.events import RunEvents
 from apiserver.notifier.exec_protocol import ExecReason, Stop
 from apiserver.notifier.exec_stream import ExecResult
+from apiserver.notifier.http_action import PodRequests
+from apiserver.notifier.http_declaration import HttpAction
 from apiserver.notifier.runner import ContainerPlan, Plan, Runner, retry_until_stored
 from apiserver.registry.errors import NotFound
 from apiserver.registry.podnotifiers import PodNotifierStore
@@ -31,6 +33,7 @@ from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
 from apiserver.registry.store import ObjectStore
 from tests.support.events import RecordingSink
+from tests.support.pod_http import Answer, PodHttpServer
 
 NS = "prod"
 
@@ -149,18 +152,20 @@ class Setup:
     events: RecordingSink
 
     async def plan(self, *containers: str, not_running: dict[str, str] | None = None,
-                   pod_not_running: str = "", signal: bool = False) -> Plan:
+                   pod_not_running: str = "", signal: bool = False,
+                   http: HttpAction | None = None, pod_ip: str = "") -> Plan:
         record = records.mark_running(records.new_record(records.RecordRequest(
             namespace=NS, pod="db-0", pod_uid="uid-0", notifier="quiesce",
             containers=list(containers), requested_containers=None, timeout_seconds=None,
             ttl_seconds_after_finished=3600, name="", generate_name="", labels={},
             requested_by=records.UserInfo("u", "", []))), records.now())
         created = await self.store.create(record)
-        action = SignalAction("SIGHUP") if signal else ExecAction(("/bin/sh", "-c", "true"))
+        action: ExecAction | SignalAction | HttpAction = http or (
+            SignalAction("SIGHUP") if signal else ExecAction(("/bin/sh", "-c", "true")))
         return Plan(NS, created["metadata"]["name"], "db-0", "uid-0", tuple(
             ContainerPlan(c, Notifier("quiesce", 30, action), f"cid-{c}",
                           (not_running or {}).get(c, "")) for c in containers),
-            {c: 30 for c in containers}, 4096, pod_not_running, requester="u")
+            {c: 30 for c in containers}, 4096, pod_not_running, requester="u", pod_ip=pod_ip)
 
     async def run(self, plan: Plan) -> dict[str, Any]:
         self.runner.start(plan)
@@ -176,10 +181,12 @@ async def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
     store = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
     flaky, execute, pods, metrics = FlakyStore(store), FakeExec(), FakePodDeletions(), FakeMetrics()
     events = RecordingSink()
+    requests = PodRequests()
     runner = Runner(flaky, execute, pods, metrics, max_concurrent=2,  # type: ignore[arg-type]
-                    events=RunEvents(events))
+                    events=RunEvents(events), requests=requests)
     yield Setup(store, flaky, execute, pods, metrics, runner, events)
     await runner.shutdown()
+    await requests.aclose()
     store.close()
     await database.close()
 
@@ -193,6 +200,21 @@ async def test_a_run_that_succeeds(setup: Setup) -> None:
                                                ("sidecar", "Succeeded", "ok\n", "cid-sidecar")]
     assert setup.metrics.finished == [("Succeeded", "Completed")]
     assert setup.execute.peak == 2  # the containers run at once
+
+
+async def test_an_http_notifier_sends_one_request_to_the_pod_ip_and_execs_nothing(
+        setup: Setup) -> None:
+    with PodHttpServer("127.0.0.1", answer=Answer(503, b"not now")) as server:
+        plan = await setup.plan("web", http=HttpAction("POST", server.port, "/-/reload"),
+                                pod_ip="127.0.0.1")
+        status = (await setup.run(plan))["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "NonSuccessStatusCode")
+    assert status["message"] == "1/1 containers failed (web: HTTP status 503)"
+    (container,) = status["containers"]
+    assert (container["statusCode"], container["responseBody"]) == (503, "not now")
+    assert [(r.method, r.path) for r in server.requests] == [("POST", "/-/reload")]
+    assert setup.execute.calls == []
+    assert setup.metrics.finished == [("Failed", "NonSuccessStatusCode")]
 
 
 async def test_a_non_zero_exit_fails_the_run(setup: Setup) -> None:

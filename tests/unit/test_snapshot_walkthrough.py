@@ -20,7 +20,12 @@ import yaml
 
 from apiserver.api.decoding import Body
 from apiserver.fanout.spec import validate
-from apiserver.notifier.declarations import ANNOTATION, ExecAction, parse_notifiers
+from apiserver.notifier.declarations import (
+    ANNOTATION,
+    ExecAction,
+    container_ports,
+    parse_notifiers,
+)
 
 PAGE = Path(__file__).parents[2] / "docs" / "consistent-snapshots.md"
 
@@ -55,9 +60,8 @@ def held_command(name: str) -> tuple[str, list[str], int]:
     """The StatefulSet's only notifier: its name, argv and maxHoldSeconds, as the server
     parses the template's annotation."""
     template = workload(name)["spec"]["template"]
-    containers = [c["name"] for c in template["spec"]["containers"]]
     declared = parse_notifiers(template["metadata"]["annotations"][ANNOTATION],
-                               containers=containers)
+                               containers=container_ports(template))
     ((notifier,),) = declared.values()
     assert notifier.hold is not None and isinstance(notifier.action, ExecAction)
     assert notifier.hold.ready_line == "ready"
