@@ -59,6 +59,12 @@ def describe_action(notifier: dict[str, Any]) -> str:
     action = notifier.get("action") or {}
     if "signal" in action:
         return f"signal {action['signal']}"
+    if isinstance(action.get("http"), dict):
+        http = action["http"]
+        tls = " (HTTPS)" if http.get("scheme") == "HTTPS" else ""
+        path = http.get("path") or "/"
+        text = f"http {http.get('method', '')} :{http.get('port', '')}{path}{tls}"
+        return text if len(text) <= ACTION_WIDTH else text[:ACTION_WIDTH - 3] + "..."
     command = (action.get("exec") or {}).get("command") or []
     text = "exec " + " ".join(str(part) for part in command)
     return text if len(text) <= ACTION_WIDTH else text[:ACTION_WIDTH - 3] + "..."

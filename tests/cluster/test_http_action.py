@@ -5,9 +5,11 @@ count what ran on which pod and how often, as the exec tests count lines in a ho
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from tests.support.notify import (
     records,
     wait_finished,
 )
+from tests.support.plugin import install
 from tests.support.pod_http import Answer, PodHttpServer
 
 pytestmark = pytest.mark.cluster
@@ -37,6 +40,7 @@ RULES = [
      "verbs": ["create"]},
     # bare pods, each with its own declaration: trusted through pods/exec (trust rule 2)
     {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},  # kubectl notify list
 ]
 
 
@@ -244,3 +248,31 @@ def test_a_replica_killed_mid_request_ends_the_run_with_a_reason_and_sends_it_on
     assert (status["phase"], status["reason"]) == ("Failed", "Interrupted"), status
     assert status["containers"][0]["reason"] == "Interrupted"
     assert sent == 1  # the request is never sent again, by the survivor or anyone
+
+
+def test_kubectl_notify_reloads_over_http_as_the_prometheus_example_does(
+        cluster: Cluster, namespace: str, operator: User, tmp_path: Path) -> None:
+    """docs/kubectl-notify.md's Prometheus reload: POST /-/reload on the named port web, run
+    and listed by the installed plugin."""
+    plugin = install(tmp_path / "kubectl-notify")
+    port = free_port()
+    (pod,) = make_pods(cluster, namespace, 1, port, [
+        http_notifier("reload", "/-/reload", timeoutSeconds=10)])
+    name = pod["metadata"]["name"]
+    with ExitStack() as stack:
+        server = servers(stack, cluster, namespace, [pod], port,
+                         {name: Answer(200, b"")})[name]
+        ran = plugin.run(name, "reload", "-n", namespace, kubeconfig=operator.kubeconfig)
+        server.answer = Answer(500, b"failed to reload config: bad rule\n")
+        failed = plugin.run(name, "reload", "-n", namespace, kubeconfig=operator.kubeconfig)
+        listed = plugin.run("list", name, "-n", namespace, kubeconfig=operator.kubeconfig)
+        sent = [(r.method, r.path) for r in server.requests]
+    assert ran.returncode == 0, (ran.stdout, ran.stderr)
+    assert re.split(r" {3,}", ran.stdout.splitlines()[2].strip())[:3] == [
+        "web", "Succeeded", "HTTP 200"], ran.stdout
+    assert failed.returncode == 1, (failed.stdout, failed.stderr)
+    row = re.split(r" {3,}", failed.stdout.splitlines()[2].strip())
+    assert (row[2], row[-1]) == ("HTTP 500", "failed to reload config: bad rule"), failed.stdout
+    assert listed.returncode == 0, (listed.stdout, listed.stderr)
+    assert "http POST :web/-/reload" in listed.stdout, listed.stdout
+    assert sent == [("POST", "/-/reload")] * 2

@@ -19,6 +19,7 @@ from kubectl_notify.__main__ import main, run_command
 from kubectl_notify.api import NotifierAPI
 from kubectl_notify.cli import CanI, ListNotifiers, NotifyPod, NotifySelector, Release
 from kubectl_notify.commands.fanout import PLAIN_INTERVAL, Progress
+from kubectl_notify.commands.listing import describe_action
 from kubectl_notify.connection import Connection
 from kubectl_notify.errors import FAILED, SUCCEEDED, USAGE, PluginError, ServerError
 from kubectl_notify.impersonation import Impersonating
@@ -518,3 +519,11 @@ async def test_an_unavailable_apiservice_while_watching_is_named_too() -> None:
         ("GET", APISERVICE_PATH): status(403, "Forbidden", "no")})
     with pytest.raises(PluginError, match="the notifier.x-k8s.io API is unavailable"):
         await run(server, NotifyPod(pod="db-0", notifier="quiesce"))
+
+
+def test_an_http_notifier_is_listed_by_method_port_and_path() -> None:
+    assert describe_action({"action": {"http": {"method": "POST", "port": "web",
+                                                "path": "/-/reload"}}}) == (
+        "http POST :web/-/reload")
+    assert describe_action({"action": {"http": {"method": "GET", "port": 8443,
+                                                "scheme": "HTTPS"}}}) == "http GET :8443/ (HTTPS)"
