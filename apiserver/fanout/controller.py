@@ -45,7 +45,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -241,6 +241,17 @@ def _is_held(record: dict[str, Any]) -> bool:
     return (record.get("status") or {}).get("phase") == Phase.HELD
 
 
+def hold_end(record: Mapping[str, Any]) -> str:
+    """When a finished held record's hold may first have ended: the earliest end of its
+    containers' commands (an exit, or the moment the exec stream broke, seen by the replica
+    that held it), not when the record could be written (kube-apiserver may have been
+    unreachable meanwhile); its completionTime if no container says."""
+    status = record.get("status") or {}
+    ends = [c["completionTime"] for c in status.get("containers") or []
+            if isinstance(c, Mapping) and isinstance(c.get("completionTime"), str)]
+    return min(ends, default=str(status.get("completionTime") or records.now()))
+
+
 def _keep_release_request(stored: dict[str, Any] | None, status: dict[str, Any]
                           ) -> dict[str, Any]:
     """`status` with the releaseRequestedTime that the release action (on any replica) wrote
@@ -259,6 +270,10 @@ def _turn_done(running: set[asyncio.Task[None]], slots: asyncio.Semaphore,
 
 class _Gone(Exception):
     """The Notification object no longer exists (or is another one with the same name)."""
+
+
+class _FinishedAlready(Exception):
+    """The stored Notification is finished: its status never changes again."""
 
 
 class NotificationRun:
@@ -299,6 +314,13 @@ class NotificationRun:
         """Pod -> the record of the same notifier that was unfinished on it (RunConflict), for
         the Failed message."""
         self._release_detail = ""
+        self.finished_stored = False
+        """Set once the stored object is finished (by this run's final write, or by another
+        leader's while this replica was paused past its Lease): nothing more is written."""
+        self.finished_elsewhere = False
+        """Set if it was another leader's final write."""
+        self._hold_end_at = ""
+        """When a held pod's hold ended on its own (HoldEnded): the window's end."""
 
     def _note_stopped(self, reason: str) -> None:
         """Keep the stored stop reason; Deleted (written by whichever replica the deletion
@@ -331,7 +353,10 @@ class NotificationRun:
                                "error": f"{type(error).__name__}: {error}"})
 
     async def _flush_status(self) -> None:
-        if self.deleted.is_set():
+        """Store the status; never over a finished one (a finished Notification never changes
+        again, as a finished record does not: a leader paused past its Lease that resumes
+        cannot overwrite the result of the leader that took over)."""
+        if self.deleted.is_set() or self.finished_stored:
             return
         self.status["counts"] = self._counts()
         if self.release is not None:
@@ -342,12 +367,21 @@ class NotificationRun:
         def mutate(obj: dict[str, Any]) -> dict[str, Any]:
             if obj["metadata"].get("uid") != self.uid:
                 raise _Gone
+            if (obj.get("status") or {}).get("phase") in records.FINISHED_PHASES:
+                raise _FinishedAlready
             return {**obj, "status": _keep_release_request(obj.get("status"), snapshot)}
 
         try:
             await self.parts.notifications.guaranteed_update(self.namespace, self.name, mutate)
         except (NotFound, _Gone):
             self.deleted.set()
+        except _FinishedAlready:
+            self.finished_stored = self.finished_elsewhere = True
+            log.warning("the notification is finished already (another leader finished it "
+                        "while this replica could not run): this run writes nothing more",
+                        extra={"namespace": self.namespace, "notification": self.name})
+        else:
+            self.finished_stored = snapshot.get("phase") in records.FINISHED_PHASES
 
     def _conditions(self) -> list[dict[str, Any]]:
         """The stored conditions with PodsSkipped and WaitingForPods brought up to date; the
@@ -937,6 +971,7 @@ class NotificationRun:
             except NotFound:
                 return f"the held record {pod.record} of pod {pod.pod} was deleted"
             if records.is_finished(record):
+                self._hold_end_at = hold_end(record)
                 return (f"the hold of pod {pod.pod} ended on its own "
                         f"({record['status'].get('reason') or record['status']['phase']})")
         return ""
@@ -944,8 +979,9 @@ class NotificationRun:
     async def _end_window(self, why: str) -> str:
         """Store that the window ended (the first reason stands) and that the release of every
         quiesced pod is due; returns the reason that stands."""
+        at = self._hold_end_at or records.now()
         stored = await self._stored("end the window", lambda: self.parts.scopes.end_window(
-            self.uid, why, records.now()))
+            self.uid, why, at))
         if stored is None:
             return why
         self.window = dict(stored.window)
@@ -1107,9 +1143,11 @@ class NotificationRun:
         others = [c for c in self.status.get("conditions") or []
                   if c["type"] not in CONDITION_TYPES]
         changes = {"phase": phase, "completionTime": now, "conditions": [condition, *others]}
+        if self.finished_stored:
+            return
         await self._stored("store the final status",
                            functools.partial(self._write_status, **changes))
-        if not self.deleted.is_set():
+        if not self.deleted.is_set() and not self.finished_elsewhere:
             self.parts.metrics.notification_finished(phase)
             self.parts.events.finished(self.ref, phase, reason, condition["message"])
 

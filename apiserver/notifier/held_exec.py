@@ -32,6 +32,11 @@ from apiserver.notifier.stopping import SHELL, PidMarker, ReadyLine, Stopped, un
 
 STREAM_END_WAIT_SECONDS = 5.0
 """After the stop sequence, how long the exec stream may take to report the end."""
+LOST_STOP_ATTEMPTS = 8
+LOST_STOP_FIRST_DELAY_SECONDS = 0.5
+LOST_STOP_MAX_DELAY_SECONDS = 10.0
+"""A command whose stream broke is stopped by PID, retried (about 35 s in all) while the
+server cannot reach the pod yet."""
 
 HeldRawExec = Callable[[Sequence[str], float, StdoutFilter, asyncio.Event, OutputTails],
                        Coroutine[Any, Any, ExecResult]]
@@ -153,6 +158,25 @@ class HeldCommand:
                 await self._stream
             return self._cut_off(), stopped
         return await self.result(), stopped
+
+    async def stop_lost(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+                        ) -> Stopped:
+        """Stop the command by its PID after its exec stream broke (its end was not seen): on
+        a real container runtime the command outlives its stream, still holding what it held.
+        Retried with doubling delays while the stop cannot be run (the server may not reach
+        the pod again yet, e.g. while kube-apiserver is down)."""
+        if self.pid is None:
+            return Stopped(Stop.NOT_STOPPED, "the wrapper did not report the command's PID, "
+                           "so it was not signalled: it may still run")
+        delay = LOST_STOP_FIRST_DELAY_SECONDS
+        stopped = await self._stop(self.pid)
+        for _ in range(LOST_STOP_ATTEMPTS - 1):
+            if stopped.stop is not Stop.NOT_STOPPED:
+                break
+            await sleep(delay)
+            delay = min(delay * 2, LOST_STOP_MAX_DELAY_SECONDS)
+            stopped = await self._stop(self.pid)
+        return stopped
 
     async def cancel(self) -> None:
         """Drop the stream without stopping the command (it ended, or stopping it is moot)."""

@@ -668,12 +668,15 @@ class Runner:
             elif end.reason == records.HOLD_EXPIRED:
                 message = (f"not released within maxHoldSeconds ({plan.max_hold_seconds}s) "
                            f"after it was held; {stopped.how}")
+            elif end.reason == records.HOLD_ENDED and container.name in exited and (
+                    result.exit_code is None):
+                message = (f"the exec stream of the held command broke ({result.message}), so "
+                           "what it held may have ended then, before the release; "
+                           f"{stopped.how}")
             elif end.reason == records.HOLD_ENDED and container.name in exited:
                 del entry["stopped"]
-                code = result.exit_code
-                message = ("the command exited on its own while held ("
-                           + (f"exit code {code}" if code is not None else result.message)
-                           + "): what it held ended before the release")
+                message = (f"the command exited on its own while held (exit code "
+                           f"{result.exit_code}): what it held ended before the release")
             elif end.reason == records.HOLD_ENDED:
                 message = (f"stopped: the command of container {end.ended_container} exited "
                            f"while held, which ended the hold; {stopped.how}")
@@ -781,6 +784,8 @@ async def _ended(command: HeldCommand) -> tuple[ExecResult, Stopped]:
     """The command's result, released first if it still runs."""
     if command.ended.is_set():
         result = await command.result()
+        if result.exit_code is None and command.pid is not None:
+            return result, await command.stop_lost()  # the stream broke: it may still run
         who = f"the command (PID {command.pid})" if command.pid is not None else "the command"
         return result, Stopped(Stop.EXITED, f"{who} had exited before it was stopped")
     return await command.release()

@@ -76,12 +76,15 @@ def wait_finished(cluster: Cluster, namespace: str, name: str, timeout: float = 
                   ) -> dict[str, Any]:
     """The Notification once its phase is Succeeded or Failed. A 503 while waiting (the
     aggregator reached a replica that was just killed, before the load balancer took it out)
-    is waited through."""
+    or a timeout (it reached a replica that is paused) is waited through."""
     deadline = time.monotonic() + timeout
     status: Any = "never read"
     while time.monotonic() < deadline:
-        with cluster.admin() as kube:
-            response = kube.get(f"{API}/namespaces/{namespace}/notifications/{name}")
+        try:
+            with cluster.admin(timeout=10) as kube:
+                response = kube.get(f"{API}/namespaces/{namespace}/notifications/{name}")
+        except httpx.TimeoutException:
+            continue
         if response.status_code != 503:
             assert response.status_code == 200, response.text
             obj: dict[str, Any] = response.json()

@@ -368,6 +368,30 @@ async def test_abort_with_parallelism_lets_runs_in_flight_finish(server: Server)
     assert [pod for pod, _ in server.fake.started] == ["db-0", "db-1"]
 
 
+async def test_a_notification_finished_by_another_leader_is_never_written_again(
+        server: Server) -> None:
+    """A leader paused past its Lease resumes with a run in flight, after the leader that took
+    over finished the Notification: its run writes nothing more over that result."""
+    pods = server.fake.add("db-0", "db-1")
+    gate = server.fake.gates["db-0"] = asyncio.Event()
+    await server.create("taken", pods)
+    await server.until(lambda: _started(server, "db-0"))
+    elsewhere = {"phase": "Failed", "completionTime": "2026-12-03T10:00:00.000Z",
+                 "counts": counts(total=2, failed=1, pending=1),
+                 "conditions": [{"type": "Failed", "status": "True", "reason": "FailFast",
+                                 "message": "by the leader that took over"}]}
+    await server.notifications.guaranteed_update(
+        NS, "taken", lambda obj: {**obj, "status": elsewhere})
+    gate.set()
+    await server.idle()
+    assert (await server.get("taken"))["status"] == elsewhere
+    assert server.metrics.finished == []  # counted by the leader that finished it
+
+
+async def _started(server: Server, pod: str) -> bool:
+    return any(started == pod for started, _ in server.fake.started)
+
+
 async def _has_failed(server: Server, name: str) -> bool:
     return any(p.state == scope.FAILED for p in await server.scopes.pods(
         (await server.get(name))["metadata"]["uid"]))

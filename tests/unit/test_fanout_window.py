@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -377,6 +378,26 @@ async def test_a_hold_that_does_not_end_released_fails_its_release(tmp_path: Pat
         assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed",
                                                                          "ReleaseFailed")
         assert status["counts"]["released"] == 2
+    finally:
+        await server.close()
+
+
+async def test_a_window_whose_hold_broke_ends_when_it_broke_not_when_it_was_stored(
+        tmp_path: Path) -> None:
+    """The stream of a held command broke while kube-apiserver was away; its record could be
+    written only later: the window ends at the break, so no snapshot taken since is trusted."""
+    server, _ = await held_server(tmp_path)
+    try:
+        created = await server.create("snap", server.fake.add(*NAMES),
+                                      release={"notifier": UNQUIESCE, "maxHoldSeconds": 60})
+        await window_open(server, "snap")
+        broke = records.rfc3339(datetime.now(UTC) - timedelta(seconds=20))
+        broken = record_name("db-1", QUIESCE, created["metadata"]["uid"], "uid-db-1")
+        await server.podnotifiers.guaranteed_update(NS, broken, lambda r: records.finish(
+            records.set_container(r, {"name": "app", "phase": "Failed", "reason": "HoldEnded",
+                                      "completionTime": broke}), records.now()))
+        window = (await server.finished("snap"))["status"]["window"]
+        assert (window["releaseReason"], window["releaseTime"]) == ("HoldEnded", broke)
     finally:
         await server.close()
 

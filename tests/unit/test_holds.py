@@ -312,6 +312,28 @@ async def test_a_held_command_is_released_by_closing_stdin_then_by_its_pid(
         assert (stopped.stop, stream.stopped, ended.exit_code) == (Stop.TERMINATED, [77], 143)
 
 
+async def test_a_command_whose_stream_broke_is_stopped_by_pid_once_the_pod_is_reachable(
+        ) -> None:
+    stream = FakeStream(honours_eof=False)
+    answers = [Stopped(Stop.NOT_STOPPED, "the stop exec failed: kube-apiserver unavailable")] * 2
+    asked: list[int] = []
+
+    async def stop(pid: int) -> Stopped:
+        asked.append(pid)
+        return answers.pop(0) if answers else await stream.stop(pid)
+
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    command = HeldCommand(stream, stop, ["psql"], "ready", 60)
+    await asyncio.wait_for(command.ready.wait(), 1)
+    stopped = await command.stop_lost(sleep=sleep)
+    assert (stopped.stop, asked, slept) == (Stop.TERMINATED, [77, 77, 77], [0.5, 1.0])
+    await command.cancel()
+
+
 async def test_a_held_command_without_a_shell_says_it_needs_one() -> None:
     async def no_shell(argv: Sequence[str], timeout: float, stdout_filter: Any,
                        close_stdin: asyncio.Event, tails: OutputTails) -> ExecResult:
@@ -381,6 +403,7 @@ class FakeHeld:
         self.ready = asyncio.Event()
         self.ended = asyncio.Event()
         self.released = False
+        self.stopped_lost = False
         self._result: ExecResult | None = None
         self.tails = OutputTails.bounded(4096)
         self.last_check: ExecResult | None = None
@@ -391,6 +414,16 @@ class FakeHeld:
     def exit(self, code: int) -> None:
         self._result = result(code, b"ready\n")
         self.ended.set()
+
+    def break_stream(self) -> None:
+        """The exec stream broke (kube-apiserver went away): the end was not seen."""
+        self._result = result(None, b"ready\n", reason=ExecReason.EXEC_FAILED,
+                              message="the exec stream broke: connection reset")
+        self.ended.set()
+
+    async def stop_lost(self) -> Stopped:
+        self.stopped_lost = True
+        return Stopped(Stop.TERMINATED, f"the command (PID {self.pid}) was stopped with SIGTERM")
 
     async def result(self) -> ExecResult:
         await self.ended.wait()
@@ -620,6 +653,20 @@ async def test_a_command_exiting_while_held_ends_the_hold_and_stops_the_others(
     assert "exited on its own while held" in db["message"]
     assert sidecar["reason"] == "HoldEnded" and sidecar["stopped"] == "Terminated"
     assert not held.holding.commands["db"].released and held.holding.commands["sidecar"].released
+
+
+async def test_a_held_command_whose_stream_broke_is_stopped_by_its_pid(held: Held) -> None:
+    """On a real runtime the command outlives its broken stream, still holding its lock."""
+    name = await held.start("db")
+    await held.held(name)
+    held.holding.commands["db"].break_stream()
+    status = (await held.finished(name))["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "HoldEnded"), status
+    (db,) = status["containers"]
+    assert db["stopped"] == "Terminated" and "exitCode" not in db
+    assert "exec stream of the held command broke" in db["message"]
+    assert "stopped with SIGTERM" in db["message"]
+    assert held.holding.commands["db"].stopped_lost
 
 
 async def test_shutdown_while_held_stops_the_commands_and_ends_interrupted(held: Held) -> None:
