@@ -74,6 +74,10 @@ class Metrics:
             "by request verb, resource and subresource.",
             ["verb", "resource", "subresource"], buckets=REQUEST_DURATION_BUCKETS,
             registry=self.registry)
+        self._podnotifiers_started = Counter(
+            f"{PREFIX}_podnotifiers_started",
+            "PodNotifier runs that started (each also counted once finished).",
+            registry=self.registry)
         self._podnotifiers_finished = Counter(
             f"{PREFIX}_podnotifiers_finished",
             "PodNotifier runs that finished, by final phase and reason.",
@@ -172,6 +176,7 @@ class Metrics:
 
     def run_started(self) -> None:
         """A PodNotifier run started; pair it with exactly one `run_finished`."""
+        self._podnotifiers_started.inc()
         self._podnotifiers_in_flight.inc()
 
     def run_finished(self, phase: str, reason: str, duration_seconds: float) -> None:
