@@ -94,6 +94,10 @@ class Metrics:
             f"{PREFIX}_notifications_finished",
             "Notifications that finished, by final phase.",
             ["phase"], registry=self.registry)
+        self._window_reads = Counter(
+            f"{PREFIX}_window_reads",
+            "Reads of a held quiesce window's stored run by the leader (each looks for a "
+            "release request).", registry=self.registry)
         self._leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica leads the Notification fan-out (holds the leader Lease), "
@@ -187,6 +191,10 @@ class Metrics:
 
     def notification_finished(self, phase: str) -> None:
         self._notifications_finished.labels(phase=phase).inc()
+
+    def window_read(self) -> None:
+        """The leader read a held quiesce window's stored run (for a release request)."""
+        self._window_reads.inc()
 
     def watch_leader(self, is_leader: Callable[[], bool]) -> None:
         """Read `is_leader()` at scrape time for the leader gauge."""

@@ -61,6 +61,8 @@ def test_podnotifier_runs_are_counted_timed_and_tracked_in_flight():
 
 def test_notifications_are_counted_by_phase():
     metrics = Metrics()
+    metrics.window_read()
+    assert metrics.registry.get_sample_value("container_notifier_window_reads_total") == 1
     metrics.notification_finished("Succeeded")
     metrics.notification_finished("Failed")
     metrics.notification_finished("Failed")
