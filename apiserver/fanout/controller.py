@@ -157,6 +157,8 @@ class RunWaiter(Protocol):
 class FanoutMetrics(Protocol):
     def notification_finished(self, phase: str) -> None: ...
 
+    def window_read(self) -> None: ...
+
 
 class HoldReleases(Protocol):
     """What the fan-out needs of held notifiers (``apiserver.notifier.holds.HoldReleases``):
@@ -932,6 +934,7 @@ class NotificationRun:
             if self.deleted.is_set():
                 return DELETED
             stored = await self._stored("read the run", lambda: self.parts.scopes.run(self.uid))
+            self.parts.metrics.window_read()
             if stored is None or stored.stopped == DELETED:
                 self._note_stopped(DELETED)
                 self.deleted.set()

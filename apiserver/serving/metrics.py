@@ -74,6 +74,10 @@ class Metrics:
             "by request verb, resource and subresource.",
             ["verb", "resource", "subresource"], buckets=REQUEST_DURATION_BUCKETS,
             registry=self.registry)
+        self._podnotifiers_started = Counter(
+            f"{PREFIX}_podnotifiers_started",
+            "PodNotifier runs that started (each also counted once finished).",
+            registry=self.registry)
         self._podnotifiers_finished = Counter(
             f"{PREFIX}_podnotifiers_finished",
             "PodNotifier runs that finished, by final phase and reason.",
@@ -90,6 +94,10 @@ class Metrics:
             f"{PREFIX}_notifications_finished",
             "Notifications that finished, by final phase.",
             ["phase"], registry=self.registry)
+        self._window_reads = Counter(
+            f"{PREFIX}_window_reads",
+            "Reads of a held quiesce window's stored run by the leader (each looks for a "
+            "release request).", registry=self.registry)
         self._leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica leads the Notification fan-out (holds the leader Lease), "
@@ -172,6 +180,7 @@ class Metrics:
 
     def run_started(self) -> None:
         """A PodNotifier run started; pair it with exactly one `run_finished`."""
+        self._podnotifiers_started.inc()
         self._podnotifiers_in_flight.inc()
 
     def run_finished(self, phase: str, reason: str, duration_seconds: float) -> None:
@@ -182,6 +191,10 @@ class Metrics:
 
     def notification_finished(self, phase: str) -> None:
         self._notifications_finished.labels(phase=phase).inc()
+
+    def window_read(self) -> None:
+        """The leader read a held quiesce window's stored run (for a release request)."""
+        self._window_reads.inc()
 
     def watch_leader(self, is_leader: Callable[[], bool]) -> None:
         """Read `is_leader()` at scrape time for the leader gauge."""

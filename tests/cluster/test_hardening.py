@@ -16,7 +16,6 @@ that appends a line to a file in the test's directory shows whether, and how oft
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from tests.support.extension import (
     proxied_as,
     raw_direct,
     raw_via_aggregator,
+    scrape,
 )
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import (
@@ -43,11 +43,13 @@ from tests.support.notify import (
     notify,
     notify_path,
     records,
+    wait_finished,
 )
 
 pytestmark = pytest.mark.cluster
 
 GROUP = "notifier.x-k8s.io"
+STARTED = "container_notifier_podnotifiers_started_total"
 SERVER_IDENTITY = "system:serviceaccount"
 """The server acts with its ServiceAccount's identity; no answer to a caller may name it."""
 
@@ -180,25 +182,26 @@ def test_a_name_with_query_or_fragment_characters_is_404_and_runs_nothing(
             "the RoleBinding to take effect")
     # (A server that still acts on ss-1 has run the notifier for that check already.)
     before = runs(marker)
+    started = scrape(cluster).get(STARTED, 0)
 
     answers = both_ways(cluster, user, "POST", notify_path(namespace, sent) + "?waitSeconds=10",
                         body("mark"))
     with cluster.client_for(user) as kube:
         ss_1 = kube.post(notify_path(namespace, "ss-1"), json=body("mark"))
-    time.sleep(2)  # a run started in the background would have written by now
-
     for way, answer in answers.items():
         assert answer.status == 404, (way, answer.text)
         status = answer.json()
         assert status["reason"] == "NotFound"
         assert status["message"] == f'pods "{name}" not found', way
     assert ss_1.status_code == 403  # the grant is for the odd name only
-    assert runs(marker) == before
     assert all(r["spec"]["podName"] != "ss-1" for r in records(cluster, namespace))
 
-    # The marker does count runs: an allowed notify of ss-1 adds one line.
+    # A later run that we start, and see finish, is the point by which a run the refused
+    # requests had started would have been counted (each replica starts runs in order):
+    # the replicas' started runs then moved by exactly this one, and the marker by one line.
     with cluster.admin() as kube:
         assert notify(kube, namespace, "ss-1", "mark").json()["status"]["phase"] == "Succeeded"
+    assert scrape(cluster).get(STARTED, 0) == started + 1
     assert runs(marker) == before + 1
 
 
@@ -268,8 +271,8 @@ def test_a_notification_in_namespace_dot_dot_is_refused(
             lambda kube: kube.get(f"{API}/namespaces/{namespace}/notifications/none"
                                   ).status_code == 404, "the ClusterRoleBinding to take effect")
 
+    started = scrape(cluster).get(STARTED, 0)
     answers = both_ways(cluster, cluster_wide_creator, "POST", path, obj)
-    time.sleep(2)  # a fan-out started would have run by now
 
     for way, answer in answers.items():
         assert SERVER_IDENTITY not in answer.text
@@ -278,8 +281,19 @@ def test_a_notification_in_namespace_dot_dot_is_refused(
     with cluster.admin() as kube:
         stored = kube.get(f"{API}/notifications").json()["items"]
     assert [n for n in stored if n["metadata"]["name"] == obj["metadata"]["name"]] == []
-    assert runs(marker) == 0
-    assert records(cluster, namespace) == []
+
+    # A later Notification of the same pod, in its own namespace, that we see finish: the
+    # leader's fan-out of a refused one, created first, would have started its run by then.
+    # Exactly one run started (ours), one marker line, one PodNotifier record.
+    later = notification(unique("later"), "mark", {"sel": label})
+    with cluster.admin() as kube:
+        created = kube.post(f"{API}/namespaces/{namespace}/notifications", json=later)
+    assert created.status_code == 201, created.text
+    finished = wait_finished(cluster, namespace, later["metadata"]["name"])
+    assert finished["status"]["phase"] == "Succeeded", finished["status"]
+    assert scrape(cluster).get(STARTED, 0) == started + 1
+    assert runs(marker) == 1
+    assert len(records(cluster, namespace)) == 1
 
 
 # Trust rule 1 by identity

@@ -5,7 +5,6 @@ releasing one held record (podnotifiers/NAME/release) needs it on the record's p
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
@@ -20,9 +19,11 @@ from tests.cluster.test_notifications_window import (
     wait_quiesced,
     window,
 )
+from tests.support.extension import scrape
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import API, create_notification
 
+WINDOW_READS = "container_notifier_window_reads_total"
 pytestmark = pytest.mark.cluster
 
 GROUP = "notifier.x-k8s.io"
@@ -66,7 +67,12 @@ def test_a_window_is_released_only_by_who_may_notify_every_pod_of_it(
             f'needs create pods/notify on its pod "{names[2]}": User "window-releaser" cannot '
             f'create resource "pods/notify" in API group "{GROUP}" in the namespace '
             f'"{namespace}"'), refused.text
-    time.sleep(2)  # a release stored by mistake would reach the leader's run within a second
+    # The leader reads the held window's run (for a release request) every second: once it
+    # has read it three times since the refusals, a read that began after them found no
+    # release, or the loop that reads would have returned and the count stopped (timeout).
+    reads = scrape(cluster).get(WINDOW_READS, 0)
+    wait_until(lambda: scrape(cluster).get(WINDOW_READS, 0) >= reads + 3,
+               "the leader to read the held window again", 30)
     status = status_of(cluster, namespace, "snap")
     assert status["phase"] == "Running"
     assert "releaseRequestedTime" not in status["window"]

@@ -7,6 +7,7 @@ Notifications, and nothing is created in a namespace that does not exist."""
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from apiserver.registry.kube_objects import INSTANCE_LABEL, NAMESPACE_LABEL, STORAGE_API
 from apiserver.registry.layout_migration import LAYOUT1_INSTANCE_LABEL
+from tests.support.extension import cluster_pair, direct
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import (
     API,
@@ -123,7 +125,22 @@ def test_a_namespace_wide_star_role_reaches_no_storage(cluster: Cluster, namespa
     def names() -> set[str]:
         return {r["metadata"]["name"] for r in records(cluster, namespace)}
 
-    time.sleep(2)  # what a watch would have brought by now
+    def names_on(replica: int) -> set[str]:
+        with direct(cluster, cluster_pair(cluster, "admin"), replica=replica) as server:
+            listed = server.get(f"{API}/namespaces/{namespace}/podnotifiers")
+        assert listed.status_code == 200, listed.text
+        return {r["metadata"]["name"] for r in listed.json()["items"]}
+
+    # Each replica lists from its cache, built from one watch's changes in order: once a
+    # replica lists the quiesce record, written after the plants, a watch that carried the
+    # planted objects has brought them to that list too.
+    def lists_the_later_record(replica: int) -> bool:
+        return real <= names_on(replica)
+
+    for replica in range(cluster.replicas):
+        wait_until(functools.partial(lists_the_later_record, replica),
+                   f"replica {replica} to list the later record")
+        assert names_on(replica) == real, replica
     assert names() == real
     cluster.restart_replica(0)  # a start moves nothing more from users' namespaces
     assert names() == real

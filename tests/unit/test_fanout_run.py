@@ -166,9 +166,13 @@ class FakeAuthorizer:
 @dataclass
 class FakeMetrics:
     finished: list[str] = field(default_factory=list)
+    window_reads: int = 0
 
     def notification_finished(self, phase: str) -> None:
         self.finished.append(phase)
+
+    def window_read(self) -> None:
+        self.window_reads += 1
 
 
 class FakeNewPods:

@@ -102,6 +102,25 @@ async def test_the_window_holds_until_the_release_is_requested(server: Server) -
         "Unquiesced") < reasons.index("Completed"), reasons
 
 
+async def test_the_held_window_counts_its_reads_and_stops_reading_once_released(
+        server: Server) -> None:
+    """``window_read`` is the point a cluster test waits on: it moves while the window holds,
+    and not after the leader has seen the release (the loop that reads has returned)."""
+    await server.create("snap", server.fake.add(*NAMES), release=RELEASE)
+    await window_open(server, "snap")
+    before = server.metrics.window_reads
+    deadline = time.monotonic() + 5
+    while server.metrics.window_reads < before + 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert server.metrics.window_reads >= before + 2
+    await release(server, "snap")
+    await server.finished("snap")
+    ended = server.metrics.window_reads
+    await server.create("later", server.fake.add(*NAMES))  # a later pass, without a window
+    await server.finished("later")
+    assert server.metrics.window_reads == ended
+
+
 async def test_after_seconds_releases_by_itself(server: Server) -> None:
     await server.create("snap", server.fake.add(*NAMES), release={**RELEASE, "afterSeconds": 1})
     status = await window_open(server, "snap")

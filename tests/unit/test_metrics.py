@@ -44,9 +44,11 @@ def test_podnotifier_runs_are_counted_timed_and_tracked_in_flight():
     metrics.run_started()
     metrics.run_started()
     assert value("container_notifier_podnotifiers_in_flight") == 2
+    assert value("container_notifier_podnotifiers_started_total") == 2
     metrics.run_finished("Succeeded", "Completed", 0.3)
     metrics.run_finished("Failed", "Timeout", 45.0)
     assert value("container_notifier_podnotifiers_in_flight") == 0
+    assert value("container_notifier_podnotifiers_started_total") == 2
     assert value("container_notifier_podnotifiers_finished_total",
                  {"phase": "Succeeded", "reason": "Completed"}) == 1
     assert value("container_notifier_podnotifiers_finished_total",
@@ -59,6 +61,8 @@ def test_podnotifier_runs_are_counted_timed_and_tracked_in_flight():
 
 def test_notifications_are_counted_by_phase():
     metrics = Metrics()
+    metrics.window_read()
+    assert metrics.registry.get_sample_value("container_notifier_window_reads_total") == 1
     metrics.notification_finished("Succeeded")
     metrics.notification_finished("Failed")
     metrics.notification_finished("Failed")
