@@ -19,11 +19,14 @@ import httpx
 import pytest
 
 from tests.cluster.test_ha import leader
+from tests.support.extension import scrape
 from tests.support.kube import Cluster, User, wait_until
 from tests.support.notify import API, create_notification, declare, exec_notifier, notification
 from tests.support.notify import records as list_records
 
 pytestmark = pytest.mark.cluster
+
+WINDOW_READS = "container_notifier_window_reads_total"
 
 LABEL = "notifier.x-k8s.io/notification"
 RULES = [
@@ -156,7 +159,11 @@ def test_a_window_over_20_pods_holds_and_releases_on_request_after_seconds_delet
     assert status["phase"] == "Running"
     assert status["window"]["quiescedTime"]
     assert tally(tmp_path, names, "quiesce") == dict.fromkeys(names, 1)
-    time.sleep(2)
+    # Held: the leader's hold loop keeps reading the window's run for a release request; a
+    # window let go (or never held) stops that loop, so the count would stop (a timeout).
+    reads = scrape(cluster).get(WINDOW_READS, 0)
+    wait_until(lambda: scrape(cluster).get(WINDOW_READS, 0) >= reads + 3,
+               "the leader to read the held window again", 30)
     assert tally(tmp_path, names, "unquiesce start") == dict.fromkeys(names, 0), "held"
     outsider = cluster.user("no-release")
     cluster.grant(namespace, outsider, [RULES[0]], name="no-release")
