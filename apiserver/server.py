@@ -34,9 +34,10 @@ from apiserver.certificates.plan import Policy
 from apiserver.certificates.reconciler import ServingCertificates
 from apiserver.config import KUBERNETES, ServerOptions, check, tls_files
 from apiserver.fanout import scope, spec
-from apiserver.fanout.controller import FanoutManager, FanoutParts
+from apiserver.fanout.manager import FanoutManager
+from apiserver.fanout.parts import FanoutParts
 from apiserver.fanout.pod_feed import InformerNewPods, pod_informer
-from apiserver.fanout.scope import ScopeStore
+from apiserver.fanout.scope_store import ScopeStore
 from apiserver.handlers import notifications, notifier_pods, notify, podnotifiers
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.fanout.controller import FanoutManager
+from apiserver.fanout.manager import FanoutManager
 from apiserver.kube.events import NORMAL, WARNING, EventRecorder, truncate_note
 from apiserver.notifier.events import NotificationEvents, RunEvents, run_note
 from apiserver.notifier.exec_protocol import ExecReason

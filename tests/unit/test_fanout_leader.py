@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from apiserver.fanout import controller, scope
-from apiserver.fanout.controller import FanoutManager, FanoutParts
+from apiserver.fanout import reasons, run_base, scope
+from apiserver.fanout.manager import FanoutManager
+from apiserver.fanout.parts import FanoutParts
 from apiserver.notifier import records
 from apiserver.notifier.events import NotificationEvents
 from apiserver.notifier.holds import HoldReleases
@@ -57,7 +58,7 @@ def replica(server: Server, *, scope_grace: float = 0, absent_grace: float = 0) 
 async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                   ) -> AsyncIterator[tuple[Server, Replica, Replica]]:
     """The stores, and two replicas a and b, neither leading."""
-    monkeypatch.setattr(controller, "RECORD_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(run_base, "RECORD_POLL_SECONDS", 0.01)
     server = await Server.open(tmp_path / "data", lead=False)
     a, b = replica(server), replica(server)
     yield server, a, b
@@ -166,7 +167,7 @@ async def test_a_deletion_through_a_follower_stops_the_leaders_run_and_rolls_bac
             await asyncio.sleep(0.01)
     await server.notifications.delete(NS, "cancelled")  # through b's handler
     await b.manager.deleted(uid)
-    assert (await server.scopes.run(uid)).stopped == controller.DELETED
+    assert (await server.scopes.run(uid)).stopped == reasons.DELETED
     gate.set()
     async with asyncio.timeout(3):
         while await server.scopes.run(uid) is not None or a.manager._runs:
@@ -181,7 +182,7 @@ async def test_a_deletion_seen_only_by_reconciling_stops_a_run_waiting_on_its_po
         cluster: tuple[Server, Replica, Replica], monkeypatch: pytest.MonkeyPatch) -> None:
     """All pods started, none finished: no start_pod or status write notices the deletion;
     the leader's reconciler does."""
-    monkeypatch.setattr(controller, "STATUS_INTERVAL_SECONDS", 60)  # no progress write
+    monkeypatch.setattr(run_base, "STATUS_INTERVAL_SECONDS", 60)  # no progress write
     server, a, b = cluster
     pods = server.fake.add("db-0")
     gate = a.fake.gates["db-0"] = asyncio.Event()
@@ -220,7 +221,7 @@ async def test_a_notification_without_a_scope_fails_only_after_the_grace(
             while (await server.get("young"))["status"]["phase"] == records.PENDING:
                 await asyncio.sleep(0.05)
         status = (await server.get("young"))["status"]
-        assert status["conditions"][0]["reason"] == controller.SCOPE_NOT_RECORDED
+        assert status["conditions"][0]["reason"] == reasons.SCOPE_NOT_RECORDED
         assert leader.manager.parts.metrics.finished == ["Failed"]  # once, not every pass
     finally:
         await leader.manager.shutdown()
@@ -277,3 +278,23 @@ async def test_a_stale_listing_never_starts_again_a_run_that_ended_meanwhile(
     assert await a.manager.reconcile() == 0
     assert a.fake.started == [("db-0", QUIESCE)]
     assert (await server.get("once"))["status"]["phase"] == "Succeeded"
+
+
+async def test_a_release_through_a_follower_wakes_the_leaders_window_without_its_poll(
+        cluster: tuple[Server, Replica, Replica], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader's window re-reads its run only hourly here: the release stored through b
+    reaches a's run by the runs' watch, or the window stays open and this times out."""
+    server, a, b = cluster
+    monkeypatch.setattr(run_base, "RECORD_POLL_SECONDS", 3600)
+    await a.manager.lead()
+    created = await create(server, a, "snap", server.fake.add("db-0", "db-1"), parallelism=2,
+                           release={"notifier": UNQUIESCE, "maxHoldSeconds": 3600})
+    async with asyncio.timeout(5):
+        while not ((await server.get("snap"))["status"].get("window") or {}).get(
+                "quiescedTime"):
+            await asyncio.sleep(0.01)
+    assert await b.manager.request_release(created, records.now())
+    status = (await finished(server, "snap", a.manager))["status"]
+    assert status["window"]["releaseReason"] == "ReleaseRequested"
+    assert status["counts"] == {**counts(total=2, succeeded=2), "released": 2}
+    assert sorted(p for p, n in a.fake.started if n == UNQUIESCE) == ["db-0", "db-1"]

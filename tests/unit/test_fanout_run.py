@@ -18,15 +18,12 @@ from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Decision
 from apiserver.fanout import scope
-from apiserver.fanout.controller import (
-    ROLLBACK_ATTEMPT_LABEL,
-    FanoutManager,
-    FanoutParts,
-    pod_outcome,
-    record_name,
-    waiting_for_pods,
-)
-from apiserver.fanout.scope import ScopeStore
+from apiserver.fanout.manager import FanoutManager
+from apiserver.fanout.parts import FanoutParts
+from apiserver.fanout.reasons import pod_outcome
+from apiserver.fanout.run_records import ROLLBACK_ATTEMPT_LABEL, record_name
+from apiserver.fanout.scope_store import ScopeStore
+from apiserver.fanout.status import waiting_for_pods
 from apiserver.kube import KubeRejected, KubeUnavailable
 from apiserver.notifier import housekeeping, records
 from apiserver.notifier.errors import (
@@ -669,7 +666,7 @@ async def test_a_failure_of_the_run_itself_ends_it_failed(
     async def broken(*args: Any) -> None:
         raise RuntimeError("bug in the run")
 
-    monkeypatch.setattr("apiserver.fanout.controller.NotificationRun._run_pods", broken)
+    monkeypatch.setattr("apiserver.fanout.run.NotificationRun._run_pods", broken)
     await server.create("broken", pods)
     status = (await server.finished("broken"))["status"]
     assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "InternalError")

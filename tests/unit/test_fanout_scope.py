@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from apiserver.fanout import scope
-from apiserver.fanout.scope import POD_SET_SIZE, ScopedPod, ScopeStore, counts
+from apiserver.fanout.scope import POD_SET_SIZE, ScopedPod, counts
+from apiserver.fanout.scope_store import ScopeStore
 from apiserver.registry.errors import AlreadyExists
 from apiserver.registry.resources import NOTIFICATION_POD_SETS, NOTIFICATION_RUNS
 from apiserver.registry.sqlite_database import FILE_NAME, SqliteDatabase

@@ -16,7 +16,7 @@ import pytest
 
 from apiserver.authn.user import UserInfo
 from apiserver.fanout import scope
-from apiserver.fanout.controller import ROLLBACK_ATTEMPT_LABEL, record_name
+from apiserver.fanout.run_records import ROLLBACK_ATTEMPT_LABEL, record_name
 from apiserver.notifier import records
 from tests.unit.test_fanout_run import NS, QUIESCE, UNQUIESCE, Server, counts, restart
 

@@ -12,7 +12,7 @@ import pytest
 
 from apiserver.authn.trust import TrustStore, TrustWatcher
 from apiserver.errors import quoted
-from apiserver.handlers.notifications import pods_in_scope
+from apiserver.fanout.selection import pods_in_scope
 from apiserver.kube import Connection, KubeClient, paths
 from apiserver.kube.paths import UnsafeSegment
 from apiserver.notifier.exec_stream import exec_url

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apiserver.fanout.scope import ScopeStore
+from apiserver.fanout.scope_store import ScopeStore
 from apiserver.registry.errors import MalformedObject, NotFound
 from apiserver.registry.kube_objects import (
     INSTANCE_LABEL,

@@ -1,0 +1,439 @@
+"""Running Notifications: each pod in scope gets one ordinary PodNotifier run.
+
+A run starts at most `parallelism` pods at a time. With failurePolicy Abort it starts no new pod
+after the first failure; with Continue it runs them all. When the Notification ends Failed, or
+is deleted before it finished, `rollback.notifier` runs on every pod whose notifier succeeded.
+With spec.release the run holds a quiesce window between the two (apiserver/fanout/window.py).
+
+Crash safety (what the stored scope, apiserver/fanout/scope_store.py, makes possible):
+
+- every decision is stored before it takes effect: a pod is marked started (with the name its
+  record will have) before its record is created, and only while the run is not stopped; the
+  first failure under Abort stops the run in the same transaction that records it; the outcome
+  (and with a Failed one, which pods are due a rollback) is stored before the rollback runs;
+- a resumed run takes each started pod's result from its record (Interrupted if the server
+  stopped during it, a failure: under Abort that stops the run), and runs again every rollback
+  whose record was interrupted or never stored (a new record, labelled with its attempt);
+- a Notification deleted while its server was down is still rolled back, from the spec kept
+  in its run row, and its rows are deleted once nothing remains to do.
+
+Every run takes the leader's quiesce locks (``quiesce_locks``, spec.concurrencyPolicy) for its
+pods while it quiesces them. No exception leaves a pod counted running: every error of a pod's
+run becomes that pod's reason (see `reasons.pod_outcome`), and a failure of the run itself ends
+the Notification Failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from apiserver.api.types import CONDITION_TYPES, DEFAULT_PARALLELISM, WAIT
+from apiserver.fanout import scope, status
+from apiserver.fanout.quiesce_locks import Holder
+from apiserver.fanout.reasons import (
+    DEADLINE_EXCEEDED,
+    DELETED,
+    FAIL_FAST,
+    INTERNAL_ERROR,
+    NOT_DECLARED,
+    PODS_FAILED,
+    PODS_SUCCEEDED,
+    QUIESCE_CONFLICT,
+)
+from apiserver.fanout.run_records import (
+    ROLLBACK_ATTEMPT_LABEL,
+    notification_label,
+    record_name,
+    result_of,
+)
+from apiserver.fanout.scope import ScopedPod
+from apiserver.fanout.spec import ALL_PODS, selector_string
+from apiserver.fanout.window import WindowRun
+from apiserver.notifier import records
+from apiserver.timestamps import parse_timestamp
+
+log = logging.getLogger(__name__)
+
+
+def _turn_done(running: set[asyncio.Task[None]], slots: asyncio.Semaphore,
+               task: asyncio.Task[None]) -> None:
+    running.discard(task)
+    slots.release()
+
+
+class NotificationRun(WindowRun):
+    """One Notification's fan-out, to its end: the forward phase, the window if any, the
+    outcome, the rollback, the final status."""
+
+    async def run(self) -> None:
+        """Run to the end; never raises (but for cancellation): a failure of the run itself
+        ends the Notification Failed with reason InternalError."""
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.exception("notification run failed", extra={
+                "namespace": self.namespace, "notification": self.name})
+            try:
+                await self._finish(False, failure=(
+                    INTERNAL_ERROR, f"the server failed running it: {type(error).__name__}"))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("ending the failed notification run failed; it is resumed when "
+                              "the server starts again", extra={
+                                  "namespace": self.namespace, "notification": self.name})
+        finally:
+            self.locks.release_all(self.uid)
+            if self._pending_flush is not None:
+                self._pending_flush.cancel()
+                await asyncio.gather(self._pending_flush, return_exceptions=True)
+
+    async def _run(self) -> None:
+        for pod in await self.parts.scopes.pods(self.uid):
+            self.pods[pod.pod_uid] = pod
+        await self._settle()
+        if self.deleted.is_set() or self.stopped:
+            await self._finish(False)
+            return
+        first_start = not self.status.get("startTime")
+        started = self.status.get("startTime") or records.now()
+        await self._stored("store the status", functools.partial(
+            self._write_status, phase=records.RUNNING, startTime=started))
+        if first_start:
+            self.parts.events.started(self.ref, self.spec["notifier"], len(self.pods))
+        for pod in self.pods.values():
+            if pod.state == scope.PENDING:
+                self.queue.put_nowait(pod)
+        watcher = (asyncio.create_task(self._follow_new_pods())
+                   if self.spec.get("policy") == ALL_PODS else None)
+        try:
+            deadline_passed = await self._run_pods(started)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                await asyncio.gather(watcher, return_exceptions=True)
+        if self.release is not None and not deadline_passed and self._all_quiesced():
+            await self._hold_window(started)
+        await self._finish(deadline_passed)
+
+    async def _settle(self) -> None:
+        """After a restart or a leader change: a pod whose run had started is never run again;
+        its record says how it ended (Interrupted if its server stopped during it). A pod marked
+        started whose record was never stored was never notified (a record is created before
+        its command runs), so it runs now, under the record name its scope holds, unless the
+        run is stopped. A rollback whose record finished is settled likewise; one that was
+        interrupted (or never stored) stays started, to be run again."""
+        unstored = []
+        for pod in list(self.pods.values()):
+            if pod.state == scope.STARTED:
+                record = await self._record(pod.record, held=self.release is not None)
+                if record is None and not self.stopped:
+                    unstored.append(pod)
+                else:
+                    state, reason = result_of(record)
+                    await self._record_result(pod, state, reason)
+                    if not self._holds_after(state):
+                        self.locks.release(self._key(pod), self.holder)
+            if pod.rollback == scope.ROLLBACK_STARTED:
+                outcome = await self._settled_rollback(pod.rollback_record)
+                if outcome:
+                    await self._stored("store a rollback result", functools.partial(
+                        self.parts.scopes.finish_rollback, self.uid, pod.pod_uid, outcome))
+                    self.pods[pod.pod_uid] = replace(self.pods[pod.pod_uid], rollback=outcome)
+        await asyncio.gather(*(self._rerun_unstored(pod) for pod in unstored))
+        if self.abort and not self.stopped and any(
+                p.state == scope.FAILED for p in self.pods.values()):
+            self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes.stop(
+                self.uid, FAIL_FAST)))
+
+    async def _rerun_unstored(self, pod: ScopedPod) -> None:
+        """Run a pod whose start was marked but whose record was never stored, as that record.
+        A create of the stopped server that lands late makes this one refused (the name
+        exists, or that record counts on the pod: 409): then that record's result stands, so
+        the pod is notified once either way."""
+        state, reason = await self._run_once(pod, self.spec["notifier"], pod.record,
+                                             notification_label(self.name))
+        await self._record_result(pod, state, reason)
+        if not self._holds_after(state):
+            self.locks.release(self._key(pod), self.holder)
+
+    async def _settled_rollback(self, name: str) -> str:
+        """done | failed, or "" when the rollback must run again."""
+        record = await self._record(name)
+        if record is None or record["status"].get("reason") == records.INTERRUPTED:
+            return ""
+        if record["status"]["phase"] == records.SUCCEEDED:
+            return scope.ROLLBACK_DONE
+        return scope.ROLLBACK_FAILED
+
+    async def _record_result(self, pod: ScopedPod, state: str, reason: str) -> None:
+        """Store a pod's final state; under Abort a failure stops the run, in the same write."""
+        stop = FAIL_FAST if state == scope.FAILED and self.abort else ""
+        await self._stored("store a pod's result", lambda: self.parts.scopes.finish_pod(
+            self.uid, pod.pod_uid, state, reason, stop=stop))
+        if state == scope.FAILED:
+            self.parts.events.pod_failed(self.ref, pod.pod, reason)
+        if stop and not self.stopped:
+            self._note_stopped(stop)
+        self._changed(replace(self.pods.get(pod.pod_uid, pod), state=state, reason=reason))
+
+    def _deadline(self, started: str) -> float | None:
+        seconds = self.spec.get("activeDeadlineSeconds")
+        start = parse_timestamp(started)
+        if seconds is None or start is None:
+            return None
+        return time.monotonic() + max(0.0, start + seconds - datetime.now(UTC).timestamp())
+
+    def _halted(self) -> bool:
+        return self.deleted.is_set() or bool(self.stopped)
+
+    async def _run_pods(self, started: str) -> bool:
+        """Start pods as slots free up; returns True if the deadline stopped the run."""
+        deadline = self._deadline(started)
+        slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
+        running: set[asyncio.Task[None]] = set()
+        all_pods = self.spec.get("policy") == ALL_PODS
+        deadline_passed = False
+        while not self._halted():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                deadline_passed = True
+                self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes
+                                                      .stop(self.uid, DEADLINE_EXCEEDED)))
+                break
+            if self.queue.empty() and not all_pods and not running:
+                break
+            pod = await self._next(remaining, running)
+            if pod is None:
+                continue
+            await slots.acquire()
+            if deadline is not None and time.monotonic() >= deadline:
+                slots.release()  # the deadline passed while waiting for a slot
+                self.queue.put_nowait(pod)
+                continue
+            other = self.locks.try_acquire(self._key(pod), self.holder)
+            if other is not None and self.spec.get("concurrencyPolicy") != WAIT:
+                slots.release()
+                await self._conflict(pod, other)
+                continue
+            if other is not None:  # Wait: in its own task, holding the slot
+                self.waiting[pod.pod] = other.name
+                self._flush_soon()
+                task = asyncio.create_task(self._wait_turn(pod, deadline))
+                running.add(task)
+                task.add_done_callback(functools.partial(_turn_done, running, slots))
+                continue
+            name = record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
+            if self._halted() or not await self._stored("start a pod", functools.partial(
+                    self.parts.scopes.start_pod, self.uid, pod.pod_uid, name)):
+                slots.release()
+                self.locks.release(self._key(pod), self.holder)
+                if self._halted():
+                    break
+                stored = await self.parts.scopes.run(self.uid)
+                if stored is not None and stored.stopped:
+                    self._note_stopped(stored.stopped)  # stopped by a deletion meanwhile
+                    break
+                continue  # the pod is no longer pending: nothing to do
+            self._changed(replace(pod, state=scope.STARTED, record=name))
+            task = asyncio.create_task(self._turn(pod, name))
+            running.add(task)
+            task.add_done_callback(functools.partial(_turn_done, running, slots))
+        if self.deleted.is_set() and not self.stopped:
+            self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes.stop(
+                self.uid, DELETED)))
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        return deadline_passed
+
+    async def _next(self, remaining: float | None, running: set[asyncio.Task[None]]
+                    ) -> ScopedPod | None:
+        """The next pending pod; None when woken without one (a pod finished, deletion,
+        deadline), so the caller re-checks its conditions."""
+        if not self.queue.empty():
+            return self.queue.get_nowait()
+        waiters: list[asyncio.Task[Any]] = [asyncio.create_task(self.queue.get()),
+                                            asyncio.create_task(self.deleted.wait())]
+        if running:
+            waiters.append(asyncio.create_task(
+                asyncio.wait(set(running), return_when=asyncio.FIRST_COMPLETED)))
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=remaining,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters[1:]:
+                waiter.cancel()
+        getter = waiters[0]
+        if getter not in done:
+            getter.cancel()
+            await asyncio.gather(getter, return_exceptions=True)
+        # The get may have completed while it was being cancelled: never drop a pod.
+        return None if getter.cancelled() else getter.result()
+
+    async def _turn(self, pod: ScopedPod, name: str) -> None:
+        state, reason = await self._attempt(pod, self.spec["notifier"], name,
+                                            notification_label(self.name))
+        await self._record_result(pod, state, reason)
+        if not self._holds_after(state):
+            self.locks.release(self._key(pod), self.holder)
+
+    def _holds_after(self, state: str) -> bool:
+        """Whether the pod's lock stays held after its run ended in `state`: a quiesced pod of
+        a window, until its release."""
+        return self.release is not None and state == scope.SUCCEEDED
+
+    async def _conflict(self, pod: ScopedPod, other: Holder) -> None:
+        """Forbid: the pod fails QuiesceConflict (under Abort that stops the run)."""
+        self.conflicts[pod.pod] = other.name
+        log.info("pod not notified: another notification is quiescing it", extra={
+            "namespace": self.namespace, "notification": self.name, "pod": pod.pod,
+            "other": other.name, "notifier": self.spec["notifier"]})
+        await self._record_result(pod, scope.FAILED, QUIESCE_CONFLICT)
+
+    async def _wait_turn(self, pod: ScopedPod, deadline: float | None) -> None:
+        """Wait: the pod's turn once the other Notification released it; it stays pending if
+        the run stops or the deadline passes first."""
+        try:
+            other = await self.locks.acquire_waiting(self._key(pod), self.holder,
+                                                     give_up=self._halted, deadline=deadline)
+        finally:
+            self.waiting.pop(pod.pod, None)
+            self._flush_soon()
+        if other is not None:
+            return
+        name = record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
+        if self._halted() or (deadline is not None and time.monotonic() >= deadline) or (
+                not await self._stored("start a pod", functools.partial(
+                    self.parts.scopes.start_pod, self.uid, pod.pod_uid, name))):
+            self.locks.release(self._key(pod), self.holder)
+            return
+        self._changed(replace(pod, state=scope.STARTED, record=name))
+        await self._turn(pod, name)
+
+    async def _follow_new_pods(self) -> None:
+        """AllPods: pods that later match the selector and run join the scope, once each."""
+        feed = self.parts.new_pods.matching(self.namespace, selector_string(self.spec["selector"]))
+        async with contextlib.aclosing(feed):
+            await self._add_new_pods(feed)
+
+    async def _add_new_pods(self, feed: AsyncIterator[tuple[str, str]]) -> None:
+        async for name, uid in feed:
+            if uid in self.pods:
+                continue
+            try:
+                added = await self.parts.scopes.add(self.uid, [(name, uid)])
+            except Exception as error:
+                log.warning("adding a pod to the notification's scope failed; it joins when "
+                            "it is reported again", extra={
+                                "namespace": self.namespace, "notification": self.name,
+                                "pod": name, "error": f"{type(error).__name__}: {error}"})
+                continue
+            for pod in added:
+                self._changed(pod)
+                self.queue.put_nowait(pod)
+
+    # the end
+
+    async def _finish(self, deadline_passed: bool, failure: tuple[str, str] | None = None
+                      ) -> None:
+        """Decide the outcome (stored first: the first decision stands), roll back if it is
+        Failed, then store the final status; forget the scope if the object is gone."""
+        if not self.deleted.is_set():  # deleted through another replica meanwhile?
+            stored = await self._stored("read the run", lambda: self.parts.scopes.run(self.uid))
+            if stored is not None and stored.stopped == DELETED:
+                self._note_stopped(DELETED)
+        counts = scope.counts(list(self.pods.values()))
+        unfinished = counts["pending"] > 0
+        if failure is not None:
+            outcome, reason = scope.OUTCOME_FAILED, failure[0]
+        elif self.deleted.is_set():
+            outcome, reason = scope.OUTCOME_FAILED, DELETED
+        elif counts["failed"] > 0:
+            outcome = scope.OUTCOME_FAILED
+            reason = FAIL_FAST if self.stopped == FAIL_FAST and unfinished else PODS_FAILED
+        elif (deadline_passed or self.stopped == DEADLINE_EXCEEDED) and unfinished and (
+                self.spec.get("policy") != ALL_PODS):
+            outcome, reason = scope.OUTCOME_FAILED, DEADLINE_EXCEEDED
+        elif counts["skipped"] and not counts["succeeded"]:  # no pod was notified
+            outcome, reason = scope.OUTCOME_FAILED, NOT_DECLARED
+        else:
+            outcome, reason = scope.OUTCOME_SUCCEEDED, PODS_SUCCEEDED
+        if self.release is not None:
+            outcome, reason = await self._release_window(outcome, reason)
+        decided = await self._stored("store the outcome", lambda: self.parts.scopes.decide(
+            self.uid, outcome, reason))
+        if decided is not None:
+            outcome, reason = decided.outcome, decided.outcome_reason
+        if outcome == scope.OUTCOME_FAILED:
+            for pod in await self.parts.scopes.pods(self.uid):
+                self.pods[pod.pod_uid] = pod
+            await self._rollback()
+        if not self.deleted.is_set():
+            await self._write_final(outcome, reason,
+                                    failure[1] if failure else self._release_detail)
+        if self.deleted.is_set():
+            await self._stored("forget the scope", lambda: self.parts.scopes.forget(self.uid))
+        else:
+            await self._stored("mark the run finished",
+                               lambda: self.parts.scopes.mark_finished(self.uid))
+
+    async def _write_final(self, outcome: str, reason: str, detail: str) -> None:
+        """The final status, retried until stored (or the object is gone)."""
+        now = records.now()
+        phase = records.SUCCEEDED if outcome == scope.OUTCOME_SUCCEEDED else records.FAILED
+        self.status.setdefault("startTime", now)
+        condition = status.final_condition(outcome, reason, detail, self._facts())
+        others = [c for c in self.status.get("conditions") or []
+                  if c["type"] not in CONDITION_TYPES]
+        changes = {"phase": phase, "completionTime": now, "conditions": [condition, *others]}
+        if self.finished_stored:
+            return
+        await self._stored("store the final status",
+                           functools.partial(self._write_status, **changes))
+        if not self.deleted.is_set() and not self.finished_elsewhere:
+            self.parts.metrics.notification_finished(phase)
+            self.parts.events.finished(self.ref, phase, reason, condition["message"])
+
+    async def _rollback(self) -> None:
+        """Run the rollback notifier on every pod whose rollback is due and not done, at the
+        run's parallelism; each attempt is a new record."""
+        notifier = self.spec.get("rollback", {}).get("notifier")
+        if not notifier:
+            return
+        targets = [p for p in self.pods.values()
+                   if p.rollback in (scope.ROLLBACK_PENDING, scope.ROLLBACK_STARTED)]
+        slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
+
+        async def undo(pod: ScopedPod) -> None:
+            async with slots:
+                attempt = pod.rollback_attempts + 1
+                name = record_name(pod.pod, notifier, self.uid, pod.pod_uid, attempt)
+                if not await self._stored("start a rollback", lambda: self.parts.scopes
+                                          .start_rollback(self.uid, pod.pod_uid, name)):
+                    return
+                self.pods[pod.pod_uid] = replace(pod, rollback=scope.ROLLBACK_STARTED,
+                                                 rollback_record=name, rollback_attempts=attempt)
+                labels = {**notification_label(self.name), ROLLBACK_ATTEMPT_LABEL: str(attempt)}
+                state, _ = await self._attempt(pod, notifier, name, labels)
+                outcome = (scope.ROLLBACK_DONE if state == scope.SUCCEEDED
+                           else scope.ROLLBACK_FAILED)
+                await self._stored("store a rollback result", lambda: self.parts.scopes
+                                   .finish_rollback(self.uid, pod.pod_uid, outcome))
+                self._changed(replace(self.pods[pod.pod_uid], rollback=outcome))
+
+        await asyncio.gather(*(undo(pod) for pod in targets))
+        if targets:
+            outcomes = Counter(self.pods[p.pod_uid].rollback for p in targets)
+            self.parts.events.rolled_back(self.ref, notifier, outcomes[scope.ROLLBACK_DONE],
+                                          outcomes[scope.ROLLBACK_FAILED])

@@ -1,0 +1,684 @@
+"""The persistence of Notification scopes (apiserver/fanout/scope.py has their model).
+
+No backend gives a transaction across objects, so the order of writes carries the crash
+safety: ``create`` writes every pod set first and the run last, and the run counts its pod
+sets, so a run that can be read always has its whole pod set (a crash in between leaves pod
+sets without a run: ``orphan_uids``); ``add`` writes a new pod set before the run counts it;
+``forget`` deletes the run first. Each write is one ``guaranteed_update`` of one object, and
+the writes of one Notification take turns in this process (``_turn``: changes of single pods
+share a turn, and those of one pod set made while it is being written are written together;
+anything that spans objects or stops the run has the turn alone): only the fan-out leader
+writes pod states. Any replica may stop a run (a Notification deleted through it), so
+``start_pod`` reads the run again (from the store, which on Kubernetes is this replica's cache)
+before each start: a stop another replica stored is honoured from the moment this replica's
+cache has it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from apiserver.api.resources import GROUP
+from apiserver.fanout.scope import (
+    FINAL_STATES,
+    OUTCOME_FAILED,
+    PENDING,
+    POD_SET_SIZE,
+    RELEASE_FINAL,
+    RELEASE_PENDING,
+    RELEASE_STARTED,
+    ROLLBACK_DONE,
+    ROLLBACK_FAILED,
+    ROLLBACK_PENDING,
+    ROLLBACK_STARTED,
+    STARTED,
+    SUCCEEDED,
+    ScopedPod,
+    ScopeRun,
+    pod_set_name,
+)
+from apiserver.registry.errors import AlreadyExists, NotFound, StorageUnavailable
+from apiserver.registry.objects import metadata
+from apiserver.registry.resources import NOTIFICATION_POD_SETS, NOTIFICATION_RUNS
+from apiserver.registry.store import Object, ObjectStore
+from apiserver.registry.watch import EventType
+
+log = logging.getLogger(__name__)
+
+POD_SET_WAIT_SECONDS = 10.0
+"""How long a read waits for a pod set the run counts but the store does not have yet (another
+replica wrote both, and this replica's cache of pod sets lags its cache of runs)."""
+_API_VERSION = f"{GROUP}/v1alpha1"
+
+
+class ScopeStore:
+    """The scopes of every Notification, in `runs` (of ``NOTIFICATION_RUNS``) and `pod_sets`
+    (of ``NOTIFICATION_POD_SETS``), two stores of one backend."""
+
+    def __init__(self, runs: ObjectStore, pod_sets: ObjectStore, *,
+                 pod_set_wait: float = POD_SET_WAIT_SECONDS) -> None:
+        self._runs, self._sets = runs, pod_sets
+        self._pod_set_wait = pod_set_wait
+        self._turns: dict[str, _Turn] = {}
+        self._batches: dict[tuple[str, int], list[_Change]] = {}
+        """(Notification UID, pod set index) -> the changes waiting for its next write."""
+        self._flushes: dict[tuple[str, int], asyncio.Task[None]] = {}
+        """The last write of each pod set under way."""
+        self._namespaces: dict[str, str] = {}
+        """Notification UID -> its namespace (it never changes)."""
+        self._where: dict[str, dict[str, int]] = {}
+        """Notification UID -> pod UID -> the index of the pod set that holds it (never
+        changes either)."""
+
+    # Creating a scope
+
+    async def create(self, notification: dict[str, Any], pods: list[tuple[str, str]]) -> None:
+        """Record a new Notification's run and initial pod set: every pod set first, the run
+        last (counting them), so the run is never read without its pods. Safe to call again
+        after it was interrupted (it overwrites the pod sets an interrupted call left); raises
+        ``AlreadyExists`` if the run is recorded already, before writing anything."""
+        meta = notification["metadata"]
+        uid, namespace = meta["uid"], meta["namespace"]
+        async with self._turn(uid):
+            with contextlib.suppress(NotFound):
+                await self._runs.get(namespace, uid)
+                raise AlreadyExists(
+                    f"the scope of Notification {namespace}/{meta['name']} (uid {uid}) is "
+                    "recorded already; a Notification's scope is created once",
+                    resource=NOTIFICATION_RUNS, name=uid)
+            self._namespaces[uid] = namespace
+            entries = _new_entries(pods, set())
+            parts = [entries[i:i + POD_SET_SIZE] for i in range(0, len(entries), POD_SET_SIZE)]
+            for index, part in enumerate(parts):
+                await self._write_pod_set(namespace, uid, index, part, created=len(parts))
+            with contextlib.suppress(AlreadyExists):  # adopted meanwhile from these pod sets
+                await self._runs.create(_run_object(notification, len(parts)))
+
+    async def adopt(self, notification: dict[str, Any]) -> None:
+        """Give pod sets without a run (see ``orphan_uids``) their run, if they are the whole
+        pod set of an interrupted ``create`` (it stopped after its last pod set): otherwise the
+        Notification's scope was never recorded, and it stays without a run."""
+        meta = notification["metadata"]
+        uid, namespace = meta["uid"], meta["namespace"]
+        async with self._turn(uid):
+            with contextlib.suppress(NotFound):
+                await self._runs.get(namespace, uid)
+                return
+            listed = await self._sets.list(namespace, field_selector=_of_notification(uid))
+            created = {item["spec"]["index"]: item["spec"].get("created", 0)
+                       for item in listed.items}
+            count = created.get(0, 0)
+            if not count or any(created.get(index) != count for index in range(count)):
+                log.warning("the pod sets of a notification are not whole; its scope was not "
+                            "recorded", extra={"namespace": namespace,
+                                               "notification": meta["name"],
+                                               "pod_sets": sorted(created)})
+                return
+            self._namespaces[uid] = namespace
+            with contextlib.suppress(AlreadyExists):
+                await self._runs.create(_run_object(notification, count))
+
+    # Reads
+
+    async def run(self, notification_uid: str) -> ScopeRun | None:
+        stored = await self._run_object(notification_uid)
+        return None if stored is None else ScopeRun.of(stored)
+
+    async def runs(self) -> list[ScopeRun]:
+        found = []
+        for item in (await self._runs.list(None)).items:
+            run = ScopeRun.of(item)
+            self._namespaces[run.notification_uid] = run.namespace
+            found.append(run)
+        return found
+
+    async def orphan_uids(self) -> list[str]:
+        """Notification UIDs with pod sets but no run: an interrupted ``create`` (or one
+        still writing on another replica) or ``forget``."""
+        with_runs = {(item["metadata"]["namespace"], item["metadata"]["name"])
+                     for item in (await self._runs.list(None)).items}
+        orphans: dict[str, None] = {}
+        for item in (await self._sets.list(None)).items:
+            uid, namespace = item["spec"]["notificationUID"], item["metadata"]["namespace"]
+            if (namespace, uid) not in with_runs:
+                self._namespaces[uid] = namespace
+                orphans[uid] = None
+        return list(orphans)
+
+    async def release_requests(self) -> AsyncIterator[str]:
+        """The Notification UIDs of unfinished runs whose window has a release request, as the
+        runs' watch reports them (from the store's cache: no request of its own to
+        kube-apiserver): those requested already first, then one at each later change of such
+        a run (a UID may come again). Ends when the store closes the watch; raises
+        ``Expired`` if it fell behind (watch again)."""
+        watch = await self._runs.watch(None)
+        try:
+            async for event in watch:
+                status = event.object.get("status")
+                if event.type == EventType.DELETED or not isinstance(status, dict):
+                    continue
+                window = status.get("window")
+                if (isinstance(window, dict) and window.get("releaseRequestedTime")
+                        and status.get("finished") is not True):
+                    yield str(metadata(event.object).get("name"))
+        finally:
+            watch.close()
+
+    async def pods(self, notification_uid: str) -> list[ScopedPod]:
+        """The pods in the order they joined; none without a run."""
+        stored = await self._run_object(notification_uid)
+        if stored is None:
+            return []
+        sets = await self._pod_sets(stored)
+        if sets is None:
+            return []
+        return [ScopedPod.of(entry) for pod_set in sets for entry in pod_set["pods"]]
+
+    # Pod states
+
+    async def add(self, notification_uid: str, pods: list[tuple[str, str]]) -> list[ScopedPod]:
+        """Add (pod, uid) pairs not yet in the scope, as pending; returns the new ones. They
+        fill the last pod set, then new ones (each written before the run counts it)."""
+        async with self._turn(notification_uid):
+            stored = await self._run_object(notification_uid)
+            sets = None if stored is None else await self._pod_sets(stored)
+            if stored is None or sets is None:
+                return []
+            namespace = stored["metadata"]["namespace"]
+            entries = _new_entries(pods, {e["podUID"] for s in sets for e in s["pods"]})
+            if not entries:
+                return []
+            rest = entries
+            if sets and len(sets[-1]["pods"]) < POD_SET_SIZE:
+                room = POD_SET_SIZE - len(sets[-1]["pods"])
+                await self._append(namespace, notification_uid, len(sets) - 1, rest[:room])
+                rest = rest[room:]
+            count = len(sets)
+            while rest:
+                await self._write_pod_set(namespace, notification_uid, count,
+                                          rest[:POD_SET_SIZE], created=0)
+                rest, count = rest[POD_SET_SIZE:], count + 1
+                await self._update_run(namespace, notification_uid,
+                                       _set_status(podSets=count))
+            return [ScopedPod.of(entry) for entry in entries]
+
+    async def start_pod(self, notification_uid: str, pod_uid: str, record: str) -> bool:
+        """pending -> started with the record's name, unless the run is stopped (read again
+        from the store: another replica may have stopped it) or the pod is no longer pending:
+        True if the pod may run."""
+
+        def start(entry: dict[str, Any]) -> bool:
+            if entry["state"] != PENDING:
+                return False
+            entry.update(state=STARTED, record=record)
+            return True
+
+        async with self._turn(notification_uid, shared=True):
+            stored = await self._run_object(notification_uid)
+            if stored is None or stored["status"]["stopped"]:
+                return False
+            return await self._update_pod(stored, pod_uid, start)
+
+    async def finish_pod(self, notification_uid: str, pod_uid: str, state: str, reason: str,
+                         *, record: str | None = None, stop: str = "") -> bool:
+        """pending | started -> a final `state`; with `stop`, then also stop the run (if it is
+        not already). False if the pod was already final."""
+        if state not in FINAL_STATES:
+            raise ValueError(f"{state!r} is not a final pod state")
+
+        def finish(entry: dict[str, Any]) -> bool:
+            if entry["state"] not in (PENDING, STARTED):
+                return False
+            entry.update(state=state, reason=reason)
+            if record is not None:
+                entry["record"] = record
+            return True
+
+        async with self._turn(notification_uid, shared=not stop):
+            stored = await self._run_object(notification_uid)
+            if stored is None:
+                return False
+            changed = await self._update_pod(stored, pod_uid, finish)
+            if stop:
+                await self._update_run(stored["metadata"]["namespace"], notification_uid,
+                                       _stop(stop))
+            return changed
+
+    async def stop(self, notification_uid: str, reason: str) -> str:
+        """Start no more pods; returns the reason that stands (the first one given)."""
+        async with self._turn(notification_uid):
+            namespace = await self._namespace(notification_uid)
+            if namespace is None:
+                return reason
+            stored = await self._update_run(namespace, notification_uid, _stop(reason))
+            return reason if stored is None else str(stored["status"]["stopped"])
+
+    async def decide(self, notification_uid: str, outcome: str, reason: str) -> ScopeRun | None:
+        """Record the outcome (the first one decided stands; it stops the run too). A Failed
+        outcome makes rollback due (if the spec has a rollback notifier): every succeeded pod
+        not yet rolled back becomes rollback-pending, written after the outcome, so that
+        deciding again after an interruption completes it. Returns the run as it now
+        stands."""
+
+        def decided(obj: Object) -> Object:
+            status = obj["status"]
+            if not status["outcome"]:
+                status.update(outcome=outcome, outcomeReason=reason,
+                              stopped=status["stopped"] or reason)
+            return obj
+
+        async with self._turn(notification_uid):
+            namespace = await self._namespace(notification_uid)
+            stored = (None if namespace is None else
+                      await self._update_run(namespace, notification_uid, decided))
+            if stored is None:
+                return None
+            run = ScopeRun.of(stored)
+            if run.outcome == OUTCOME_FAILED and run.spec.get("rollback", {}).get("notifier"):
+                for index in range(stored["status"]["podSets"]):
+                    await self._mark_rollback_due(run.namespace, notification_uid, index)
+            return run
+
+    async def start_rollback(self, notification_uid: str, pod_uid: str, record: str) -> bool:
+        """Rollback pending (or started by a run that was interrupted) -> started with a new
+        record and attempt; False if the pod's rollback is not due."""
+
+        def start(entry: dict[str, Any]) -> bool:
+            if entry.get("rollback") not in (ROLLBACK_PENDING, ROLLBACK_STARTED):
+                return False
+            entry.update(rollback=ROLLBACK_STARTED, rollbackRecord=record,
+                         rollbackAttempts=entry.get("rollbackAttempts", 0) + 1)
+            return True
+
+        return await self._change_pod(notification_uid, pod_uid, start)
+
+    async def finish_rollback(self, notification_uid: str, pod_uid: str, outcome: str) -> None:
+        """Rollback started -> done | failed."""
+        if outcome not in (ROLLBACK_DONE, ROLLBACK_FAILED):
+            raise ValueError(f"{outcome!r} is not a final rollback state")
+
+        def finish(entry: dict[str, Any]) -> bool:
+            if entry.get("rollback") != ROLLBACK_STARTED:
+                return False
+            entry["rollback"] = outcome
+            return True
+
+        await self._change_pod(notification_uid, pod_uid, finish)
+
+    async def note_window(self, notification_uid: str, **times: str) -> ScopeRun | None:
+        """Store window fields not stored yet (the first value of each stands); returns the
+        run as it now stands (None if it is gone). Any replica may call it (a release
+        request)."""
+        async with self._turn(notification_uid):
+            return await self._note_window(notification_uid, times)
+
+    async def end_window(self, notification_uid: str, reason: str, at: str
+                         ) -> ScopeRun | None:
+        """The window ends (the first reason stands): store releaseReason and releaseTime,
+        then make the release of every quiesced (succeeded) pod due, written after, so that
+        ending it again after an interruption completes it. Returns the run as it stands."""
+        async with self._turn(notification_uid):
+            run = await self._note_window(notification_uid,
+                                          {"releaseReason": reason, "releaseTime": at})
+            if run is None:
+                return None
+            stored = await self._run_object(notification_uid)
+            for index in range(0 if stored is None else stored["status"]["podSets"]):
+                await self._mark_release_due(run.namespace, notification_uid, index)
+            return run
+
+    async def start_release(self, notification_uid: str, pod_uid: str, record: str) -> bool:
+        """Release pending -> started with its record's name, stored before the record is
+        created. Only from pending: a started release is never started again."""
+
+        def start(entry: dict[str, Any]) -> bool:
+            if entry.get("release") != RELEASE_PENDING:
+                return False
+            entry.update(release=RELEASE_STARTED, releaseRecord=record)
+            return True
+
+        return await self._change_pod(notification_uid, pod_uid, start)
+
+    async def finish_release(self, notification_uid: str, pod_uid: str, outcome: str) -> None:
+        """Release pending | started -> done | failed."""
+        if outcome not in RELEASE_FINAL:
+            raise ValueError(f"{outcome!r} is not a final release state")
+
+        def finish(entry: dict[str, Any]) -> bool:
+            if entry.get("release") not in (RELEASE_PENDING, RELEASE_STARTED):
+                return False
+            entry["release"] = outcome
+            return True
+
+        await self._change_pod(notification_uid, pod_uid, finish)
+
+    async def mark_finished(self, notification_uid: str) -> None:
+        """The final status is stored: nothing of this run remains to do."""
+        async with self._turn(notification_uid):
+            namespace = await self._namespace(notification_uid)
+            if namespace is not None:
+                await self._update_run(namespace, notification_uid, _set_status(finished=True))
+
+    async def forget(self, notification_uid: str) -> None:
+        """Delete the run, then its pod sets (an interruption leaves orphans, not a run
+        without its pods)."""
+        async with self._turn(notification_uid):
+            namespace = await self._namespace(notification_uid)
+            if namespace is None:
+                return
+            with contextlib.suppress(NotFound):
+                await self._runs.delete(namespace, notification_uid)
+            await self._sets.delete_collection(namespace,
+                                               field_selector=_of_notification(notification_uid))
+            self._namespaces.pop(notification_uid, None)
+            self._where.pop(notification_uid, None)
+
+    # Internals
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, notification_uid: str, *, shared: bool = False
+                    ) -> AsyncIterator[None]:
+        """The writes of one Notification take turns: a `shared` turn (a change of one pod,
+        after reading the run) runs alongside other shared ones, whose changes of one pod set
+        are written together (``_update_pod``); any other turn is exclusive (it spans objects,
+        or stops the run), and waits for the shared ones to end and goes before new ones."""
+        turn = self._turns.setdefault(notification_uid, _Turn())
+        turn.users += 1
+        try:
+            async with turn.changed:
+                if shared:
+                    await turn.changed.wait_for(lambda: not turn.writing and not turn.waiting)
+                    turn.readers += 1
+                else:
+                    turn.waiting += 1
+                    try:
+                        await turn.changed.wait_for(lambda: not turn.writing and not turn.readers)
+                    finally:
+                        turn.waiting -= 1
+                        turn.changed.notify_all()
+                    turn.writing = True
+            try:
+                yield
+            finally:
+                async with turn.changed:
+                    if shared:
+                        turn.readers -= 1
+                    else:
+                        turn.writing = False
+                    turn.changed.notify_all()
+        finally:
+            turn.users -= 1
+            if not turn.users:
+                del self._turns[notification_uid]
+
+    async def _namespace(self, notification_uid: str) -> str | None:
+        """Where the scope's objects are: the Notification's namespace, found by the run (or,
+        without one, by pod sets); None if there is no trace of it."""
+        namespace = self._namespaces.get(notification_uid)
+        if namespace is not None:
+            return namespace
+        for store, selector in ((self._runs, f"metadata.name={notification_uid}"),
+                                (self._sets, _of_notification(notification_uid))):
+            items = (await store.list(None, field_selector=selector)).items
+            if items:
+                namespace = str(items[0]["metadata"]["namespace"])
+                self._namespaces[notification_uid] = namespace
+                return namespace
+        return None
+
+    async def _run_object(self, notification_uid: str) -> Object | None:
+        namespace = await self._namespace(notification_uid)
+        if namespace is None:
+            return None
+        try:
+            return await self._runs.get(namespace, notification_uid)
+        except NotFound:
+            return None
+
+    async def _pod_sets(self, run: Object) -> list[Object] | None:
+        """Every pod set the run counts, in order; None if the run was forgotten meanwhile."""
+        namespace, uid = run["metadata"]["namespace"], run["metadata"]["name"]
+        sets = []
+        for index in range(run["status"]["podSets"]):
+            pod_set = await self._pod_set(namespace, uid, index)
+            if pod_set is None:
+                return None
+            self._where.setdefault(uid, {}).update(
+                (entry["podUID"], index) for entry in pod_set["pods"])
+            sets.append(pod_set)
+        return sets
+
+    async def _pod_set(self, namespace: str, uid: str, index: int) -> Object | None:
+        """Pod set `index`, which the run counts: waited for while the store lags the run's
+        writer; None if the run is gone meanwhile."""
+        name = pod_set_name(uid, index)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._pod_set_wait
+        while True:
+            try:
+                return await self._sets.get(namespace, name)
+            except NotFound:
+                if await self._run_object(uid) is None:
+                    return None
+                if loop.time() >= deadline:
+                    raise StorageUnavailable(
+                        f"the scope of Notification uid {uid}: its run counts pod set "
+                        f"{namespace}/{name}, which the storage does not have after "
+                        f"{self._pod_set_wait:.0f} s; it resumes when the server starts "
+                        "again") from None
+                await asyncio.sleep(0.05)
+
+    async def _write_pod_set(self, namespace: str, uid: str, index: int,
+                             entries: list[dict[str, Any]], *, created: int) -> None:
+        """Create pod set `index` (overwriting one an interruption left before it was
+        counted). `created`: the number of pod sets of the ``create`` writing it, else 0."""
+        body = _pod_set_object(namespace, uid, index, entries, created)
+        try:
+            await self._sets.create(body)
+        except AlreadyExists:
+            await self._sets.guaranteed_update(
+                namespace, body["metadata"]["name"],
+                lambda obj: {**obj, "spec": body["spec"], "pods": body["pods"]})
+        self._where.setdefault(uid, {}).update((entry["podUID"], index) for entry in entries)
+
+    async def _append(self, namespace: str, uid: str, index: int,
+                      entries: list[dict[str, Any]]) -> None:
+        def append(obj: Object) -> Object:
+            present = {entry["podUID"] for entry in obj["pods"]}
+            obj["pods"].extend(e for e in entries if e["podUID"] not in present)
+            return obj
+
+        await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), append)
+        self._where.setdefault(uid, {}).update((entry["podUID"], index) for entry in entries)
+
+    async def _update_run(self, namespace: str, uid: str, mutate: Callable[[Object], Object]
+                          ) -> Object | None:
+        try:
+            return await self._runs.guaranteed_update(namespace, uid, mutate)
+        except NotFound:
+            return None
+
+    async def _change_pod(self, notification_uid: str, pod_uid: str,
+                          change: Callable[[dict[str, Any]], bool]) -> bool:
+        async with self._turn(notification_uid, shared=True):
+            stored = await self._run_object(notification_uid)
+            return stored is not None and await self._update_pod(stored, pod_uid, change)
+
+    async def _update_pod(self, run: Object, pod_uid: str,
+                          change: Callable[[dict[str, Any]], bool]) -> bool:
+        """Apply `change` to the pod's entry (it changes the entry and returns True, or
+        leaves it and returns False); False if the pod is not in the scope. The changes of one
+        pod set that wait while it is being written are written together, in one update."""
+        uid = run["metadata"]["name"]
+        index = self._where.get(uid, {}).get(pod_uid)
+        if index is None:
+            await self._pod_sets(run)
+            index = self._where.get(uid, {}).get(pod_uid)
+        if index is None:
+            return False
+        key = (uid, index)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = []
+            flush = asyncio.create_task(self._flush(run["metadata"]["namespace"], key, batch,
+                                                    self._flushes.get(key)))
+            self._flushes[key] = flush
+            flush.add_done_callback(functools.partial(self._flushed, key))
+        batch.append(_Change(pod_uid, change, done))
+        return await done
+
+    async def _flush(self, namespace: str, key: tuple[str, int], batch: list[_Change],
+                     previous: asyncio.Task[None] | None) -> None:
+        """Write `batch` once the previous write of the pod set is done (meanwhile the changes
+        made join it), and settle each change's future."""
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        else:
+            await asyncio.sleep(0)  # the changes made in this turn of the event loop join
+        if self._batches.get(key) is batch:
+            del self._batches[key]
+        uid, index = key
+        try:
+            results = await self._update_entries(namespace, uid, index, batch)
+        except Exception as error:
+            for item in batch:
+                if not item.done.done():
+                    item.done.set_exception(error)
+            return
+        for item, result in zip(batch, results, strict=True):
+            if not item.done.done():
+                item.done.set_result(result)
+
+    def _flushed(self, key: tuple[str, int], flush: asyncio.Task[None]) -> None:
+        if self._flushes.get(key) is flush:
+            del self._flushes[key]
+
+    async def _update_entries(self, namespace: str, uid: str, index: int,
+                              changes: list[_Change]) -> list[bool]:
+        """Apply each change (in order) to its pod's entry in pod set `index`, in one update;
+        whether each changed its entry (all False if the pod set is gone)."""
+        results: list[bool] = []
+
+        def mutate(obj: Object) -> Object:
+            results.clear()  # mutate runs again after a conflict
+            entries = {entry["podUID"]: entry for entry in obj["pods"]}
+            for item in changes:
+                entry = entries.get(item.pod_uid)
+                results.append(entry is not None and item.change(entry))
+            return obj
+
+        try:
+            await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
+        except NotFound:
+            return [False] * len(changes)
+        return results
+
+    async def _note_window(self, uid: str, times: dict[str, str]) -> ScopeRun | None:
+        def note(obj: Object) -> Object:
+            window = obj["status"].setdefault("window", {})
+            for key, value in times.items():
+                window.setdefault(key, value)
+            return obj
+
+        namespace = await self._namespace(uid)
+        stored = None if namespace is None else await self._update_run(namespace, uid, note)
+        return None if stored is None else ScopeRun.of(stored)
+
+    async def _mark_release_due(self, namespace: str, uid: str, index: int) -> None:
+        def mutate(obj: Object) -> Object:
+            for entry in obj["pods"]:
+                if entry["state"] == SUCCEEDED and not entry.get("release"):
+                    entry["release"] = RELEASE_PENDING
+            return obj
+
+        with contextlib.suppress(NotFound):
+            await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
+
+    async def _mark_rollback_due(self, namespace: str, uid: str, index: int) -> None:
+        def mutate(obj: Object) -> Object:
+            for entry in obj["pods"]:
+                if entry["state"] == SUCCEEDED and not entry.get("rollback"):
+                    entry["rollback"] = ROLLBACK_PENDING
+            return obj
+
+        with contextlib.suppress(NotFound):
+            await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
+
+
+def _of_notification(notification_uid: str) -> str:
+    return f"spec.notificationUID={notification_uid}"
+
+
+def _run_object(notification: dict[str, Any], pod_sets: int) -> Object:
+    meta = notification["metadata"]
+    return {"apiVersion": _API_VERSION, "kind": NOTIFICATION_RUNS.kind,
+            "metadata": {"namespace": meta["namespace"], "name": meta["uid"]},
+            "spec": {"notificationName": meta["name"], "notification": notification["spec"]},
+            "status": {"podSets": pod_sets, "stopped": "", "outcome": "", "outcomeReason": "",
+                       "finished": False}}
+
+
+def _pod_set_object(namespace: str, uid: str, index: int, entries: list[dict[str, Any]],
+                    created: int) -> Object:
+    return {"apiVersion": _API_VERSION, "kind": NOTIFICATION_POD_SETS.kind,
+            "metadata": {"namespace": namespace, "name": pod_set_name(uid, index)},
+            "spec": {"notificationUID": uid, "index": index, "created": created},
+            "pods": entries}
+
+
+def _new_entries(pods: Iterable[tuple[str, str]], present: set[str]) -> list[dict[str, Any]]:
+    """Pending entries of the pods not in `present`, each once, in order (an entry holds
+    only the fields that are set: see ``ScopedPod.of``)."""
+    entries = []
+    seen = set(present)
+    for pod, uid in pods:
+        if uid not in seen:
+            seen.add(uid)
+            entries.append({"pod": pod, "podUID": uid, "state": PENDING})
+    return entries
+
+
+def _stop(reason: str) -> Callable[[Object], Object]:
+    def stop(obj: Object) -> Object:
+        obj["status"]["stopped"] = obj["status"]["stopped"] or reason
+        return obj
+
+    return stop
+
+
+def _set_status(**changes: Any) -> Callable[[Object], Object]:
+    def update(obj: Object) -> Object:
+        obj["status"].update(changes)
+        return obj
+
+    return update
+
+
+@dataclass
+class _Turn:
+    """Whose turn it is to write one Notification's scope (see ``ScopeStore._turn``)."""
+
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    readers: int = 0
+    """Shared turns under way."""
+    writing: bool = False
+    """An exclusive turn is under way."""
+    waiting: int = 0
+    """Exclusive turns waiting (no new shared turn starts meanwhile)."""
+    users: int = 0
+
+
+@dataclass(frozen=True)
+class _Change:
+    """A change of one pod's entry waiting to be written with its pod set."""
+
+    pod_uid: str
+    change: Callable[[dict[str, Any]], bool]
+    done: asyncio.Future[bool]
