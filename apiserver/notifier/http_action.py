@@ -85,6 +85,11 @@ class PodRequests:
             return HttpResult(status_code, body[:head_bytes], truncated, reason, message,
                               started, datetime.now(UTC))
 
+        if not isinstance(action.port, int):
+            return result(HttpReason.REQUEST_FAILED,
+                          f"port {action.port!r} names no port of the container, so nothing "
+                          "was sent; declare that port in the container's ports, or give "
+                          "the number in the notifier's action.http.port")
         try:
             url = target(pod_ip, action)
         except ValueError:

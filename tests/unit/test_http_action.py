@@ -239,6 +239,17 @@ async def test_a_pod_without_an_ip_sends_nothing(requests: PodRequests) -> None:
     assert result.reason is HttpReason.REQUEST_FAILED and "no IP address" in result.message
 
 
+async def test_a_port_name_left_unresolved_is_worded_as_such_and_sends_nothing(
+        requests: PodRequests) -> None:
+    with PodHttpServer("127.0.0.1") as server:
+        result = await requests("127.0.0.1", HttpAction("POST", "web"), timeout_seconds=1,
+                                head_bytes=64)
+        assert server.count() == 0
+    assert result.reason is HttpReason.REQUEST_FAILED
+    assert "port 'web' names no port of the container" in result.message
+    assert "IP address" not in result.message
+
+
 async def test_https_is_not_verified(requests: PodRequests, tmp_path: Path) -> None:
     new_ca("a pod's own certificate").write(tmp_path / "tls.crt", tmp_path / "tls.key")
     with PodHttpServer("127.0.0.1", tls=(tmp_path / "tls.crt", tmp_path / "tls.key")) as server:
