@@ -223,7 +223,9 @@ class KubeObjectStore(ObjectStore):
         """Delete a cohort's ``evicted`` members (its oldest evictable ones): the labelled in
         one DELETE of the collection, selecting by the storage labels the cohort's evictable
         members no later than the last of them (so one that finished since this replica's
-        cache saw it goes too: it is older than the evicted), the others one by one."""
+        cache saw it goes too: it is older than the evicted), the others one by one. Returns
+        once this replica's cache has the deletions of the evicted (at most
+        ``SYNC_TIMEOUT_SECONDS``), so that its next read does not show them."""
         labelled = [entry for entry in evicted if entry.labelled]
         for entry in evicted:
             if not entry.labelled:
@@ -238,6 +240,10 @@ class KubeObjectStore(ObjectStore):
                         f"{SEQUENCE_LABEL}<{last + 1}"]
         await self._call("", self._kube.delete(self._path(), params={
             "labelSelector": ",".join(requirements)}))
+        # As after one DELETE (``_gone``): this replica's next read no longer holds them.
+        uids = [str(metadata(entry.object).get("uid", "")) for entry in labelled]
+        await self._cache.reached(0, SYNC_TIMEOUT_SECONDS, lambda: all(
+            self._cache.deletion(uid) is not None for uid in uids))
 
     def _label_requirements(self, selector: FieldSelector) -> builtins.list[str]:
         """A field selector on indexed fields as requirements on their storage labels."""

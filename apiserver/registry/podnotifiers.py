@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -103,7 +103,8 @@ class PodNotifierStore(ObjectStore):
     runs (``status.replica``)."""
 
     def __init__(self, backend: ObjectStore, replica: str, *,
-                 trim_delay_seconds: float = TRIM_DELAY_SECONDS) -> None:
+                 trim_delay_seconds: float = TRIM_DELAY_SECONDS,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         if backend.resource != PODNOTIFIERS:
             raise ValueError(f"a PodNotifierStore needs a podnotifiers backend, not "
                              f"{backend.resource.plural}")
@@ -112,6 +113,7 @@ class PodNotifierStore(ObjectStore):
         self.replica = replica
         self._backend = backend
         self._trim_delay = trim_delay_seconds
+        self._sleep = sleep
         self._trims: set[asyncio.Task[None]] = set()
         self._pending_trims: set[tuple[str, str]] = set()
         """Pods with a trim not started yet."""
@@ -246,7 +248,7 @@ class PodNotifierStore(ObjectStore):
 
         async def trim_soon() -> None:
             try:
-                await asyncio.sleep(self._trim_delay)
+                await self._sleep(self._trim_delay)
             finally:  # creates from now on schedule a trim of their own
                 self._pending_trims.discard(key)
             try:

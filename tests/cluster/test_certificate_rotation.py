@@ -395,6 +395,13 @@ def replicas_paused(cluster: Cluster) -> Iterator[None]:
             os.kill(replica.pid, signal.SIGCONT)
 
 
+def refusals(cluster: Cluster, replica: int) -> list[str]:
+    """The lines of replica `replica`'s log that refuse the planted Secret."""
+    log = processes.log_path(cluster.layout.logs, f"notifier-apiserver-{replica}")
+    return [line for line in log.read_text().splitlines()
+            if "serving certificate Secret not trusted" in line and "planted-ca" in line]
+
+
 def test_a_secret_planted_while_it_was_deleted_is_refused(rotation: Cluster) -> None:
     """The Secret is deleted (as a forced rotation once was done) and a user allowed only to
     create Secrets creates it first, with a CA of theirs (the replicas are paused meanwhile,
@@ -418,17 +425,15 @@ def test_a_secret_planted_while_it_was_deleted_is_refused(rotation: Cluster) -> 
         wait_until(lambda: replaced(rotation, [*before, theirs]),
                    "a new CA of the server's in the Secret, the APIService and both replicas",
                    30)
-        time.sleep(2)  # and nothing of theirs comes back
+        # Every replica has refused the planted Secret (so none acts on it later): until
+        # then, nothing of theirs comes back.
+        wait_until(lambda: all(refusals(rotation, replica)
+                               for replica in range(rotation.replicas)),
+                   "every replica to log its refusal of the planted Secret", 30)
     finally:
         stop.set()
         watcher.join(30)
     assert seen == []
-    refusals = [line for replica in range(rotation.replicas)
-                for line in processes.log_path(rotation.layout.logs,
-                                               f"notifier-apiserver-{replica}").read_text()
-                .splitlines() if "serving certificate Secret not trusted" in line
-                and "planted-ca" in line]
-    assert refusals
     wait_until(lambda: localcluster.apiservice_available(rotation.layout, rotation.ports),
                "the APIService to be Available", 30)
     with rotation.admin() as kube:

@@ -15,7 +15,7 @@ import shlex
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +305,13 @@ def test_a_killed_replicas_running_records_end_interrupted(
     cluster.restart_replica(victim)
 
 
+def more_answers(outcomes: Sized, count: int) -> None:
+    """Wait until the callers' loops have had `count` more answers (each phase of a test
+    under load lasts until the load has reached it, however fast or slow the machine)."""
+    seen = len(outcomes)
+    wait_until(lambda: len(outcomes) >= seen + count, f"{count} more answers", 90)
+
+
 def test_a_client_loop_through_a_replica_kill_and_a_restart_sees_only_in_flight_failures(
         cluster: Cluster, namespace: str, caller: User) -> None:
     callers = 4
@@ -336,15 +343,15 @@ def test_a_client_loop_through_a_replica_kill_and_a_restart_sees_only_in_flight_
     for thread in threads:
         thread.start()
     try:
-        time.sleep(3)
+        more_answers(outcomes, 2 * callers)
         killed_at = time.monotonic()
         cluster.kill_replica(1)
-        time.sleep(6)
+        more_answers(outcomes, 4 * callers)
         cluster.restart_replica(1)
-        time.sleep(3)
+        more_answers(outcomes, 2 * callers)
         restarted_at = time.monotonic()
         cluster.restart_replica(0)  # SIGTERM: a rolling restart's graceful stop
-        time.sleep(3)
+        more_answers(outcomes, 2 * callers)
     finally:
         stop.set()
         for thread in threads:
@@ -413,10 +420,10 @@ def test_a_rolling_restart_under_8_callers_fails_no_notify(
     for thread in threads:
         thread.start()
     try:
-        time.sleep(3)
+        more_answers(outcomes, 2 * ROLLING_CALLERS)
         for replica in range(cluster.replicas):
             cluster.restart_replica(replica)  # SIGTERM, start again, wait until routed
-            time.sleep(3)
+            more_answers(outcomes, 2 * ROLLING_CALLERS)
     finally:
         stop.set()
         for thread in threads:

@@ -9,7 +9,6 @@ Each held command sleeps a duration no other test uses, so that only its process
 from __future__ import annotations
 
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
@@ -136,22 +135,29 @@ def test_a_ready_command_makes_the_hold_held_once_it_exits_0(
     workdir, sleep, never_sleep = cluster.layout.exec_workdir, "3592.2", "3592.7"
     locked = tmp_path / "locked"
 
-    def lock(name: str, seconds: str, flag: Path, timeout: int) -> dict[str, Any]:
+    checks = tmp_path / "ready-checks"  # a line per run of lock's ready command
+
+    def lock(name: str, seconds: str, ready: str, timeout: int) -> dict[str, Any]:
         return {"name": name, "timeoutSeconds": timeout,
                 "action": {"exec": {"command": ["/bin/sh", "-c",
                                                 f"echo taking the lock; exec sleep {seconds}"]}},
-                "hold": {"readyCommand": ["/bin/sh", "-c", f"test -e {shlex.quote(str(flag))}"],
+                "hold": {"readyCommand": ["/bin/sh", "-c", ready],
                          "readyPeriodSeconds": 1, "maxHoldSeconds": 600}}
 
+    def ready_checks() -> int:
+        return len(checks.read_text().splitlines()) if checks.exists() else 0
+
     pod = cluster.deploy(namespace, "db", annotations=declare(app=[
-        lock("lock", sleep, locked, 60),
-        lock("never", never_sleep, tmp_path / "never-created", 3)]))[0]["metadata"]["name"]
+        lock("lock", sleep, f"echo run >> {shlex.quote(str(checks))}; "
+             f"test -e {shlex.quote(str(locked))}", 60),
+        lock("never", never_sleep, f"test -e {shlex.quote(str(tmp_path / 'never-created'))}",
+             3)]))[0]["metadata"]["name"]
     with cluster.client_for(holder) as client:
         answer = notify(client, namespace, pod, "lock", wait=0)
         assert answer.status_code == 201, answer.text
         name = answer.json()["metadata"]["name"]
         wait_until(lambda: bool(running_sleeps(workdir, sleep)), "the held command to run", 20)
-        time.sleep(3)  # three periods of the ready command, each exiting 1
+        wait_until(lambda: ready_checks() >= 3, "three runs of the ready command", 20)
         assert record(cluster, namespace, name)["status"]["phase"] == "Running"
 
         locked.write_text("")

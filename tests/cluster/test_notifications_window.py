@@ -303,7 +303,14 @@ def test_two_competing_notifications_forbid_then_wait(
     waiting = window("waiting", afterSeconds=0)
     waiting["spec"]["concurrencyPolicy"] = "Wait"
     assert create_notification(client, namespace, waiting).status_code == 201
-    time.sleep(3)
+
+    def waits() -> dict[str, Any]:
+        return next((c for c in status_of(cluster, namespace, "waiting").get("conditions", [])
+                     if c["type"] == "WaitingForNotification"), {})
+
+    wait_until(lambda: waits().get("status") == "True",
+               "waiting to wait for first's quiesce (WaitingForNotification True)", 30)
+    assert waits()["reason"] == "OtherNotificationQuiescing" and "first" in waits()["message"]
     assert status_of(cluster, namespace, "waiting")["phase"] == "Running"
     assert tally(tmp_path, names, "quiesce") == dict.fromkeys(names, 1), "the second waits"
     released = time.monotonic()

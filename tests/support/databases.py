@@ -162,9 +162,17 @@ class MariaDB:
         raise RuntimeError(f"mariadbd did not answer within {START_SECONDS}s: {self.log()}")
 
     def stop(self) -> None:
-        stop_pid_file(self.pid_file)
-        if self._process is not None:
+        """SIGTERM and wait on the child itself: polling its pid (``stop_pid_file``) would see
+        the exited child as a zombie until waited on, and wait out the whole timeout."""
+        if self._process is None:
+            stop_pid_file(self.pid_file)
+            return
+        self._process.terminate()
+        try:
             self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
     @contextmanager
     def paused(self) -> Iterator[None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -61,9 +61,10 @@ class Replicas:
         return iter((self.a, self.b))
 
 
-def replica(backend: Backend, name: str, trim_delay: float = 0.05
-            ) -> PodNotifierStore:
-    return PodNotifierStore(backend.store(PODNOTIFIERS), name, trim_delay_seconds=trim_delay)
+def replica(backend: Backend, name: str, trim_delay: float = 0.05,
+            sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> PodNotifierStore:
+    return PodNotifierStore(backend.store(PODNOTIFIERS), name, trim_delay_seconds=trim_delay,
+                            sleep=sleep)
 
 
 def after_the_lease() -> float:
@@ -423,7 +424,12 @@ async def test_a_bounded_create_trims_the_pod_to_k_soon_after(
     """Two replicas that evict against the same (stale) records at once may leave more than K:
     here b's creates land just after c's bounded create, evicting nothing, as if late; c's trim
     restores the bound soon after, oldest finished first."""
-    creator = replica(backend, "replica-c", trim_delay=0.5)
+    trim_delay_over = asyncio.Event()
+
+    async def until_the_late_creates(seconds: float) -> None:
+        await trim_delay_over.wait()
+
+    creator = replica(backend, "replica-c", sleep=until_the_late_creates)
     for i in range(K):
         await replicas.a.create(finished_record(f"old{i}", ago=100 - i))
 
@@ -433,6 +439,7 @@ async def test_a_bounded_create_trims_the_pod_to_k_soon_after(
     late = [await replicas.b.create(finished_record(f"late{i}", ago=50 - i))
             for i in range(K + 1 - len(kept))]
     assert len(await pod_records(replicas.a)) == K + 1
+    trim_delay_over.set()
 
     async def bounded() -> bool:
         return len(await pod_records(replicas.a)) <= K
