@@ -25,10 +25,10 @@ Figures:
   again, the replicas left running; seconds from it answering /readyz until the APIService is
   Available, until a notify through the aggregator is answered 201, and until one on a pod
   created then is (tests/support/control_plane.py);
-- a Notification over 1000 pods at parallelism 1, 10 and 50, against a sequential loop of raw
-  pods/exec (what a backup tool running hooks one by one does) and raw pods/exec at the same
-  concurrency (the limit); the server's peak RSS during those runs (the server is restarted
-  first, so the peak is theirs alone).
+- the fan-out phases (hack/bench_fanout.py): a Notification over 1000 pods at parallelism 1,
+  10 and 50 with a trivial hook and with `sleep 0.5`, against a sequential loop of raw pods/exec
+  and raw pods/exec at the same concurrency; a quiesce window's release latency; with
+  --scale-pods, one Notification over thousands of pods. --fanout-only runs these alone.
 
 With --profile, a last phase samples every replica with py-spy (hack/profiling.py) during
 sequential notifies and then 8 concurrent callers, writes each replica's collapsed stacks to
@@ -43,7 +43,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 import ssl
 import statistics
 import subprocess
@@ -52,9 +51,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import bench_fanout
 import httpx
 import profiling
-from prometheus_client.parser import text_string_to_metric_families
+from kube_requests import READ_VERBS, WRITE_VERBS, kube_requests
 
 from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
 from localcluster import __main__ as localcluster
@@ -100,8 +100,8 @@ class Bench:
         if response.status_code != 201 or response.json()["status"]["phase"] != "Succeeded":
             raise RuntimeError(f"notify {pod}: {response.status_code} {response.text[:300]}")
 
-    async def exec(self, pod: str) -> None:
-        result = await exec_in_container(self.endpoint, NAMESPACE, pod, "app", COMMAND,
+    async def exec(self, pod: str, command: list[str] = COMMAND) -> None:
+        result = await exec_in_container(self.endpoint, NAMESPACE, pod, "app", command,
                                          timeout_seconds=30)
         if result.exit_code != 0:
             raise RuntimeError(f"exec {pod}: {result.reason} {result.message}")
@@ -156,16 +156,6 @@ class Bench:
         return callers * per_caller / (time.perf_counter() - start)
 
 
-async def exec_all(bench: Bench, pods: list[str], concurrency: int) -> None:
-    """Raw pods/exec on every pod, `concurrency` at a time (1: a sequential loop)."""
-
-    async def worker() -> None:
-        while pods:
-            await bench.exec(pods.pop())
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-
-
 def server_memory(layout: Layout) -> dict[str, int]:
     """VmHWM and VmRSS in bytes, each the largest of the server replicas'."""
     fields: dict[str, int] = {}
@@ -177,29 +167,9 @@ def server_memory(layout: Layout) -> dict[str, int]:
     return fields
 
 
-WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
-READ_VERBS = frozenset({"GET", "LIST", "WATCH", "WATCHLIST"})
 TRAILING_SECONDS = 3.0
 """How long after the last operation writes are still counted (asynchronous Events, trims)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def kube_requests(cluster: Cluster) -> Counter[tuple[str, str]]:
-    """kube-apiserver's resource requests so far (its apiserver_request_total), by verb and
-    ``group/resource[/subresource]``; non-resource requests (its /metrics) are left out."""
-    with cluster.admin() as kube:
-        text = kube.get("/metrics").text
-    counts: Counter[tuple[str, str]] = Counter()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = sample.labels
-            if sample.name != "apiserver_request_total" or not labels.get("resource"):
-                continue
-            resource = "/".join(part for part in (
-                labels.get("group") or "core", labels["resource"],
-                labels.get("subresource", "")) if part)
-            counts[(labels["verb"], resource)] += int(sample.value)
-    return counts
 
 
 def plane_cpu_ticks(layout: Layout) -> dict[str, int]:
@@ -370,6 +340,8 @@ def setup(cluster: Cluster, replicas: int) -> tuple[User, list[str]]:
         {"apiGroups": ["notifier.x-k8s.io"], "resources": ["podnotifiers"], "verbs": ["list"]},
         {"apiGroups": ["notifier.x-k8s.io"], "resources": ["notifications"],
          "verbs": ["create", "get"]},
+        {"apiGroups": ["notifier.x-k8s.io"], "resources": ["notifications/release"],
+         "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},  # kubectl exec reads it
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [FLOOR_CONFIGMAP],
@@ -389,18 +361,43 @@ async def run(args: argparse.Namespace) -> dict:
     pki.ensure(layout, ports)
     user, pods = setup(cluster, 1 if args.quick else max(args.concurrency))
     bench = Bench(cluster, user, pods)
-    results: dict = {"git": git_state(), "quick": args.quick, "latency_seconds": {
-        name: await bench.latency(call, args.latency_samples)
-        for name, call in (("notify", bench.notify), ("exec", bench.exec),
-                           ("kube_write", bench.kube_write), ("proxy_hop", bench.proxy_hop))}}
-    results["cost"] = {name: await cost(cluster, call, pods, args.cost_samples)
-                       for name, call in (("notify", bench.notify), ("exec", bench.exec))}
+    results: dict = {"git": git_state(), "quick": args.quick}
+    if not args.fanout_only:
+        await notify_figures(cluster, bench, args, results)
     if not args.quick:
-        await full_run(cluster, bench, args, results)
+        await fanout_phases(cluster, bench, args, results)
     if args.profile:
         results["profile"] = await profile(cluster, bench, args)
     await bench.http.aclose()
     return results
+
+
+async def notify_figures(cluster: Cluster, bench: Bench, args: argparse.Namespace,
+                         results: dict) -> None:
+    pods = bench.pods
+    results["latency_seconds"] = {
+        name: await bench.latency(call, args.latency_samples)
+        for name, call in (("notify", bench.notify), ("exec", bench.exec),
+                           ("kube_write", bench.kube_write), ("proxy_hop", bench.proxy_hop))}
+    results["cost"] = {name: await cost(cluster, call, pods, args.cost_samples)
+                       for name, call in (("notify", bench.notify), ("exec", bench.exec))}
+    if not args.quick:
+        await full_run(cluster, bench, args, results)
+
+
+async def fanout_phases(cluster: Cluster, bench: Bench, args: argparse.Namespace,
+                        results: dict) -> None:
+    """hack/bench_fanout.py's phases, each unless its size is 0."""
+    def memory() -> dict[str, int]:
+        return server_memory(cluster.layout)
+
+    if args.fanout_pods:
+        results["fanout"] = await bench_fanout.fanout(cluster, bench, args, memory)
+    if args.window_pods:
+        results["window"] = await bench_fanout.window(cluster, bench, args)
+    if args.scale_pods:
+        results["scale"] = await bench_fanout.scale(cluster, bench, args, memory,
+                                                    lambda: kube_requests(cluster))
 
 
 async def profile(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> dict:
@@ -415,8 +412,8 @@ async def profile(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> d
 
 async def full_run(cluster: Cluster, bench: Bench, args: argparse.Namespace,
                    results: dict) -> None:
-    """The figures beyond --quick: kubectl exec, throughput, replica scaling, SQLite, memory,
-    records, fan-out."""
+    """The notify figures beyond --quick: kubectl exec, throughput, replica scaling, SQLite,
+    memory, records, recovery."""
     pods = bench.pods
     results["latency_seconds"]["kubectl_exec"] = await bench.latency(
         bench.kubectl_exec, min(args.latency_samples, 50), warm_up=2)
@@ -440,8 +437,6 @@ async def full_run(cluster: Cluster, bench: Bench, args: argparse.Namespace,
     results["records_per_pod"] = {"max": max(per_pod), "min": min(per_pod)}
     results["recovery_after_apiserver_restart_seconds"] = await asyncio.to_thread(
         apiserver_restart_recovery, cluster, bench.user, pods[0])
-    if args.fanout_pods:
-        results["fanout"] = await fanout(cluster, bench, args)
 
 
 def apiserver_restart_recovery(cluster: Cluster, user: User, pod: str) -> dict[str, float]:
@@ -457,42 +452,15 @@ def apiserver_restart_recovery(cluster: Cluster, user: User, pod: str) -> dict[s
             **{key.removesuffix("_seconds"): value for key, value in figures.items()}}
 
 
-async def fanout(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> dict:
-    fleet = sorted(p["metadata"]["name"] for p in cluster.deploy(
-        NAMESPACE, "fleet", replicas=args.fanout_pods,
-        annotations=ANNOTATIONS))
-    cluster.restart_notifier(signal.SIGTERM)
-    out: dict = {"pods": len(fleet), "notification_seconds": {}, "exec_seconds": {}}
-    for parallelism in args.fanout_parallelism:
-        body = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
-                "metadata": {"generateName": f"fleet-p{parallelism}-"},
-                "spec": {"selector": {"matchLabels": {"app": "fleet"}}, "notifier": "ping",
-                         "parallelism": parallelism}}
-        start = time.perf_counter()
-        created = await bench.http.post(f"{API}/namespaces/{NAMESPACE}/notifications",
-                                        json=body)
-        if created.status_code != 201:
-            raise RuntimeError(f"create: {created.status_code} {created.text[:300]}")
-        name = created.json()["metadata"]["name"]
-        while True:
-            await asyncio.sleep(0.2)
-            obj = (await bench.http.get(f"{API}/namespaces/{NAMESPACE}/notifications/{name}")
-                   ).json()
-            if obj["status"]["phase"] in ("Succeeded", "Failed"):
-                break
-        if obj["status"]["counts"]["succeeded"] != len(fleet):
-            raise RuntimeError(f"{name} ended {obj['status']}")
-        out["notification_seconds"][str(parallelism)] = time.perf_counter() - start
-        out["object_bytes"] = len(json.dumps(obj))
-    out["server_memory"] = server_memory(cluster.layout)
-    for concurrency in [1, *args.fanout_parallelism[1:]]:
-        start = time.perf_counter()
-        await exec_all(bench, list(fleet), concurrency)
-        out["exec_seconds"][str(concurrency)] = time.perf_counter() - start
-    return out
-
-
 def report(results: dict) -> str:
+    fanout = bench_fanout.report(results)
+    if "latency_seconds" not in results:  # --fanout-only
+        return "\n".join(fanout + profile_report(results))
+    return "\n".join(notify_report(results) + fanout + cost_report(results["cost"])
+                     + profile_report(results))
+
+
+def notify_report(results: dict) -> list[str]:
     lat = results["latency_seconds"]
     lines = ["| figure | notify (aggregated) | raw pods/exec | ratio notify/exec |",
              "|---|---|---|---|"]
@@ -507,7 +475,7 @@ def report(results: dict) -> str:
               f"{lat['exec']['p50'] * 1000:.1f} ms | {floor / lat['exec']['p50']:.2f} |",
               f"| notify p50 over the floor | {lat['notify']['p50'] / floor:.2f} | | |"]
     if results["quick"]:
-        return "\n".join(lines + cost_report(results["cost"]) + profile_report(results))
+        return lines
     kubectl = lat["kubectl_exec"]
     for key in ("p50", "p95"):
         lines.append(f"| latency {key}, notify against kubectl exec | "
@@ -547,21 +515,7 @@ def report(results: dict) -> str:
                  f"Available {recovery['apiservice_available']:.1f} s; a pod created then "
                  f"Running {recovery['new_pod_running']:.1f} s, notified "
                  f"{recovery['new_pod_notify']:.1f} s) | | |")
-    if "fanout" in results:
-        fan = results["fanout"]
-        sequential = fan["exec_seconds"]["1"]
-        lines += ["", f"Fan-out over {fan['pods']} pods (wall time):", "",
-                  "| parallelism | Notification | raw exec, same concurrency | "
-                  "ratio to same-concurrency exec | ratio to sequential exec loop |",
-                  "|---|---|---|---|---|"]
-        for parallelism, seconds in fan["notification_seconds"].items():
-            same = fan["exec_seconds"].get(parallelism, sequential)
-            lines.append(f"| {parallelism} | {seconds:.1f} s | {same:.1f} s | "
-                         f"{seconds / same:.2f} | {seconds / sequential:.2f} |")
-        memory = fan["server_memory"]
-        lines.append(f"\nserver peak RSS during the fan-out runs: {memory['VmHWM'] / 2**20:.1f} "
-                     f"MiB; Notification object {fan['object_bytes']} bytes")
-    return "\n".join(lines + cost_report(results["cost"]) + profile_report(results))
+    return lines
 
 
 def cost_report(costs: dict) -> list[str]:
@@ -619,6 +573,18 @@ def main() -> None:
     parser.add_argument("--fanout-pods", type=int, default=1000,
                         help="pods of the fan-out benchmark (0 skips it)")
     parser.add_argument("--fanout-parallelism", type=int, nargs="+", default=[1, 10, 50])
+    parser.add_argument("--fanout-hooks", nargs="+", choices=sorted(bench_fanout.HOOKS),
+                        default=["trivial", "sleep"],
+                        help="the fan-out's hooks: trivial (echo ok), sleep (sleep 0.5)")
+    parser.add_argument("--window-pods", type=int, default=20,
+                        help="pods of the quiesce-window release benchmark (0 skips it)")
+    parser.add_argument("--window-rounds", type=int, default=10)
+    parser.add_argument("--scale-pods", type=int, default=0,
+                        help="pods of one Notification at scale, e.g. 5000 (off by default: "
+                        "it takes more than 5 minutes)")
+    parser.add_argument("--scale-parallelism", type=int, default=100)
+    parser.add_argument("--fanout-only", action="store_true",
+                        help="the fan-out phases alone (no notify figures)")
     parser.add_argument("--profile", action="store_true",
                         help="sample the replicas with py-spy in a last phase (hack/profiling.py)")
     parser.add_argument("--output", type=Path, default=None,

@@ -109,8 +109,10 @@ class Cluster:
 
     def deploy(self, namespace: str, name: str, replicas: int = 1,
                containers: tuple[str, ...] = ("app",),
-               annotations: dict[str, str] | None = None) -> list[dict]:
-        """A Deployment whose pods land on kwok nodes; returns its Running pods."""
+               annotations: dict[str, str] | None = None, timeout: float = 60.0
+               ) -> list[dict]:
+        """A Deployment whose pods land on kwok nodes; returns its Running pods, once there
+        are exactly `replicas` (a Deployment scaled down keeps its extra pods a moment)."""
         labels = {"app": name}
         self.apply({
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -125,7 +127,8 @@ class Cluster:
                 },
             },
         })
-        return self.wait_running_pods(namespace, f"app={name}", replicas)
+        return self.wait_running_pods(namespace, f"app={name}", replicas, timeout=timeout,
+                                      exact=True)
 
     @property
     def replicas(self) -> int:
@@ -205,7 +208,9 @@ class Cluster:
         return self.wait_running_pods(namespace, f"bare={name}", 1)[0]
 
     def wait_running_pods(self, namespace: str, selector: str, count: int,
-                          timeout: float = 60.0) -> list[dict]:
+                          timeout: float = 60.0, exact: bool = False) -> list[dict]:
+        """The Running pods that `selector` selects, once there are `count` (or more, unless
+        `exact`), none of them being deleted."""
         pods: list[dict] = []
 
         def enough() -> bool:
@@ -215,7 +220,7 @@ class Cluster:
                                  params={"labelSelector": selector}).json()["items"]
             pods = [p for p in items if p.get("status", {}).get("phase") == "Running"
                     and not p["metadata"].get("deletionTimestamp")]
-            return len(pods) >= count
+            return len(pods) == count if exact else len(pods) >= count
 
         wait_until(enough, f"{count} Running pods {selector} in {namespace}", timeout)
         return pods

@@ -1,0 +1,305 @@
+"""make bench's fan-out phases (hack/bench.py runs them; `--fanout-only` runs them alone):
+
+- a Notification over --fanout-pods pods at each --fanout-parallelism, with each hook of
+  --fanout-hooks (`trivial`: `echo ok`; `sleep`: `sleep 0.5`, the shape of a quiesce), against
+  a sequential loop of raw pods/exec of the same command (what a backup tool running hooks one
+  by one does) and raw pods/exec at the same concurrency (the limit);
+- a quiesce window over --window-pods pods, --window-rounds times: from the release request
+  to the first unquiesce start and to the last unquiesce end (minus the unquiesce commands' own
+  time), and from the last pod quiesced to the window's quiescedTime;
+- with --scale-pods (off by default: it takes longer than 5 minutes), one Notification over that
+  many pods at --scale-parallelism: every pod notified once, the largest stored object, the
+  Notification's size, the leader's peak RSS and kube-apiserver writes per pod.
+
+Times on both sides are this machine's clock (the server's status times are RFC 3339 with
+milliseconds), so the differences are comparable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kube_requests import REVIEW_GROUPS, WRITE_VERBS
+
+from localcluster import __main__ as localcluster
+from tests.support.kube import Cluster
+
+API = "/apis/notifier.x-k8s.io/v1alpha1"
+NAMESPACE = "bench"
+TRIVIAL = ["/bin/sh", "-c", "echo ok"]
+SLEEP = ["/bin/sh", "-c", "sleep 0.5"]
+HOOKS = {"trivial": ("ping", TRIVIAL), "sleep": ("pause", SLEEP)}
+"""--fanout-hooks: the notifier each fleet pod declares for it, and its command."""
+FLEET_ANNOTATIONS = {"notifier.x-k8s.io/notifiers": json.dumps({"app": [
+    {"name": name, "action": {"exec": {"command": command}}}
+    for name, command in HOOKS.values()]})}
+WINDOW_ANNOTATIONS = {"notifier.x-k8s.io/notifiers": json.dumps({"app": [
+    {"name": "quiesce", "action": {"exec": {"command": TRIVIAL}}},
+    {"name": "unquiesce", "action": {"exec": {"command": TRIVIAL}}}]})}
+RECORDS_PAGE = "500"
+STORAGE_GROUP = "storage.notifier.x-k8s.io"
+SCALE_PODS_PER_NODE = 500
+"""kwok nodes the scale phase adds: one per this many pods (kwok nodes are cheap)."""
+
+
+def seconds_of(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def deploy(cluster: Cluster, name: str, replicas: int, annotations: dict[str, str],
+           timeout: float = 60.0) -> list[str]:
+    """A Deployment of `replicas` kwok pods; their names once all Run."""
+    pods = cluster.deploy(NAMESPACE, name, replicas, annotations=annotations, timeout=timeout)
+    return sorted(p["metadata"]["name"] for p in pods)
+
+
+def remove(cluster: Cluster, name: str) -> None:
+    """The Deployment and its pods, waited for (a plane with thousands of pods is slower)."""
+    cluster.kubectl("delete", "deployment", name, "-n", NAMESPACE, "--wait=true",
+                    check=False)
+    cluster.kubectl("delete", "pods", "-n", NAMESPACE, "-l", f"app={name}", "--wait=true",
+                    "--timeout=600s", check=False)
+
+
+async def notification(bench: Any, app: str, notifier: str, parallelism: int,
+                       **spec: Any) -> dict[str, Any]:
+    """Create a Notification over the pods labelled app=`app` and return it once finished."""
+    body = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
+            "metadata": {"generateName": f"{app}-p{parallelism}-"},
+            "spec": {"selector": {"matchLabels": {"app": app}}, "notifier": notifier,
+                     "parallelism": parallelism, **spec}}
+    created = await bench.http.post(f"{API}/namespaces/{NAMESPACE}/notifications", json=body)
+    if created.status_code != 201:
+        raise RuntimeError(f"create: {created.status_code} {created.text[:300]}")
+    return await finished(bench, created.json()["metadata"]["name"])
+
+
+async def finished(bench: Any, name: str,
+                   until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
+    """The Notification once `until` holds of it (default: it finished)."""
+    done = until or (lambda obj: obj["status"].get("phase") in ("Succeeded", "Failed"))
+    while True:
+        obj = (await bench.http.get(f"{API}/namespaces/{NAMESPACE}/notifications/{name}")
+               ).json()
+        if done(obj):
+            return obj
+        await asyncio.sleep(0.05)
+
+
+async def records_of(bench: Any, name: str) -> list[dict[str, Any]]:
+    """Every PodNotifier of Notification `name`, page by page."""
+    found: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        params = {"labelSelector": f"notifier.x-k8s.io/notification={name}",
+                  "limit": RECORDS_PAGE, **({"continue": token} if token else {})}
+        page = (await bench.http.get(f"{API}/namespaces/{NAMESPACE}/podnotifiers",
+                                     params=params)).json()
+        found += page["items"]
+        token = page["metadata"].get("continue", "")
+        if not token:
+            return found
+
+
+async def exec_all(bench: Any, pods: list[str], concurrency: int, command: list[str]) -> float:
+    """Seconds to run `command` by raw pods/exec on every pod, `concurrency` at a time."""
+    queue = list(pods)
+
+    async def worker() -> None:
+        while queue:
+            await bench.exec(queue.pop(), command)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - start
+
+
+async def fanout(cluster: Cluster, bench: Any, args: Any, memory: Callable[[], dict[str, int]]
+                 ) -> dict[str, Any]:
+    fleet = deploy(cluster, "fleet", args.fanout_pods, FLEET_ANNOTATIONS,
+                   timeout=max(60.0, args.fanout_pods / 10))
+    cluster.restart_notifier(signal.SIGTERM)  # the peak RSS below is these runs' alone
+    out: dict[str, Any] = {"pods": len(fleet), "hooks": {}}
+    for hook in args.fanout_hooks:
+        notifier, command = HOOKS[hook]
+        figures: dict[str, Any] = {"command": command, "notification_seconds": {},
+                                   "exec_seconds": {}}
+        for parallelism in args.fanout_parallelism:
+            start = time.perf_counter()
+            obj = await notification(bench, "fleet", notifier, parallelism)
+            if obj["status"]["counts"]["succeeded"] != len(fleet):
+                raise RuntimeError(f"{obj['metadata']['name']} ended {obj['status']}")
+            figures["notification_seconds"][str(parallelism)] = time.perf_counter() - start
+            out["object_bytes"] = len(json.dumps(obj))
+        for concurrency in sorted({1, *args.fanout_parallelism}):
+            figures["exec_seconds"][str(concurrency)] = await exec_all(
+                bench, fleet, concurrency, command)
+        out["hooks"][hook] = figures
+    out["server_memory"] = memory()
+    remove(cluster, "fleet")
+    return out
+
+
+async def window(cluster: Cluster, bench: Any, args: Any) -> dict[str, Any]:
+    """Release latency of a quiesce window over --window-pods pods, --window-rounds times."""
+    pods = deploy(cluster, "window", args.window_pods, WINDOW_ANNOTATIONS)
+    to_first_start: list[float] = []
+    to_last_end: list[float] = []
+    quiesced_lag: list[float] = []
+    for _ in range(args.window_rounds):
+        body = {"apiVersion": "notifier.x-k8s.io/v1alpha1", "kind": "Notification",
+                "metadata": {"generateName": "window-"},
+                "spec": {"selector": {"matchLabels": {"app": "window"}}, "notifier": "quiesce",
+                         "parallelism": len(pods),
+                         "release": {"notifier": "unquiesce", "maxHoldSeconds": 600}}}
+        created = await bench.http.post(f"{API}/namespaces/{NAMESPACE}/notifications",
+                                        json=body)
+        if created.status_code != 201:
+            raise RuntimeError(f"create: {created.status_code} {created.text[:300]}")
+        name = created.json()["metadata"]["name"]
+        opened = await finished(bench, name, lambda obj: bool(
+            (obj["status"].get("window") or {}).get("quiescedTime")))
+        requested = time.time()
+        released = await bench.http.post(
+            f"{API}/namespaces/{NAMESPACE}/notifications/{name}/release")
+        if released.status_code != 200:
+            raise RuntimeError(f"release: {released.status_code} {released.text[:300]}")
+        done = await finished(bench, name)
+        if done["status"]["phase"] != "Succeeded":
+            raise RuntimeError(f"{name} ended {done['status']}")
+        runs = await records_of(bench, name)
+        quiesces = [r for r in runs if r["spec"]["notifier"] == "quiesce"]
+        unquiesces = [r for r in runs if r["spec"]["notifier"] == "unquiesce"]
+        if len(quiesces) != len(pods) or len(unquiesces) != len(pods):
+            raise RuntimeError(f"{name}: {len(quiesces)} quiesces, {len(unquiesces)} "
+                               f"unquiesces over {len(pods)} pods")
+        own = statistics.median(seconds_of(r["status"]["completionTime"])
+                                - seconds_of(r["status"]["startTime"]) for r in unquiesces)
+        to_first_start.append(min(seconds_of(r["status"]["startTime"]) for r in unquiesces)
+                              - requested)
+        to_last_end.append(max(seconds_of(r["status"]["completionTime"]) for r in unquiesces)
+                           - requested - own)
+        quiesced_lag.append(seconds_of(opened["status"]["window"]["quiescedTime"])
+                            - max(seconds_of(r["status"]["completionTime"]) for r in quiesces))
+    remove(cluster, "window")
+    return {"pods": len(pods), "rounds": args.window_rounds,
+            **{key: {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95)}
+               for key, values in (("release_to_first_unquiesce_start", to_first_start),
+                                   ("release_to_last_unquiesce_end", to_last_end),
+                                   ("last_quiesced_to_quiesced_time", quiesced_lag))}}
+
+
+def largest_storage_object(cluster: Cluster) -> dict[str, Any]:
+    """The largest object of each storage resource (bytes of its JSON), read as the admin."""
+    with cluster.admin() as kube:
+        groups = kube.get(f"/apis/{STORAGE_GROUP}").json()
+        version = groups["preferredVersion"]["groupVersion"]
+        resources = [r["name"] for r in kube.get(f"/apis/{version}").json()["resources"]
+                     if "/" not in r["name"]]
+        out: dict[str, Any] = {}
+        for resource in resources:
+            biggest, token = 0, ""
+            while True:
+                params = {"limit": RECORDS_PAGE, **({"continue": token} if token else {})}
+                page = kube.get(f"/apis/{version}/{resource}", params=params).json()
+                biggest = max([biggest, *(len(json.dumps(item)) for item in page["items"])])
+                token = page["metadata"].get("continue", "")
+                if not token:
+                    break
+            out[resource] = biggest
+    return out
+
+
+async def scale(cluster: Cluster, bench: Any, args: Any, memory: Callable[[], dict[str, int]],
+                requests: Callable[[], Counter[tuple[str, str]]]) -> dict[str, Any]:
+    """One Notification over --scale-pods pods at --scale-parallelism."""
+    localcluster.create_nodes(cluster.layout, cluster.ports,
+                              max(localcluster.NODE_COUNT,
+                                  -(-args.scale_pods // SCALE_PODS_PER_NODE)))
+    started = time.perf_counter()
+    pods = deploy(cluster, "scale", args.scale_pods, FLEET_ANNOTATIONS,
+                  timeout=max(120.0, args.scale_pods / 5))
+    deployed = time.perf_counter() - started
+    cluster.restart_notifier(signal.SIGTERM)  # the peak RSS below is this run's alone
+    before = requests()
+    start = time.perf_counter()
+    obj = await notification(bench, "scale", "ping", args.scale_parallelism)
+    seconds = time.perf_counter() - start
+    peak = memory()
+    delta = requests() - before
+    runs = await records_of(bench, obj["metadata"]["name"])
+    per_pod = Counter(r["spec"]["podName"] for r in runs)
+    writes = Counter({key: n for key, n in delta.items() if key[0] in WRITE_VERBS})
+    out = {"pods": len(pods), "parallelism": args.scale_parallelism,
+           "deploy_seconds": deployed, "notification_seconds": seconds,
+           "phase": obj["status"]["phase"], "counts": obj["status"]["counts"],
+           "records": len(runs), "pods_notified_once": sum(n == 1 for n in per_pod.values()),
+           "pods_notified_more": sum(n > 1 for n in per_pod.values()),
+           "notification_bytes": len(json.dumps(obj)),
+           "largest_storage_object_bytes": largest_storage_object(cluster),
+           "server_memory": peak,
+           "kube_writes_per_pod": sum(writes.values()) / len(pods),
+           "stored_writes_per_pod": sum(n for (_, resource), n in writes.items()
+                                        if not resource.startswith(REVIEW_GROUPS))
+           / len(pods),
+           "kube_writes_by_resource": {f"{verb} {resource}": n
+                                       for (verb, resource), n in writes.most_common()}}
+    remove(cluster, "scale")
+    return out
+
+
+def report(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    if "fanout" in results:
+        fan = results["fanout"]
+        for hook, figures in fan["hooks"].items():
+            sequential = figures["exec_seconds"]["1"]
+            lines += ["", f"Fan-out over {fan['pods']} pods, hook {hook} "
+                      f"({' '.join(figures['command'])}), wall time:", "",
+                      "| parallelism | Notification | raw exec, same concurrency | "
+                      "ratio to same-concurrency exec | sequential exec loop / Notification |",
+                      "|---|---|---|---|---|"]
+            for parallelism, seconds in figures["notification_seconds"].items():
+                same = figures["exec_seconds"].get(parallelism, sequential)
+                lines.append(f"| {parallelism} | {seconds:.1f} s | {same:.1f} s | "
+                             f"{seconds / same:.2f} | {sequential / seconds:.1f}x faster |")
+        lines.append(f"\nserver peak RSS during the fan-out runs: "
+                     f"{fan['server_memory']['VmHWM'] / 2**20:.1f} MiB; Notification object "
+                     f"{fan['object_bytes']} bytes")
+    if "window" in results:
+        win = results["window"]
+        lines += ["", f"Quiesce window over {win['pods']} pods, {win['rounds']} rounds:", "",
+                  "| figure | p50 | p95 |", "|---|---|---|"]
+        for key in ("release_to_first_unquiesce_start", "release_to_last_unquiesce_end",
+                    "last_quiesced_to_quiesced_time"):
+            lines.append(f"| {key.replace('_', ' ')} | {win[key]['p50'] * 1000:.0f} ms | "
+                         f"{win[key]['p95'] * 1000:.0f} ms |")
+    if "scale" in results:
+        sc = results["scale"]
+        lines += ["", f"Scale: one Notification over {sc['pods']} pods at parallelism "
+                  f"{sc['parallelism']}: {sc['phase']} in {sc['notification_seconds']:.1f} s "
+                  f"(pods deployed in {sc['deploy_seconds']:.0f} s); {sc['records']} records, "
+                  f"{sc['pods_notified_once']} pods notified once, {sc['pods_notified_more']} "
+                  "more than once",
+                  f"Notification {sc['notification_bytes']} bytes; largest stored object "
+                  + ", ".join(f"{resource} {size}" for resource, size in
+                              sc["largest_storage_object_bytes"].items()),
+                  f"leader peak RSS {sc['server_memory']['VmHWM'] / 2**20:.1f} MiB; "
+                  f"kube-apiserver writes per pod {sc['kube_writes_per_pod']:.2f}, "
+                  f"{sc['stored_writes_per_pod']:.2f} of them stored (not reviews): "
+                  + ", ".join(f"{key} {n}" for key, n in
+                              list(sc["kube_writes_by_resource"].items())[:8])]
+    return lines
