@@ -165,7 +165,7 @@ def _counts(obj: Mapping[str, Any]) -> dict[str, int]:
     counts = (obj.get("status") or {}).get("counts") or {}
     return {key: int(counts.get(key) or 0) for key in
             ("total", "pending", "running", "succeeded", "failed", "skipped", "rolledBack",
-             "released")}
+             "released", "mayHaveRunTwice")}
 
 
 def progress_line(obj: Mapping[str, Any]) -> str:
@@ -205,6 +205,8 @@ def notification_summary(obj: Mapping[str, Any]) -> str:
         line += f", {c['rolledBack']} rolled back"
     if c["released"]:
         line += f", {c['released']} released"
+    if c["mayHaveRunTwice"]:
+        line += f" ({c['mayHaveRunTwice']} may have run their rollback or release twice)"
     took = seconds_between(status.get("startTime"), status.get("completionTime"))
     if took is not None:
         line += f" in {format_duration(took)}"

@@ -742,6 +742,10 @@ class NotificationCounts(APIModel):
         description="Pods whose rollback notifier succeeded.")] = None
     released: Annotated[int | None, Field(
         description="With spec.release: quiesced pods released successfully.")] = None
+    may_have_run_twice: Annotated[int | None, Field(
+        description="Pods whose rollback or release ran again after an interrupted attempt: "
+                    "the interrupted attempt's command may have run to its end too, so it may "
+                    "have run twice (undo steps run at least once). Omitted when 0.")] = None
 
 
 class NotificationWindow(APIModel):

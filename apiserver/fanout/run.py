@@ -146,7 +146,8 @@ class NotificationRun(WindowRun):
                     if not self._holds_after(state):
                         self.locks.release(self._key(pod), self.holder)
             if pod.rollback == scope.ROLLBACK_STARTED:
-                outcome = await self._settled_rollback(pod.rollback_record)
+                outcome = {scope.SUCCEEDED: scope.ROLLBACK_DONE, scope.FAILED:
+                           scope.ROLLBACK_FAILED}.get(await self._undo_result(pod.rollback_record))
                 if outcome:
                     await self._stored("store a rollback result", functools.partial(
                         self.parts.scopes.finish_rollback, self.uid, pod.pod_uid, outcome))
@@ -167,15 +168,6 @@ class NotificationRun(WindowRun):
         await self._record_result(pod, state, reason)
         if not self._holds_after(state):
             self.locks.release(self._key(pod), self.holder)
-
-    async def _settled_rollback(self, name: str) -> str:
-        """done | failed, or "" when the rollback must run again."""
-        record = await self._record(name)
-        if record is None or record["status"].get("reason") == records.INTERRUPTED:
-            return ""
-        if record["status"]["phase"] == records.SUCCEEDED:
-            return scope.ROLLBACK_DONE
-        return scope.ROLLBACK_FAILED
 
     async def _record_result(self, pod: ScopedPod, state: str, reason: str) -> None:
         """Store a pod's final state; under Abort a failure stops the run, in the same write."""

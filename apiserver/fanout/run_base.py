@@ -212,6 +212,15 @@ class RunBase:
             return None
         return record
 
+    async def _undo_result(self, name: str) -> str:
+        """How an undo step's (rollback's, release's) attempt `name` ended: SUCCEEDED, FAILED,
+        or "" when it must run again (its record was never stored, or it was interrupted:
+        undo steps run at least once)."""
+        record = await self._record(name)
+        if record is None or record["status"].get("reason") == records.INTERRUPTED:
+            return ""
+        return scope.SUCCEEDED if record["status"]["phase"] == records.SUCCEEDED else scope.FAILED
+
     async def _run_once(self, pod: ScopedPod, notifier: str, name: str, labels: dict[str, str]
                         ) -> tuple[str, str]:
         """Run `notifier` on the pod as record `name`, whose start was stored before a stop:

@@ -15,11 +15,8 @@ from apiserver.fanout.reasons import HELD
 from apiserver.notifier import records
 
 ROLLBACK_ATTEMPT_LABEL = "notifier.x-k8s.io/rollback-attempt"
-"""On rollback records: 1 for the first run, 2 and more for a run again after the server
-stopped during (or before storing) the previous one."""
-RELEASE_ATTEMPT = 1
-"""The attempt of a release record (its name's digest, its rollback-attempt label): a release
-runs once, never again (unlike a rollback)."""
+"""On rollback and release records: 1 for the first run, 2 and more for a run again after the
+server stopped during (or before storing) the previous one."""
 
 
 def requester(spec: dict[str, Any]) -> UserInfo:

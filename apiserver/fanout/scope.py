@@ -78,8 +78,16 @@ class ScopedPod:
     rollback_attempts: int = 0
     release: str = ""
     """With spec.release: pending once the window ended for a quiesced pod, started (with
-    release_record) before its release notifier's record is created, then done | failed."""
+    release_record and the attempt) before its release notifier's record is created, then
+    done | failed; started again, as a new attempt, when an attempt was interrupted."""
     release_record: str = ""
+    release_attempts: int = 0
+
+    @property
+    def may_have_run_twice(self) -> bool:
+        """An undo step (rollback or release) ran again after an interrupted attempt, whose
+        command may have run to its end in the container too."""
+        return self.rollback_attempts > 1 or self.release_attempts > 1
 
     @classmethod
     def of(cls, entry: dict[str, Any], path: str = "pods[]") -> ScopedPod:
@@ -97,7 +105,8 @@ class ScopedPod:
                    optional_field("rollbackRecord"),
                    optional_integer(found.get("rollbackAttempts"),
                                     f"{path}.rollbackAttempts"),
-                   optional_field("release"), optional_field("releaseRecord"))
+                   optional_field("release"), optional_field("releaseRecord"),
+                   optional_integer(found.get("releaseAttempts"), f"{path}.releaseAttempts"))
 
 
 @dataclass(frozen=True)
@@ -184,7 +193,8 @@ def pod_set_name(notification_uid: str, index: int) -> str:
 
 def counts(pods: list[ScopedPod], *, released: bool = False) -> dict[str, int]:
     """The Notification's status.counts from its scope; `released` (a Notification with
-    spec.release) adds the count of pods released successfully."""
+    spec.release) adds the count of pods released successfully; mayHaveRunTwice, when not 0,
+    the pods whose undo step ran again after an interrupted attempt."""
     states = Counter(p.state for p in pods)
     found = {
         "total": len(pods),
@@ -197,4 +207,7 @@ def counts(pods: list[ScopedPod], *, released: bool = False) -> dict[str, int]:
     }
     if released:
         found["released"] = sum(p.release == RELEASE_DONE for p in pods)
+    again = sum(p.may_have_run_twice for p in pods)
+    if again:  # omitted when 0, as a Go API type's omitempty count
+        found["mayHaveRunTwice"] = again
     return found

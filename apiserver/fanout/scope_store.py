@@ -334,13 +334,15 @@ class ScopeStore:
             return run
 
     async def start_release(self, notification_uid: str, pod_uid: str, record: str) -> bool:
-        """Release pending -> started with its record's name, stored before the record is
-        created. Only from pending: a started release is never started again."""
+        """Release pending (or started by an attempt that was interrupted) -> started with a
+        new record and attempt, stored before the record is created; False if the pod's
+        release is not due."""
 
         def start(entry: dict[str, Any]) -> bool:
-            if entry.get("release") != RELEASE_PENDING:
+            if entry.get("release") not in (RELEASE_PENDING, RELEASE_STARTED):
                 return False
-            entry.update(release=RELEASE_STARTED, releaseRecord=record)
+            entry.update(release=RELEASE_STARTED, releaseRecord=record,
+                         releaseAttempts=entry.get("releaseAttempts", 0) + 1)
             return True
 
         return await self._change_pod(notification_uid, pod_uid, start)

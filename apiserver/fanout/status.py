@@ -153,8 +153,11 @@ def final_condition(outcome: str, reason: str, detail: str, facts: RunFacts
                     ) -> dict[str, Any]:
     """Complete or Failed, with a message that counts the pods and says why."""
     counts = facts.counts()
+    again = [p.pod for p in facts.pods if p.may_have_run_twice]
     released = (f"; released {counts['released']} of {counts['succeeded']}"
-                if facts.window is not None else "")
+                if facts.window is not None else "") + (
+        f"; {len(again)} may have run their release or rollback twice (an attempt was "
+        f"interrupted, then run again): {_some(again)}" if again else "")
     if outcome == scope.OUTCOME_SUCCEEDED:
         message = (f"{counts['succeeded']} pods succeeded, {counts['skipped']} skipped"
                    + released)

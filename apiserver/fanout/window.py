@@ -34,12 +34,10 @@ from apiserver.fanout.reasons import (
 )
 from apiserver.fanout.run_base import RUN_WAIT_SECONDS, RunBase
 from apiserver.fanout.run_records import (
-    RELEASE_ATTEMPT,
     ROLLBACK_ATTEMPT_LABEL,
     hold_end,
     notification_label,
     record_name,
-    result_of,
 )
 from apiserver.fanout.scope import ScopedPod
 from apiserver.fanout.status import MAX_PODS_IN_MESSAGE
@@ -224,18 +222,16 @@ class WindowRun(RunBase):
                 "failed": outcomes[scope.RELEASE_FAILED]})
 
     async def _release_pod(self, pod: ScopedPod) -> str:
-        """Release one quiesced pod: end its hold (a Held record) and run release.notifier,
-        once; a release marked started is never run again if its record exists, whatever
-        its outcome (its command may have run), and runs once under that name if not."""
+        """Release one quiesced pod, at least once: end its hold (a Held record; idempotent)
+        and run release.notifier. The same step first and after a crash: a started attempt
+        that ended stands, whatever its outcome; one that was interrupted, or whose record was
+        never stored, is run again as a new attempt (its command may then have run twice:
+        ``ScopedPod.may_have_run_twice``)."""
         notifier = (self.release or {}).get("notifier")
-        labels = {**notification_label(self.name), ROLLBACK_ATTEMPT_LABEL: str(RELEASE_ATTEMPT)}
         if pod.release == scope.RELEASE_STARTED and notifier:
-            record = await self._record(pod.release_record)
-            if record is None:
-                state, _ = await self._run_once(pod, notifier, pod.release_record, labels)
-            else:
-                state, _ = result_of(record)
-            return scope.RELEASE_DONE if state == scope.SUCCEEDED else scope.RELEASE_FAILED
+            ended = await self._undo_result(pod.release_record)
+            if ended:
+                return scope.RELEASE_DONE if ended == scope.SUCCEEDED else scope.RELEASE_FAILED
         held = pod.reason == HELD
         hold_released = await self._end_hold(pod) if held else False
         if not notifier:
@@ -246,11 +242,14 @@ class WindowRun(RunBase):
                           "namespace": self.namespace, "notification": self.name,
                           "pod": pod.pod})
             return scope.RELEASE_FAILED
-        name = record_name(pod.pod, notifier, self.uid, pod.pod_uid, RELEASE_ATTEMPT)
+        attempt = pod.release_attempts + 1
+        name = record_name(pod.pod, notifier, self.uid, pod.pod_uid, attempt)
         if not await self._stored("start a release", lambda: self.parts.scopes.start_release(
                 self.uid, pod.pod_uid, name)):
             return scope.RELEASE_FAILED
-        self.pods[pod.pod_uid] = replace(pod, release=scope.RELEASE_STARTED, release_record=name)
+        self.pods[pod.pod_uid] = replace(pod, release=scope.RELEASE_STARTED, release_record=name,
+                                         release_attempts=attempt)
+        labels = {**notification_label(self.name), ROLLBACK_ATTEMPT_LABEL: str(attempt)}
         state, _ = await self._attempt(pod, notifier, name, labels)
         return scope.RELEASE_DONE if state == scope.SUCCEEDED else scope.RELEASE_FAILED
 

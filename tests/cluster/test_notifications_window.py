@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -232,7 +233,7 @@ def test_a_window_over_20_pods_holds_and_releases_on_request_after_seconds_delet
     client.close()
 
 
-def test_the_leader_killed_in_the_window_and_in_the_release_unquiesces_each_pod_once(
+def test_the_leader_killed_in_the_window_and_in_the_release_unquiesces_each_pod_at_least_once(
         cluster: Cluster, namespace: str, operator: User, tmp_path: Path) -> None:
     assert cluster.replicas >= 2, "needs two replicas"
     names = make_pods(cluster, namespace, tmp_path, 20, unquiesce_seconds=2)
@@ -261,28 +262,36 @@ def test_the_leader_killed_in_the_window_and_in_the_release_unquiesces_each_pod_
 
     status = wait_done(cluster, namespace, "snap", timeout=120)
     finished = time.monotonic() - restarted
-    assert tally(tmp_path, names, "quiesce") == dict.fromkeys(names, 1)
-    assert tally(tmp_path, names, "unquiesce start") == dict.fromkeys(names, 1), "exactly once"
-    # exec'd commands outlive the killed server: those it started still run to their end
-    wait_until(lambda: tally(tmp_path, names, "unquiesce") == dict.fromkeys(names, 1),
-               "every pod's unquiesce to complete once", 15)
-    completed = tally(tmp_path, names, "unquiesce")
+    assert tally(tmp_path, names, "quiesce") == dict.fromkeys(names, 1), "at most once"
     assert status["window"]["quiescedTime"] == before["quiescedTime"]
     assert status["window"]["releaseReason"] == "ReleaseRequested"
+    assert status["phase"] == "Succeeded", status
     records = list_records(cluster, namespace, labelSelector=f"{LABEL}=snap",
                            fieldSelector="spec.notifier=unquiesce")
-    assert len(records) == 20
-    interrupted = sorted(r["spec"]["podName"] for r in records
-                         if r["status"].get("reason") == "Interrupted")
-    assert status["phase"] == ("Failed" if interrupted else "Succeeded")
-    if interrupted:
-        assert status["conditions"][0]["reason"] == "ReleaseFailed"
+    interrupted = Counter(r["spec"]["podName"] for r in records
+                          if r["status"].get("reason") == "Interrupted")
+    # at least once: a pod's release runs again after each interrupted attempt, and only then
+    attempts = Counter(r["spec"]["podName"] for r in records)
+    assert attempts == Counter({pod: 1 + interrupted[pod] for pod in names}), attempts
+    assert tally(tmp_path, names, "unquiesce start") == dict(attempts)
+    # exec'd commands outlive the killed server: those it started still run to their end
+    wait_until(lambda: tally(tmp_path, names, "unquiesce") == dict(attempts),
+               "every started unquiesce to complete", 15)
+    # a pod ran a second attempt after an interrupted one, or after one never stored
+    again = {r["spec"]["podName"] for r in records
+             if int(r["metadata"]["labels"]["notifier.x-k8s.io/rollback-attempt"]) >= 2}
+    assert set(interrupted) <= again
+    assert status["counts"].get("mayHaveRunTwice", 0) == len(again)
+    assert status["counts"]["released"] == 20
+    if again:
+        assert "may have run their release or rollback twice" in status["conditions"][0][
+            "message"]
     print(f"\nleader {first} killed in the window, the release requested meanwhile: the new "
           f"leader {second} started releasing {resumed:.1f} s after the kill; killed with "
           f"{at_kill} of 20 releases started; after the restart the Notification ended "
           f"{status['phase']} {finished:.1f} s later; {len(interrupted)} release runs ended "
-          f"Interrupted (not run again); every pod's unquiesce started exactly once, "
-          f"{sum(completed.values())} of 20 ran to their end")
+          f"Interrupted and ran again (mayHaveRunTwice {len(interrupted)}); every other pod's "
+          f"unquiesce started once")
     cluster.restart_replica(second)
 
 

@@ -94,6 +94,23 @@ def test_the_complete_message_counts_releases_of_a_window() -> None:
     assert final["message"] == "2 pods succeeded, 1 skipped; released 1 of 2"
 
 
+def test_pods_whose_undo_step_ran_again_are_counted_and_named() -> None:
+    pods = [ScopedPod("a", "uid-a", scope.SUCCEEDED, release=scope.RELEASE_DONE,
+                      release_attempts=2),
+            ScopedPod("b", "uid-b", scope.SUCCEEDED, release=scope.RELEASE_DONE,
+                      release_attempts=1),
+            ScopedPod("c", "uid-c", scope.SUCCEEDED, rollback=scope.ROLLBACK_DONE,
+                      rollback_attempts=3, release=scope.RELEASE_DONE, release_attempts=1)]
+    facts = RunFacts("quiesce", pods, window={})
+    assert facts.counts()["mayHaveRunTwice"] == 2
+    final = status.final_condition(scope.OUTCOME_SUCCEEDED, reasons.PODS_SUCCEEDED, "", facts)
+    assert final["message"] == (
+        "3 pods succeeded, 0 skipped; released 3 of 3; 2 may have run their release or "
+        "rollback twice (an attempt was interrupted, then run again): a, c")
+    once = RunFacts("quiesce", pods[1:2], window={})
+    assert "mayHaveRunTwice" not in once.counts()
+
+
 def test_a_release_request_stored_by_another_replica_is_kept() -> None:
     ours = {"phase": "Running", "window": {"quiescedTime": STARTED}}
     stored = {"window": {"releaseRequestedTime": "2026-12-03T10:00:05Z"}}

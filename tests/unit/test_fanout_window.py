@@ -258,10 +258,12 @@ async def test_a_release_requested_while_the_leader_was_down_happens_at_once(
         await second.close()
 
 
-async def test_a_crash_mid_release_never_runs_a_release_twice(tmp_path: Path) -> None:
+async def test_a_crash_mid_release_runs_the_interrupted_release_again_and_says_so(
+        tmp_path: Path) -> None:
     """db-0's release finished, db-1's record was created and is running, db-2's was never
-    started: after the restart db-0 and db-1 are not released again (db-1's record ended
-    Interrupted: its command ran, or may have), db-2 is released once."""
+    started: after the restart db-0 is not released again, db-1's interrupted attempt runs
+    again as attempt 2 (undo steps at least once: its first command may have run too, which
+    counts.mayHaveRunTwice says), db-2 is released once."""
     data = tmp_path / "data"
     first = await Server.open(data)
     created = await first.create("snap", first.fake.add(*NAMES), release=RELEASE)
@@ -280,14 +282,20 @@ async def test_a_crash_mid_release_never_runs_a_release_twice(tmp_path: Path) ->
     second = await restart(data, first, NAMES)
     try:
         status = (await second.finished("snap"))["status"]
-        assert second.fake.started == [("db-2", UNQUIESCE)]
-        assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed",
-                                                                       "ReleaseFailed")
+        assert sorted(second.fake.started) == [("db-1", UNQUIESCE), ("db-2", UNQUIESCE)]
+        assert (status["phase"], status["conditions"][0]["reason"]) == ("Succeeded",
+                                                                       "PodsSucceeded")
+        assert status["counts"] == {**counts(total=3, succeeded=3), "released": 3,
+                                    "mayHaveRunTwice": 1}
         pods = {p.pod: p for p in await second.scopes.pods(uid)}
-        assert [pods[n].release for n in NAMES] == [scope.RELEASE_DONE, scope.RELEASE_FAILED,
-                                                     scope.RELEASE_DONE]
-        interrupted = await second.podnotifiers.get(NS, pods["db-1"].release_record)
+        assert [pods[n].release for n in NAMES] == [scope.RELEASE_DONE] * 3
+        assert [pods[n].release_attempts for n in NAMES] == [1, 2, 1]
+        assert pods["db-1"].release_record == record_name("db-1", UNQUIESCE, uid, "uid-db-1", 2)
+        interrupted = await second.podnotifiers.get(
+            NS, record_name("db-1", UNQUIESCE, uid, "uid-db-1", 1))
         assert interrupted["status"]["reason"] == records.INTERRUPTED
+        again = await second.podnotifiers.get(NS, pods["db-1"].release_record)
+        assert again["metadata"]["labels"][ROLLBACK_ATTEMPT_LABEL] == "2"
     finally:
         await second.close()
 
@@ -296,26 +304,34 @@ async def _true(value: bool) -> bool:
     return value
 
 
-async def test_a_release_marked_started_but_never_stored_runs_once(tmp_path: Path) -> None:
+async def test_a_release_marked_started_but_never_stored_runs_as_a_new_attempt(
+        tmp_path: Path) -> None:
+    """A leader stopped between storing a release's start and creating its record: the next
+    leader runs it as attempt 2 (the stopped leader's late create of attempt 1 could still
+    run, so it counts as having maybe run twice)."""
     data = tmp_path / "data"
     first = await Server.open(data)
     created = await first.create("snap", first.fake.add("db-0"), release=RELEASE)
     uid = created["metadata"]["uid"]
     await window_open(first, "snap")
     await first.crash()
-    # what a leader that stopped between storing the start and creating the record left
     second = await Server.open(data, lead=False)
     second.fake.add("db-0")
     name = record_name("db-0", UNQUIESCE, uid, "uid-db-0", 1)
     await second.scopes.end_window(uid, "ReleaseRequested", records.now())
     assert await second.scopes.start_release(uid, "uid-db-0", name)
-    assert not await second.scopes.start_release(uid, "uid-db-0", name)  # never twice
     try:
         await second.manager.lead()
         status = (await second.finished("snap"))["status"]
         assert second.fake.started == [("db-0", UNQUIESCE)]
         assert status["phase"] == "Succeeded"
-        assert (await second.podnotifiers.get(NS, name))["status"]["phase"] == "Succeeded"
+        assert status["counts"]["mayHaveRunTwice"] == 1
+        again = record_name("db-0", UNQUIESCE, uid, "uid-db-0", 2)
+        assert (await second.podnotifiers.get(NS, again))["status"]["phase"] == "Succeeded"
+        (pod,) = await second.scopes.pods(uid)
+        assert (pod.release, pod.release_record, pod.release_attempts) == (
+            scope.RELEASE_DONE, again, 2)
+        assert not await second.scopes.start_release(uid, "uid-db-0", name)  # done: not due
     finally:
         await second.close()
 

@@ -177,3 +177,10 @@ def test_terminal_redraws_in_place() -> None:
 def test_dump_yaml_and_json() -> None:
     assert output.dump({"b": 1, "a": [2]}, "yaml") == "b: 1\na:\n- 2"
     assert output.dump({"b": 1}, "json") == '{\n    "b": 1\n}'
+
+
+def test_summary_says_how_many_pods_may_have_run_an_undo_step_twice() -> None:
+    obj = notification("Succeeded", succeeded=10, released=10, mayHaveRunTwice=2)
+    assert output.notification_summary(obj) == (
+        "notification/quiesce-abcde Succeeded: 10 succeeded, 0 failed, 0 skipped of 10 pods, "
+        "10 released (2 may have run their rollback or release twice)")
