@@ -17,6 +17,7 @@ import pytest
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Decision
+from apiserver.clock import Clock, SystemClock
 from apiserver.fanout import scope
 from apiserver.fanout.manager import FanoutManager
 from apiserver.fanout.parts import FanoutParts
@@ -184,9 +185,9 @@ class FakeNewPods:
             yield await self.queue.get()
 
 
-def scope_store(database: SqliteDatabase) -> ScopeStore:
+def scope_store(database: SqliteDatabase, clock: Clock) -> ScopeStore:
     return ScopeStore(SqliteObjectStore(database, NOTIFICATION_RUNS),
-                      SqliteObjectStore(database, NOTIFICATION_POD_SETS))
+                      SqliteObjectStore(database, NOTIFICATION_POD_SETS), clock=clock)
 
 
 @dataclass
@@ -204,15 +205,18 @@ class Server:
     manager: FanoutManager
     events: RecordingSink
     """The Notifications' Events."""
+    clock: Clock
+    """The fan-out's clock: the real one unless the test gives a fake one to advance."""
 
     @classmethod
-    async def open(cls, data: Path, lead: bool = True) -> Server:
+    async def open(cls, data: Path, lead: bool = True, clock: Clock | None = None) -> Server:
         """The server, leading the fan-out unless `lead` is False (one replica over SQLite:
         no other replica writes scopes, so no grace before failing or rolling back)."""
+        clock = clock or SystemClock()
         database = await SqliteDatabase.open(data)
         notifications = SqliteObjectStore(database, NOTIFICATIONS)
         podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
-        scopes = scope_store(database)
+        scopes = scope_store(database, clock)
         fake, authorizer = FakePods(podnotifiers), FakeAuthorizer()
         metrics, new_pods, events = FakeMetrics(), FakeNewPods(), RecordingSink()
         manager = FanoutManager(FanoutParts(
@@ -220,11 +224,11 @@ class Server:
             admission=fake, runner=fake, authorizer=authorizer, metrics=metrics,
             new_pods=new_pods, events=NotificationEvents(events),
             holds=HoldReleases(podnotifiers)), sweep_delay=0.01,
-            scope_grace=0, absent_grace=0)
+            clock=clock, scope_grace=0, absent_grace=0)
         if lead:
             await manager.lead()
         return cls(database, notifications, podnotifiers, scopes, fake, authorizer, metrics,
-                   new_pods, manager, events)
+                   new_pods, manager, events, clock)
 
     async def create(self, name: str, pods: list[tuple[str, str]], **spec: Any
                      ) -> dict[str, Any]:
@@ -284,7 +288,7 @@ class Server:
 async def restart(data: Path, before: Server, pods: list[str]) -> Server:
     """A new server process on the same data directory, as serve() starts it: unfinished
     records end Interrupted, then it leads the fan-out (resuming it)."""
-    server = await Server.open(data, lead=False)
+    server = await Server.open(data, lead=False, clock=before.clock)
     server.fake.add(*pods)
     server.fake.outcomes.update(before.fake.outcomes)
     await housekeeping.recover_interrupted(server.podnotifiers)
@@ -971,8 +975,8 @@ async def test_a_scope_interrupted_before_its_run_is_adopted_and_run(tmp_path: P
 
     runs.create = died  # type: ignore[method-assign]
     with pytest.raises(OSError):
-        await ScopeStore(runs, SqliteObjectStore(first.database, NOTIFICATION_POD_SETS)).create(
-            created, [("db-0", "uid-db-0")])
+        await ScopeStore(runs, SqliteObjectStore(first.database, NOTIFICATION_POD_SETS),
+                         clock=first.clock).create(created, [("db-0", "uid-db-0")])
     await first.crash()
     second = await restart(data, first, ["db-0"])
     try:
