@@ -93,13 +93,15 @@ class FakeClock:
             if sleeper.due <= self.monotonic():
                 self._wake(sleeper)
 
-    async def until_sleeping(self, sleepers: int = 1, *,
+    async def until_sleeping(self, sleepers: int = 1, *, task: str | None = None,
                              timeout: float = SETTLE_TIMEOUT_SECONDS) -> None:
         """Return once every task the last `advance` woke sleeps on this clock again (or has
-        ended) and at least `sleepers` sleeps are pending: the code under test has gone as
-        far as it can without time passing. Fails after `timeout` seconds of real time."""
+        ended), at least `sleepers` sleeps are pending and, with `task`, the task of that name
+        is one of them: the code under test has gone as far as it can without time passing.
+        Fails after `timeout` seconds of real time."""
         give_up = time.monotonic() + timeout
-        while not self._settled(sleepers):
+        while not self._settled(sleepers) or (task is not None and task not in {
+                sleeper.task.get_name() for sleeper in self._sleepers if sleeper.task}):
             if time.monotonic() >= give_up:
                 raise AssertionError(
                     f"the code under test did not reach its next sleep within {timeout} s "

@@ -125,8 +125,8 @@ async def test_until_sleeping_waits_for_a_woken_task_to_sleep_again() -> None:
             await asyncio.sleep(0.02)  # real work between two sleeps
             ticks.append(clock.monotonic() - MONOTONIC_START)
 
-    ticker = asyncio.create_task(tick())
-    await clock.until_sleeping()
+    ticker = asyncio.create_task(tick(), name="ticker")
+    await clock.until_sleeping(task="ticker")
     for _ in range(3):
         clock.advance(1)
         await clock.until_sleeping()
@@ -138,6 +138,11 @@ async def test_until_sleeping_waits_for_a_woken_task_to_sleep_again() -> None:
 async def test_until_sleeping_fails_when_nothing_sleeps() -> None:
     with pytest.raises(AssertionError, match="did not reach its next sleep"):
         await FakeClock().until_sleeping(timeout=0.05)
+    clock = FakeClock()
+    other = asyncio.create_task(clock.sleep(1), name="other")
+    with pytest.raises(AssertionError, match="did not reach its next sleep"):
+        await clock.until_sleeping(task="ticker", timeout=0.05)
+    other.cancel()
 
 
 async def test_the_system_clock_is_the_real_time() -> None:

@@ -47,6 +47,7 @@ from apiserver.registry.resources import (
 )
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
+from tests.support.clock import FakeClock
 from tests.support.events import RecordingSink
 
 NS = "prod"
@@ -412,16 +413,32 @@ async def test_continue_runs_every_pod(server: Server) -> None:
     assert len(server.fake.started) == 3
 
 
-async def test_deadline_stops_starting_pods(server: Server) -> None:
-    pods = server.fake.add("db-0", "db-1")
-    gate = server.fake.gates["db-0"] = asyncio.Event()
-    await server.create("late", pods, activeDeadlineSeconds=1, rollback={"notifier": UNQUIESCE})
-    await asyncio.sleep(1.1)
-    gate.set()
-    status = (await server.finished("late"))["status"]
-    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "DeadlineExceeded")
-    assert status["counts"] == counts(total=2, pending=1, succeeded=1, rolledBack=1)
-    assert server.fake.started == [("db-0", QUIESCE), ("db-0", UNQUIESCE)]
+@pytest.mark.parametrize("elapsed", [0.999, 1.0])
+async def test_deadline_stops_starting_pods_once_passed_and_not_before(
+        tmp_path: Path, elapsed: float) -> None:
+    """db-1 waits for db-0's slot; the slot frees `elapsed` seconds (of the fake clock) after
+    the start, under activeDeadlineSeconds 1."""
+    clock = FakeClock()
+    server = await Server.open(tmp_path / "data", clock=clock)
+    try:
+        pods = server.fake.add("db-0", "db-1")
+        gate = server.fake.gates["db-0"] = asyncio.Event()
+        await server.create("late", pods, activeDeadlineSeconds=1,
+                            rollback={"notifier": UNQUIESCE})
+        await server.until(lambda: _started(server, "db-0"))
+        clock.advance(elapsed)
+        gate.set()
+        status = (await server.finished("late"))["status"]
+        if elapsed < 1:
+            assert (status["phase"], status["counts"]["succeeded"]) == ("Succeeded", 2)
+            assert server.fake.started == [("db-0", QUIESCE), ("db-1", QUIESCE)]
+            return
+        assert (status["phase"], status["conditions"][0]["reason"]) == (
+            "Failed", "DeadlineExceeded")
+        assert status["counts"] == counts(total=2, pending=1, succeeded=1, rolledBack=1)
+        assert server.fake.started == [("db-0", QUIESCE), ("db-0", UNQUIESCE)]
+    finally:
+        await server.close()
 
 
 async def test_all_pods_notifies_later_pods_once_until_the_deadline(server: Server) -> None:
