@@ -32,6 +32,7 @@ from apiserver.authz.sar import SubjectAccessReviewAuthorizer
 from apiserver.certificates.files import CertDir
 from apiserver.certificates.plan import Policy
 from apiserver.certificates.reconciler import ServingCertificates
+from apiserver.clock import SystemClock
 from apiserver.config import KUBERNETES, ServerOptions, check, tls_files
 from apiserver.fanout import scope, spec
 from apiserver.fanout.manager import FanoutManager
@@ -262,16 +263,17 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     notification_store = NamespaceGuardedStore(notification_store, namespaces)
     metrics.watch_watches(watches.count, WATCHED_RESOURCES)
     records = PodNotifierStore(record_store, replica)
+    clock = SystemClock()
     replica_lease = ReplicaLease(
         kube, options.leader_elect_resource_namespace, replica,
         lease_duration=options.leader_elect_lease_duration,
-        renew_interval=options.leader_elect_retry_period)
+        renew_interval=options.leader_elect_retry_period, clock=clock)
     readiness.add("replica-lease", lambda: replica_lease.synced)
     elector = LeaderElector(
         kube, options.leader_elect_resource_namespace, options.leader_elect_resource_name,
         replica, lease_duration=options.leader_elect_lease_duration,
         renew_deadline=options.leader_elect_renew_deadline,
-        retry_period=options.leader_elect_retry_period)
+        retry_period=options.leader_elect_retry_period, clock=clock)
     metrics.watch_leader(lambda: elector.is_leader)
     pod_cache = PodCache(kube)
     pod_index = PodDirectory(pod_cache.informer)
@@ -310,10 +312,10 @@ def build_app(options: ServerOptions, kube: KubeClient, tls: ServingTLS,
     holds = HoldReleases(records)
     fanout = FanoutManager(FanoutParts(
         notifications=notification_store, podnotifiers=records,
-        scopes=ScopeStore(run_store, pod_set_store),
+        scopes=ScopeStore(run_store, pod_set_store, clock=clock),
         admission=admission, runner=runner, authorizer=authorizer, metrics=metrics,
         new_pods=InformerNewPods(pod_informer(kube)), events=NotificationEvents(events),
-        holds=holds))
+        holds=holds), clock=clock)
 
     routes = APIRouter()
     routes.include_router(notify.router(admission, runner, records,

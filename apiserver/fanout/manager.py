@@ -12,21 +12,19 @@ record's result once it finishes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from apiserver import errors
+from apiserver.clock import Clock
 from apiserver.fanout import scope
 from apiserver.fanout.parts import FanoutParts
 from apiserver.fanout.quiesce_locks import Holder, QuiesceLocks
 from apiserver.fanout.reasons import DELETED, SCOPE_NOT_RECORDED
 from apiserver.fanout.run import NotificationRun
-from apiserver.fanout.run_base import Gone
+from apiserver.fanout.run_base import Gone, status_time
 from apiserver.fanout.scope import ScopeRun
 from apiserver.notifier import records
 from apiserver.notifier.events import notification_ref
@@ -57,13 +55,15 @@ class FanoutManager:
 
     `scope_grace` and `absent_grace` (seconds) are the waits of SCOPE_GRACE_SECONDS and
     ABSENT_GRACE_SECONDS; a single replica over SQLite, where no other replica writes and no
-    cache lags, may set them to 0."""
+    cache lags, may set them to 0. Every wait and time read of the fan-out (its runs, their
+    windows and quiesce locks) goes by `clock`."""
 
     def __init__(self, parts: FanoutParts, sweep_delay: float = SWEEP_DELAY_SECONDS, *,
-                 reconcile_interval: float = RECONCILE_INTERVAL_SECONDS,
+                 clock: Clock, reconcile_interval: float = RECONCILE_INTERVAL_SECONDS,
                  scope_grace: float = SCOPE_GRACE_SECONDS,
                  absent_grace: float = ABSENT_GRACE_SECONDS) -> None:
         self.parts = parts
+        self.clock = clock
         self._sweep_delay = sweep_delay
         self._interval = reconcile_interval
         self._scope_grace = scope_grace
@@ -78,8 +78,8 @@ class FanoutManager:
         """UIDs whose run ended in this leadership (not cancelled): never started again in it,
         however stale the listing a reconcile pass works from."""
         self._absent_since: dict[str, float] = {}
-        """UID of a scope: time.monotonic() when its Notification was first missing."""
-        self.locks = QuiesceLocks()
+        """UID of a scope: the clock's monotonic() when its Notification was first missing."""
+        self.locks = QuiesceLocks(clock)
         """One quiesce at a time, across this leader's runs (rebuilt when it starts leading)."""
         self._locks_rebuilt = False
 
@@ -123,11 +123,8 @@ class FanoutManager:
 
     async def _keep_reconciling(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._interval):
-                    await self._wake.wait()
-            if self._wake.is_set():
-                await asyncio.sleep(self._sweep_delay)  # deletions in a burst share a pass
+            if await self.clock.wait(self._wake, self._interval):
+                await self.clock.sleep(self._sweep_delay)  # deletions in a burst share a pass
                 self._wake.clear()
             await self._reconcile_logged()
 
@@ -144,7 +141,7 @@ class FanoutManager:
             except Exception as error:
                 log.warning("watching for release requests failed; watching again",
                             extra={"error": f"{type(error).__name__}: {error}"})
-            await asyncio.sleep(self._interval)
+            await self.clock.sleep(self._interval)
 
     async def _reconcile_logged(self) -> None:
         try:
@@ -186,7 +183,7 @@ class FanoutManager:
         uid = run.notification_uid
         if not self._leading or uid in self._runs or uid in self._ended:
             return False
-        runner = NotificationRun(self.parts, run, status, self.locks)
+        runner = NotificationRun(self.parts, run, status, self.locks, self.clock)
         task = asyncio.create_task(runner.run(), name=f"notification {run.name}")
         self._runs[uid] = (runner, task)
         task.add_done_callback(functools.partial(self._run_ended, uid))
@@ -252,7 +249,7 @@ class FanoutManager:
             else:
                 await scopes.forget(uid)
         self._ended &= set(runs)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self._absent_since = {uid: since for uid, since in self._absent_since.items()
                               if uid in runs and uid not in objects}
         started = 0
@@ -336,7 +333,7 @@ class FanoutManager:
         """Older than `scope_grace` (or of unknown age): its scope is not being written."""
         created = parse_timestamp(notification["metadata"].get("creationTimestamp"))
         return created is None or (
-            datetime.now(UTC).timestamp() - created >= self._scope_grace)
+            self.clock.now() - created >= self._scope_grace)
 
     async def _all_notifications(self) -> dict[str, dict[str, Any]]:
         return {obj["metadata"]["uid"]: obj
@@ -344,7 +341,7 @@ class FanoutManager:
 
     async def _fail_unrecorded(self, notification: dict[str, Any]) -> None:
         meta = notification["metadata"]
-        now = records.now()
+        now = status_time(self.clock)
         log.warning("notification has no recorded scope; failing it", extra={
             "namespace": meta["namespace"], "notification": meta["name"]})
         condition = {"type": "Failed", "status": "True", "reason": SCOPE_NOT_RECORDED,

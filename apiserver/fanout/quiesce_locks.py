@@ -10,11 +10,11 @@ the stored scopes (``FanoutManager``) before any pod starts.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from apiserver.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,10 @@ class Holder:
 
 
 class QuiesceLocks:
-    def __init__(self) -> None:
+    """The leader's locks; waiting for one goes by `clock`."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
         self._held: dict[Key, Holder] = {}
         self._freed = asyncio.Event()
         """Set (and replaced) whenever a lock is released: waiters try again."""
@@ -51,21 +54,19 @@ class QuiesceLocks:
     async def acquire_waiting(self, key: Key, holder: Holder, *, give_up: Callable[[], bool],
                               deadline: float | None) -> Holder | None:
         """Wait for the lock (concurrencyPolicy Wait): None once `holder` has it; the holder
-        that still has it when `give_up()` became true or the `deadline` (time.monotonic())
-        passed."""
+        that still has it when `give_up()` became true or the `deadline` (the clock's
+        monotonic()) passed."""
         while True:
             other = self.try_acquire(key, holder)
             if other is None:
                 return None
-            now = time.monotonic()
+            now = self._clock.monotonic()
             if give_up() or (deadline is not None and now >= deadline):
                 return other
             freed = self._freed
             wait = WAIT_POLL_SECONDS if deadline is None else min(WAIT_POLL_SECONDS,
                                                                   deadline - now)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await freed.wait()
+            await self._clock.wait(freed, wait)
 
     def hold(self, key: Key, holder: Holder) -> None:
         """Record a lock a resumed Notification holds (from its stored scope)."""

@@ -29,11 +29,9 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from apiserver.api.types import CONDITION_TYPES, DEFAULT_PARALLELISM, WAIT
@@ -49,6 +47,7 @@ from apiserver.fanout.reasons import (
     PODS_SUCCEEDED,
     QUIESCE_CONFLICT,
 )
+from apiserver.fanout.run_base import status_time
 from apiserver.fanout.run_records import (
     ROLLBACK_ATTEMPT_LABEL,
     notification_label,
@@ -107,7 +106,7 @@ class NotificationRun(WindowRun):
             await self._finish(False)
             return
         first_start = not self.status.get("startTime")
-        started = self.status.get("startTime") or records.now()
+        started = self.status.get("startTime") or status_time(self.clock)
         await self._stored("store the status", functools.partial(
             self._write_status, phase=records.RUNNING, startTime=started))
         if first_start:
@@ -185,7 +184,7 @@ class NotificationRun(WindowRun):
         start = parse_timestamp(started)
         if seconds is None or start is None:
             return None
-        return time.monotonic() + max(0.0, start + seconds - datetime.now(UTC).timestamp())
+        return self.clock.monotonic() + max(0.0, start + seconds - self.clock.now())
 
     def _halted(self) -> bool:
         return self.deleted.is_set() or bool(self.stopped)
@@ -198,7 +197,7 @@ class NotificationRun(WindowRun):
         all_pods = self.spec.get("policy") == ALL_PODS
         deadline_passed = False
         while not self._halted():
-            remaining = None if deadline is None else deadline - time.monotonic()
+            remaining = None if deadline is None else deadline - self.clock.monotonic()
             if remaining is not None and remaining <= 0:
                 deadline_passed = True
                 self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes
@@ -210,7 +209,7 @@ class NotificationRun(WindowRun):
             if pod is None:
                 continue
             await slots.acquire()
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and self.clock.monotonic() >= deadline:
                 slots.release()  # the deadline passed while waiting for a slot
                 self.queue.put_nowait(pod)
                 continue
@@ -261,8 +260,7 @@ class NotificationRun(WindowRun):
             waiters.append(asyncio.create_task(
                 asyncio.wait(set(running), return_when=asyncio.FIRST_COMPLETED)))
         try:
-            done, _ = await asyncio.wait(waiters, timeout=remaining,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done = await self.clock.wait_first(waiters, remaining)
         finally:
             for waiter in waiters[1:]:
                 waiter.cancel()
@@ -305,7 +303,8 @@ class NotificationRun(WindowRun):
         if other is not None:
             return
         name = record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
-        if self._halted() or (deadline is not None and time.monotonic() >= deadline) or (
+        if self._halted() or (
+                deadline is not None and self.clock.monotonic() >= deadline) or (
                 not await self._stored("start a pod", functools.partial(
                     self.parts.scopes.start_pod, self.uid, pod.pod_uid, name))):
             self.locks.release(self._key(pod), self.holder)
@@ -382,7 +381,7 @@ class NotificationRun(WindowRun):
 
     async def _write_final(self, outcome: str, reason: str, detail: str) -> None:
         """The final status, retried until stored (or the object is gone)."""
-        now = records.now()
+        now = status_time(self.clock)
         phase = records.SUCCEEDED if outcome == scope.OUTCOME_SUCCEEDED else records.FAILED
         self.status.setdefault("startTime", now)
         condition = status.final_condition(outcome, reason, detail, self._facts())

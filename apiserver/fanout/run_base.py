@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from apiserver import errors
 from apiserver.api.resources import GROUP
 from apiserver.authz.attributes import RequestAttributes, denial_message
+from apiserver.clock import Clock, utc_now
 from apiserver.fanout import scope, status
 from apiserver.fanout.parts import FanoutParts
 from apiserver.fanout.quiesce_locks import Holder, Key, QuiesceLocks
@@ -47,6 +48,12 @@ UNSTORED_WAIT_ATTEMPTS = 30
 record of the stopped server's create before the pod is failed Interrupted."""
 
 
+def status_time(clock: Clock) -> str:
+    """A time the fan-out writes into a status (startTime, quiescedTime ...): the clock's now,
+    as records write theirs."""
+    return records.rfc3339(utc_now(clock))
+
+
 class Gone(Exception):
     """The Notification object no longer exists (or is another one with the same name)."""
 
@@ -57,11 +64,13 @@ class FinishedAlready(Exception):
 
 class RunBase:
     """One Notification's run, from its run row (and its status, None once the object is
-    gone: then only what is due after a deletion is left to do)."""
+    gone: then only what is due after a deletion is left to do). Its waits and the times it
+    stores go by `clock`."""
 
     def __init__(self, parts: FanoutParts, run: ScopeRun, stored_status: dict[str, Any] | None,
-                 locks: QuiesceLocks) -> None:
+                 locks: QuiesceLocks, clock: Clock) -> None:
         self.parts = parts
+        self.clock = clock
         self.spec = run.spec
         self.namespace, self.name, self.uid = run.namespace, run.name, run.notification_uid
         self.ref = notification_ref(self.namespace, self.name, self.uid)
@@ -121,7 +130,7 @@ class RunBase:
         await self._flush_status()
 
     async def _flush_later(self) -> None:
-        await asyncio.sleep(STATUS_INTERVAL_SECONDS)
+        await self.clock.sleep(STATUS_INTERVAL_SECONDS)
         self._pending_flush = None
         try:
             await self._flush_status()
@@ -206,7 +215,7 @@ class RunBase:
                 await self.parts.runner.wait(self.namespace, name, RUN_WAIT_SECONDS)
                 record = await self.parts.podnotifiers.get(self.namespace, name)
             while not settled(record):
-                await asyncio.sleep(RECORD_POLL_SECONDS)
+                await self.clock.sleep(RECORD_POLL_SECONDS)
                 record = await self.parts.podnotifiers.get(self.namespace, name)
         except NotFound:
             return None
@@ -232,7 +241,7 @@ class RunBase:
                 record = await self._record(name, held=self.release is not None)
                 if record is not None:
                     return result_of(record)
-                await asyncio.sleep(RECORD_POLL_SECONDS)
+                await self.clock.sleep(RECORD_POLL_SECONDS)
             return scope.FAILED, records.INTERRUPTED
         return state, reason
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.api.resources import GROUP
+from apiserver.clock import Clock
 from apiserver.fanout.scope import (
     FINAL_STATES,
     OUTCOME_FAILED,
@@ -54,16 +55,20 @@ log = logging.getLogger(__name__)
 POD_SET_WAIT_SECONDS = 10.0
 """How long a read waits for a pod set the run counts but the store does not have yet (another
 replica wrote both, and this replica's cache of pod sets lags its cache of runs)."""
+POD_SET_POLL_SECONDS = 0.05
+"""How often such a read looks again."""
 _API_VERSION = f"{GROUP}/v1alpha1"
 
 
 class ScopeStore:
     """The scopes of every Notification, in `runs` (of ``NOTIFICATION_RUNS``) and `pod_sets`
-    (of ``NOTIFICATION_POD_SETS``), two stores of one backend."""
+    (of ``NOTIFICATION_POD_SETS``), two stores of one backend; waiting for a pod set that
+    lags goes by `clock`."""
 
-    def __init__(self, runs: ObjectStore, pod_sets: ObjectStore, *,
+    def __init__(self, runs: ObjectStore, pod_sets: ObjectStore, *, clock: Clock,
                  pod_set_wait: float = POD_SET_WAIT_SECONDS) -> None:
         self._runs, self._sets = runs, pod_sets
+        self._clock = clock
         self._pod_set_wait = pod_set_wait
         self._turns: dict[str, _Turn] = {}
         self._batches: dict[tuple[str, int], list[_Change]] = {}
@@ -460,21 +465,20 @@ class ScopeStore:
         """Pod set `index`, which the run counts: waited for while the store lags the run's
         writer; None if the run is gone meanwhile."""
         name = pod_set_name(uid, index)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._pod_set_wait
+        deadline = self._clock.monotonic() + self._pod_set_wait
         while True:
             try:
                 return await self._sets.get(namespace, name)
             except NotFound:
                 if await self._run_object(uid) is None:
                     return None
-                if loop.time() >= deadline:
+                if self._clock.monotonic() >= deadline:
                     raise StorageUnavailable(
                         f"the scope of Notification uid {uid}: its run counts pod set "
                         f"{namespace}/{name}, which the storage does not have after "
                         f"{self._pod_set_wait:.0f} s; it resumes when the server starts "
                         "again") from None
-                await asyncio.sleep(0.05)
+                await self._clock.sleep(POD_SET_POLL_SECONDS)
 
     async def _write_pod_set(self, namespace: str, uid: str, index: int,
                              entries: list[dict[str, Any]], *, created: int) -> None:

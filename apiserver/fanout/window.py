@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
@@ -32,7 +31,7 @@ from apiserver.fanout.reasons import (
     RELEASED_AFTER_MAX_HOLD,
     WINDOW_FAILURES,
 )
-from apiserver.fanout.run_base import RUN_WAIT_SECONDS, RunBase
+from apiserver.fanout.run_base import RUN_WAIT_SECONDS, RunBase, status_time
 from apiserver.fanout.run_records import (
     ROLLBACK_ATTEMPT_LABEL,
     hold_end,
@@ -48,14 +47,15 @@ from apiserver.timestamps import parse_timestamp
 log = logging.getLogger(__name__)
 
 
-def window_ends(spec: Mapping[str, Any], started: str, quiesced: str | None
+def window_ends(spec: Mapping[str, Any], started: str, quiesced: str | None, now: float
                 ) -> list[tuple[float, str]]:
     """The times (seconds since the epoch) at which a window opened at `quiesced` of a run
     started at `started` ends by itself, each with its reason: maxHoldSeconds after the start,
-    afterSeconds after the quiesce, the deadline."""
+    afterSeconds after the quiesce, the deadline (a time missing or unreadable counts as
+    `now`)."""
     release = spec.get("release") or {}
-    start = parse_timestamp(started) or time.time()
-    opened = parse_timestamp(quiesced) or time.time()
+    start = parse_timestamp(started) or now
+    opened = parse_timestamp(quiesced) or now
     ends = [(start + release.get("maxHoldSeconds", RUN_WAIT_SECONDS), RELEASED_AFTER_MAX_HOLD)]
     if release.get("afterSeconds") is not None:
         ends.append((opened + release["afterSeconds"], AFTER_SECONDS))
@@ -78,7 +78,7 @@ class WindowRun(RunBase):
         if self.window.get("releaseReason"):
             return  # resumed after the window ended: release what is due
         opening = not self.window.get("quiescedTime")
-        quiesced = self.window.get("quiescedTime") or records.now()
+        quiesced = self.window.get("quiescedTime") or status_time(self.clock)
         stored = await self._stored("store the window", lambda: self.parts.scopes.note_window(
             self.uid, quiescedTime=quiesced))
         if stored is not None:
@@ -96,7 +96,8 @@ class WindowRun(RunBase):
 
     async def _window_end(self, started: str) -> str:
         """Wait for the first end of the window and say which (see WINDOW_FAILURES)."""
-        ends = window_ends(self.spec, started, self.window.get("quiescedTime"))
+        ends = window_ends(self.spec, started, self.window.get("quiescedTime"),
+                           self.clock.now())
         while True:
             if self.deleted.is_set():
                 return DELETED
@@ -111,7 +112,7 @@ class WindowRun(RunBase):
             if requested is not None:
                 self.window["releaseRequestedTime"] = stored.window["releaseRequestedTime"]
                 due.append((requested, RELEASE_REQUESTED))
-            now = time.time()
+            now = self.clock.now()
             passed = sorted(end for end in due if end[0] <= now)
             if passed:
                 return passed[0][1]
@@ -124,8 +125,7 @@ class WindowRun(RunBase):
             waiters = [asyncio.create_task(self.deleted.wait()),
                        asyncio.create_task(self.woken.wait())]
             try:
-                await asyncio.wait(waiters, timeout=max(0.0, wait),
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await self.clock.wait_first(waiters, max(0.0, wait))
             finally:
                 for waiter in waiters:
                     waiter.cancel()
@@ -149,7 +149,7 @@ class WindowRun(RunBase):
     async def _end_window(self, why: str) -> str:
         """Store that the window ended (the first reason stands) and that the release of every
         quiesced pod is due; returns the reason that stands."""
-        at = self._hold_end_at or records.now()
+        at = self._hold_end_at or status_time(self.clock)
         stored = await self._stored("end the window", lambda: self.parts.scopes.end_window(
             self.uid, why, at))
         if stored is None:
@@ -204,7 +204,7 @@ class WindowRun(RunBase):
         await asyncio.gather(*(release(pod) for pod in targets))
         done = sum(p.release in scope.RELEASE_FINAL for p in self.pods.values())
         if done and not self.window.get("unquiescedTime"):
-            unquiesced = records.now()
+            unquiesced = status_time(self.clock)
             stored = await self._stored("store the window", lambda: self.parts.scopes
                                         .note_window(self.uid, unquiescedTime=unquiesced))
             if stored is not None:

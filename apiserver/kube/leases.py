@@ -28,11 +28,11 @@ import logging
 import math
 import random
 import re
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from apiserver.clock import Clock, SystemClock
 from apiserver.kube import paths
 from apiserver.kube.client import KubeClient, KubeRejected, KubeUnavailable
 from apiserver.kube.informer import Informer
@@ -54,22 +54,6 @@ RELEASE_TIMEOUT_SECONDS = 2.0
 """At shutdown, how long releasing a Lease may take (it expires by itself otherwise)."""
 _NAME_LIMIT = 253
 _NOT_IN_A_NAME = re.compile(r"[^a-z0-9.-]+")
-
-
-class Clock(Protocol):
-    """Wall-clock time (seconds since the epoch) and sleeping by it; tests give a fake one."""
-
-    def now(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    def now(self) -> float:
-        return time.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 def whole_seconds(duration: float) -> int:

@@ -155,7 +155,7 @@ async def fanout(tmp_path: Path) -> AsyncIterator[tuple[Server, RecordingSink]]:
     sink = RecordingSink()
     await server.manager.step_down()
     server.manager = FanoutManager(replace(server.manager.parts, events=NotificationEvents(sink)),
-                                   sweep_delay=0.01, scope_grace=0)
+                                   sweep_delay=0.01, clock=server.clock, scope_grace=0)
     await server.manager.lead()
     yield server, sink
     await server.close()

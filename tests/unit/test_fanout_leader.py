@@ -49,7 +49,7 @@ def replica(server: Server, *, scope_grace: float = 0, absent_grace: float = 0) 
         scopes=server.scopes, admission=fake, runner=fake, authorizer=FakeAuthorizer(),
         metrics=FakeMetrics(), new_pods=FakeNewPods(),
         events=NotificationEvents(RecordingSink()),
-        holds=HoldReleases(server.podnotifiers)), sweep_delay=0.01,
+        holds=HoldReleases(server.podnotifiers)), sweep_delay=0.01, clock=server.clock,
         reconcile_interval=INTERVAL, scope_grace=scope_grace, absent_grace=absent_grace)
     return Replica(manager, fake)
 

@@ -17,6 +17,7 @@ import pytest
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Decision
+from apiserver.clock import Clock, SystemClock
 from apiserver.fanout import scope
 from apiserver.fanout.manager import FanoutManager
 from apiserver.fanout.parts import FanoutParts
@@ -46,6 +47,7 @@ from apiserver.registry.resources import (
 )
 from apiserver.registry.sqlite_database import SqliteDatabase
 from apiserver.registry.sqlite_store import SqliteObjectStore
+from tests.support.clock import FakeClock
 from tests.support.events import RecordingSink
 
 NS = "prod"
@@ -184,9 +186,9 @@ class FakeNewPods:
             yield await self.queue.get()
 
 
-def scope_store(database: SqliteDatabase) -> ScopeStore:
+def scope_store(database: SqliteDatabase, clock: Clock) -> ScopeStore:
     return ScopeStore(SqliteObjectStore(database, NOTIFICATION_RUNS),
-                      SqliteObjectStore(database, NOTIFICATION_POD_SETS))
+                      SqliteObjectStore(database, NOTIFICATION_POD_SETS), clock=clock)
 
 
 @dataclass
@@ -204,15 +206,18 @@ class Server:
     manager: FanoutManager
     events: RecordingSink
     """The Notifications' Events."""
+    clock: Clock
+    """The fan-out's clock: the real one unless the test gives a fake one to advance."""
 
     @classmethod
-    async def open(cls, data: Path, lead: bool = True) -> Server:
+    async def open(cls, data: Path, lead: bool = True, clock: Clock | None = None) -> Server:
         """The server, leading the fan-out unless `lead` is False (one replica over SQLite:
         no other replica writes scopes, so no grace before failing or rolling back)."""
+        clock = clock or SystemClock()
         database = await SqliteDatabase.open(data)
         notifications = SqliteObjectStore(database, NOTIFICATIONS)
         podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
-        scopes = scope_store(database)
+        scopes = scope_store(database, clock)
         fake, authorizer = FakePods(podnotifiers), FakeAuthorizer()
         metrics, new_pods, events = FakeMetrics(), FakeNewPods(), RecordingSink()
         manager = FanoutManager(FanoutParts(
@@ -220,11 +225,11 @@ class Server:
             admission=fake, runner=fake, authorizer=authorizer, metrics=metrics,
             new_pods=new_pods, events=NotificationEvents(events),
             holds=HoldReleases(podnotifiers)), sweep_delay=0.01,
-            scope_grace=0, absent_grace=0)
+            clock=clock, scope_grace=0, absent_grace=0)
         if lead:
             await manager.lead()
         return cls(database, notifications, podnotifiers, scopes, fake, authorizer, metrics,
-                   new_pods, manager, events)
+                   new_pods, manager, events, clock)
 
     async def create(self, name: str, pods: list[tuple[str, str]], **spec: Any
                      ) -> dict[str, Any]:
@@ -284,7 +289,7 @@ class Server:
 async def restart(data: Path, before: Server, pods: list[str]) -> Server:
     """A new server process on the same data directory, as serve() starts it: unfinished
     records end Interrupted, then it leads the fan-out (resuming it)."""
-    server = await Server.open(data, lead=False)
+    server = await Server.open(data, lead=False, clock=before.clock)
     server.fake.add(*pods)
     server.fake.outcomes.update(before.fake.outcomes)
     await housekeeping.recover_interrupted(server.podnotifiers)
@@ -408,16 +413,32 @@ async def test_continue_runs_every_pod(server: Server) -> None:
     assert len(server.fake.started) == 3
 
 
-async def test_deadline_stops_starting_pods(server: Server) -> None:
-    pods = server.fake.add("db-0", "db-1")
-    gate = server.fake.gates["db-0"] = asyncio.Event()
-    await server.create("late", pods, activeDeadlineSeconds=1, rollback={"notifier": UNQUIESCE})
-    await asyncio.sleep(1.1)
-    gate.set()
-    status = (await server.finished("late"))["status"]
-    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "DeadlineExceeded")
-    assert status["counts"] == counts(total=2, pending=1, succeeded=1, rolledBack=1)
-    assert server.fake.started == [("db-0", QUIESCE), ("db-0", UNQUIESCE)]
+@pytest.mark.parametrize("elapsed", [0.999, 1.0])
+async def test_deadline_stops_starting_pods_once_passed_and_not_before(
+        tmp_path: Path, elapsed: float) -> None:
+    """db-1 waits for db-0's slot; the slot frees `elapsed` seconds (of the fake clock) after
+    the start, under activeDeadlineSeconds 1."""
+    clock = FakeClock()
+    server = await Server.open(tmp_path / "data", clock=clock)
+    try:
+        pods = server.fake.add("db-0", "db-1")
+        gate = server.fake.gates["db-0"] = asyncio.Event()
+        await server.create("late", pods, activeDeadlineSeconds=1,
+                            rollback={"notifier": UNQUIESCE})
+        await server.until(lambda: _started(server, "db-0"))
+        clock.advance(elapsed)
+        gate.set()
+        status = (await server.finished("late"))["status"]
+        if elapsed < 1:
+            assert (status["phase"], status["counts"]["succeeded"]) == ("Succeeded", 2)
+            assert server.fake.started == [("db-0", QUIESCE), ("db-1", QUIESCE)]
+            return
+        assert (status["phase"], status["conditions"][0]["reason"]) == (
+            "Failed", "DeadlineExceeded")
+        assert status["counts"] == counts(total=2, pending=1, succeeded=1, rolledBack=1)
+        assert server.fake.started == [("db-0", QUIESCE), ("db-0", UNQUIESCE)]
+    finally:
+        await server.close()
 
 
 async def test_all_pods_notifies_later_pods_once_until_the_deadline(server: Server) -> None:
@@ -971,8 +992,8 @@ async def test_a_scope_interrupted_before_its_run_is_adopted_and_run(tmp_path: P
 
     runs.create = died  # type: ignore[method-assign]
     with pytest.raises(OSError):
-        await ScopeStore(runs, SqliteObjectStore(first.database, NOTIFICATION_POD_SETS)).create(
-            created, [("db-0", "uid-db-0")])
+        await ScopeStore(runs, SqliteObjectStore(first.database, NOTIFICATION_POD_SETS),
+                         clock=first.clock).create(created, [("db-0", "uid-db-0")])
     await first.crash()
     second = await restart(data, first, ["db-0"])
     try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from apiserver.clock import SystemClock
 from apiserver.fanout import scope
 from apiserver.fanout.scope import POD_SET_SIZE, ScopedPod, counts
 from apiserver.fanout.scope_store import ScopeStore
@@ -40,7 +41,7 @@ class Replica:
     def __init__(self, backend: Backend) -> None:
         self.runs = backend.store(NOTIFICATION_RUNS)
         self.pod_sets = backend.store(NOTIFICATION_POD_SETS)
-        self.scopes = ScopeStore(self.runs, self.pod_sets, pod_set_wait=2)
+        self.scopes = ScopeStore(self.runs, self.pod_sets, clock=SystemClock(), pod_set_wait=2)
 
 
 @pytest.fixture

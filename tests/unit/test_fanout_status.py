@@ -126,9 +126,11 @@ def test_a_window_ends_by_itself_at_max_hold_after_seconds_and_the_deadline() ->
     assert start is not None
     spec = {"release": {"maxHoldSeconds": 600, "afterSeconds": 30},
             "activeDeadlineSeconds": 900}
-    ends = window_ends(spec, STARTED, "2026-12-03T10:00:10Z")
+    ends = window_ends(spec, STARTED, "2026-12-03T10:00:10Z", start + 20)
     assert sorted(ends) == [(start + 40, reasons.AFTER_SECONDS),
                             (start + 600, reasons.RELEASED_AFTER_MAX_HOLD),
                             (start + 900, reasons.DEADLINE_EXCEEDED)]
-    assert [why for _, why in window_ends({"release": {"maxHoldSeconds": 5}}, STARTED, None)
-            ] == [reasons.RELEASED_AFTER_MAX_HOLD]
+    unopened = window_ends({"release": {"maxHoldSeconds": 5, "afterSeconds": 1}}, "", None,
+                           start + 20)
+    assert sorted(unopened) == [(start + 21, reasons.AFTER_SECONDS),
+                                (start + 25, reasons.RELEASED_AFTER_MAX_HOLD)]

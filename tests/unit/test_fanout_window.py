@@ -15,9 +15,12 @@ from typing import Any
 import pytest
 
 from apiserver.authn.user import UserInfo
-from apiserver.fanout import scope
+from apiserver.fanout import run_base, scope
+from apiserver.fanout.run_base import status_time
 from apiserver.fanout.run_records import ROLLBACK_ATTEMPT_LABEL, record_name
 from apiserver.notifier import records
+from apiserver.timestamps import parse_timestamp
+from tests.support.clock import START, FakeClock
 from tests.unit.test_fanout_run import NS, QUIESCE, UNQUIESCE, Server, counts, restart
 
 RELEASE = {"notifier": UNQUIESCE, "maxHoldSeconds": 3600}
@@ -29,6 +32,27 @@ async def server(tmp_path: Path) -> Any:
     opened = await Server.open(tmp_path / "data")
     yield opened
     await opened.close()
+
+
+@pytest.fixture
+async def clocked(tmp_path: Path) -> Any:
+    """A server whose fan-out runs on a FakeClock (`clocked.clock`) that the test advances."""
+    opened = await Server.open(tmp_path / "data", clock=FakeClock())
+    yield opened
+    await opened.close()
+
+
+def fake_clock(server: Server) -> FakeClock:
+    assert isinstance(server.clock, FakeClock)
+    return server.clock
+
+
+async def window_waits(server: Server, name: str) -> FakeClock:
+    """Once the window of `name` is open and its run sleeps until it looks again."""
+    await window_open(server, name)
+    clock = fake_clock(server)
+    await clock.until_sleeping(task=f"notification {name}")
+    return clock
 
 
 async def window_open(server: Server, name: str, timeout: float = 5) -> dict[str, Any]:
@@ -53,7 +77,8 @@ async def finished_one(server: Server, name: str, timeout: float = 5) -> dict[st
 
 
 async def release(server: Server, name: str) -> None:
-    assert await server.manager.request_release(await server.get(name), records.now())
+    assert await server.manager.request_release(await server.get(name),
+                                                status_time(server.clock))
 
 
 def quiesced(status: dict[str, Any]) -> dict[str, Any]:
@@ -65,15 +90,19 @@ def started(server: Server, notifier: str) -> list[str]:
     return sorted(pod for pod, n in server.fake.started if n == notifier)
 
 
-async def test_the_window_holds_until_the_release_is_requested(server: Server) -> None:
+async def test_the_window_holds_until_the_release_is_requested(clocked: Server) -> None:
+    server = clocked
     await server.create("snap", server.fake.add(*NAMES), parallelism=2, release=RELEASE)
     status = await window_open(server, "snap")
     assert status["phase"] == "Running"
     condition = quiesced(status)
     assert (condition["status"], condition["reason"]) == ("True", "AllPodsQuiesced")
     assert "all 3 pods quiesced" in condition["message"]
-    await asyncio.sleep(0.3)
+    clock = await window_waits(server, "snap")
+    clock.advance(RELEASE["maxHoldSeconds"] - 1)
+    await clock.until_sleeping(task="notification snap")
     assert started(server, UNQUIESCE) == []  # nobody released: every pod stays quiesced
+    assert (await server.get("snap"))["status"]["phase"] == "Running"
     await release(server, "snap")
     status = (await server.finished("snap"))["status"]
     assert (status["phase"], status["conditions"][0]["reason"]) == ("Succeeded", "PodsSucceeded")
@@ -103,16 +132,17 @@ async def test_the_window_holds_until_the_release_is_requested(server: Server) -
 
 
 async def test_the_held_window_counts_its_reads_and_stops_reading_once_released(
-        server: Server) -> None:
+        clocked: Server) -> None:
     """``window_read`` is the point a cluster test waits on: it moves while the window holds,
     and not after the leader has seen the release (the loop that reads has returned)."""
+    server = clocked
     await server.create("snap", server.fake.add(*NAMES), release=RELEASE)
-    await window_open(server, "snap")
+    clock = await window_waits(server, "snap")
     before = server.metrics.window_reads
-    deadline = time.monotonic() + 5
-    while server.metrics.window_reads < before + 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    assert server.metrics.window_reads >= before + 2
+    for _ in range(2):
+        clock.advance(run_base.RECORD_POLL_SECONDS)
+        await clock.until_sleeping(task="notification snap")
+    assert server.metrics.window_reads == before + 2
     await release(server, "snap")
     await server.finished("snap")
     ended = server.metrics.window_reads
@@ -121,22 +151,43 @@ async def test_the_held_window_counts_its_reads_and_stops_reading_once_released(
     assert server.metrics.window_reads == ended
 
 
-async def test_after_seconds_releases_by_itself(server: Server) -> None:
+async def test_after_seconds_releases_by_itself_exactly_then(
+        clocked: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_base, "RECORD_POLL_SECONDS", 0.25)
+    server = clocked
     await server.create("snap", server.fake.add(*NAMES), release={**RELEASE, "afterSeconds": 1})
-    status = await window_open(server, "snap")
-    opened = time.monotonic()
+    clock = await window_waits(server, "snap")
+    assert parse_timestamp((await server.get("snap"))["status"]["window"]["quiescedTime"]
+                           ) == START
+    reads = server.metrics.window_reads
+    for _ in range(3):  # the run looks again at every poll, and the window stays open
+        clock.advance(0.25)
+        await clock.until_sleeping(task="notification snap")
+    assert server.metrics.window_reads == reads + 3
+    clock.advance(0.249)
+    await clock.until_sleeping()
+    assert (await server.get("snap"))["status"]["phase"] == "Running"
+    assert started(server, UNQUIESCE) == []
+    clock.advance(0.001)
     status = (await server.finished("snap", timeout=5))["status"]
-    assert time.monotonic() - opened >= 0.8
     assert status["phase"] == "Succeeded"
     assert status["window"]["releaseReason"] == "AfterSeconds"
+    assert parse_timestamp(status["window"]["releaseTime"]) == START + 1
     assert started(server, UNQUIESCE) == NAMES
     assert server.events.reasons().count("Quiesced") == 1
 
 
-async def test_max_hold_seconds_releases_when_nobody_does(server: Server) -> None:
+async def test_max_hold_seconds_releases_when_nobody_does(clocked: Server) -> None:
+    server = clocked
     await server.create("snap", server.fake.add(*NAMES),
                         release={"notifier": UNQUIESCE, "maxHoldSeconds": 1})
+    clock = await window_waits(server, "snap")
+    clock.advance(0.999)
+    await clock.until_sleeping()
+    assert started(server, UNQUIESCE) == []
+    clock.advance(0.001)
     status = (await server.finished("snap", timeout=5))["status"]
+    assert parse_timestamp(status["window"]["releaseTime"]) == START + 1
     assert (status["phase"], status["conditions"][0]["reason"]) == (
         "Failed", "ReleasedAfterMaxHold")
     assert "nobody released the window within maxHoldSeconds (1 s)" in (
@@ -147,10 +198,14 @@ async def test_max_hold_seconds_releases_when_nobody_does(server: Server) -> Non
     assert started(server, UNQUIESCE) == NAMES
 
 
-async def test_the_deadline_ends_the_window(server: Server) -> None:
+async def test_the_deadline_ends_the_window(clocked: Server) -> None:
+    server = clocked
     await server.create("snap", server.fake.add(*NAMES), release=RELEASE,
                         activeDeadlineSeconds=1)
+    clock = await window_waits(server, "snap")
+    clock.advance(1)
     status = (await server.finished("snap", timeout=5))["status"]
+    assert parse_timestamp(status["window"]["releaseTime"]) == START + 1
     assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "DeadlineExceeded")
     assert status["window"]["releaseReason"] == "DeadlineExceeded"
     assert started(server, UNQUIESCE) == NAMES
@@ -475,13 +530,17 @@ async def test_forbid_fails_the_second_notification_fast(server: Server) -> None
     assert started(server, UNQUIESCE) == NAMES
 
 
-async def test_wait_runs_the_second_after_the_first_released(server: Server) -> None:
+async def test_wait_runs_the_second_after_the_first_released(clocked: Server) -> None:
+    server = clocked
     pods = server.fake.add(*NAMES)
     await server.create("first", pods, release=RELEASE)
-    await window_open(server, "first")
+    clock = await window_waits(server, "first")
     await server.create("second", pods, release={**RELEASE, "afterSeconds": 0},
                         concurrencyPolicy="Wait", parallelism=3)
-    await asyncio.sleep(0.5)
+    await server.until(lambda: _true(sum(
+        len(run.waiting) for run, _ in server.manager._runs.values()) == 3))
+    clock.advance(60)
+    await clock.until_sleeping()
     assert sum(n == QUIESCE for _, n in server.fake.started) == 3  # the second waits
     await release(server, "first")
     await server.finished("second")
@@ -524,11 +583,17 @@ async def test_a_waiting_pod_shows_a_condition_naming_what_it_waits_for(server: 
     assert condition(await server.get("first"), "WaitingForNotification") == {}
 
 
-async def test_wait_is_bounded_by_the_deadline(server: Server) -> None:
+async def test_wait_is_bounded_by_the_deadline(clocked: Server) -> None:
+    server = clocked
     pods = server.fake.add("db-0")
     await server.create("first", pods, release=RELEASE)
-    await window_open(server, "first")
+    clock = await window_waits(server, "first")
     await server.create("second", pods, concurrencyPolicy="Wait", activeDeadlineSeconds=1)
+    await clock.until_sleeping(task="notification second")
+    clock.advance(0.999)
+    await clock.until_sleeping()
+    assert (await server.get("second"))["status"]["phase"] == "Running"
+    clock.advance(0.001)
     status = (await finished_one(server, "second"))["status"]
     assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "DeadlineExceeded")
     assert status["counts"]["pending"] == 1

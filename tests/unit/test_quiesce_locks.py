@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
-from apiserver.fanout.quiesce_locks import Holder, QuiesceLocks
+import pytest
+
+from apiserver.fanout.quiesce_locks import WAIT_POLL_SECONDS, Holder, QuiesceLocks
+from tests.support.clock import FakeClock
 
 KEY = ("prod", "uid-db-0", "quiesce")
 FIRST, SECOND = Holder("uid-1", "prod", "first"), Holder("uid-2", "prod", "second")
 
 
 async def test_one_holder_at_a_time() -> None:
-    locks = QuiesceLocks()
+    locks = QuiesceLocks(FakeClock())
     assert locks.try_acquire(KEY, FIRST) is None
     assert locks.try_acquire(KEY, FIRST) is None  # again by the holder: still its
     assert locks.try_acquire(KEY, SECOND) == FIRST
@@ -25,34 +27,54 @@ async def test_one_holder_at_a_time() -> None:
 
 
 async def test_a_waiter_gets_the_lock_when_it_is_released() -> None:
-    locks = QuiesceLocks()
+    clock = FakeClock()
+    locks = QuiesceLocks(clock)
     locks.try_acquire(KEY, FIRST)
     waiter = asyncio.create_task(locks.acquire_waiting(KEY, SECOND, give_up=lambda: False,
                                                        deadline=None))
-    await asyncio.sleep(0.05)
+    await clock.until_sleeping()
     assert not waiter.done()
-    locks.release_all(FIRST.uid)
+    locks.release_all(FIRST.uid)  # at once, without time passing
     assert await asyncio.wait_for(waiter, 1) is None
     assert locks.holder(KEY) == SECOND
 
 
-async def test_a_waiter_gives_up_at_its_deadline_or_when_told() -> None:
-    locks = QuiesceLocks()
+async def test_a_waiter_gives_up_at_its_deadline_and_not_before() -> None:
+    clock = FakeClock()
+    locks = QuiesceLocks(clock)
     locks.try_acquire(KEY, FIRST)
-    started = time.monotonic()
-    assert await locks.acquire_waiting(KEY, SECOND, give_up=lambda: False,
-                                       deadline=started + 0.2) == FIRST
-    assert 0.15 < time.monotonic() - started < 1
+    waiter = asyncio.create_task(locks.acquire_waiting(
+        KEY, SECOND, give_up=lambda: False, deadline=clock.monotonic() + 1.2))
+    await clock.until_sleeping()
+    assert clock.sleeping == [WAIT_POLL_SECONDS]  # it polls, the deadline further away
+    clock.advance(1.1)
+    await clock.until_sleeping()
+    assert not waiter.done()
+    assert clock.sleeping == pytest.approx([0.1])  # never past the deadline
+    clock.advance(0.1)
+    assert await asyncio.wait_for(waiter, 1) == FIRST
+    assert locks.holder(KEY) == FIRST
+
+
+async def test_a_waiter_gives_up_when_told_at_its_next_poll() -> None:
+    clock = FakeClock()
+    locks = QuiesceLocks(clock)
+    locks.try_acquire(KEY, FIRST)
     stop = asyncio.Event()
     waiter = asyncio.create_task(locks.acquire_waiting(KEY, SECOND, give_up=stop.is_set,
                                                        deadline=None))
+    await clock.until_sleeping()
     stop.set()
-    assert await asyncio.wait_for(waiter, 2) == FIRST
+    clock.advance(WAIT_POLL_SECONDS - 0.01)
+    await clock.until_sleeping()
+    assert not waiter.done()
+    clock.advance(0.01)
+    assert await asyncio.wait_for(waiter, 1) == FIRST
     assert locks.holder(KEY) == FIRST
 
 
 async def test_rebuilt_holds_and_clear() -> None:
-    locks = QuiesceLocks()
+    locks = QuiesceLocks(FakeClock())
     locks.hold(KEY, FIRST)
     locks.hold(KEY, SECOND)  # a second stored holder is logged; the first stays
     assert locks.holder(KEY) == FIRST

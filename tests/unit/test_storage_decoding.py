@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apiserver.clock import SystemClock
 from apiserver.fanout.scope_store import ScopeStore
 from apiserver.registry.errors import MalformedObject, NotFound
 from apiserver.registry.kube_objects import (
@@ -215,7 +216,8 @@ async def test_a_pass_over_every_namespace_reads_past_malformed_objects(
     (``PodNotifierStore.unfinished``) and the collector's (every record) see only the valid
     objects; each malformed one is counted once."""
     opened, counted = stores
-    scopes = ScopeStore(opened[NOTIFICATION_RUNS], opened[NOTIFICATION_POD_SETS])
+    scopes = ScopeStore(opened[NOTIFICATION_RUNS], opened[NOTIFICATION_POD_SETS],
+                        clock=SystemClock())
     records = PodNotifierStore(opened[PODNOTIFIERS], "replica-b")
     for _ in range(3):
         assert [run.notification_uid for run in await scopes.runs()] == ["good"]
