@@ -30,6 +30,7 @@ from apiserver.notifier import records
 from apiserver.notifier.events import notification_ref
 from apiserver.registry.errors import NotFound
 from apiserver.registry.paging import all_objects
+from apiserver.registry.watch import EventType
 from apiserver.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,8 @@ class FanoutManager:
         self._runs: dict[str, tuple[NotificationRun, asyncio.Task[None]]] = {}
         self._leading = False
         self._reconciler: asyncio.Task[None] | None = None
-        self._release_watch: asyncio.Task[None] | None = None
+        self._wakers: list[asyncio.Task[None]] = []
+        """While leading: the watches that wake runs (release requests, records ending)."""
         self._wake = asyncio.Event()
         """Set by a deletion: reconcile soon (after sweep_delay), not at the next interval."""
         self._ended: set[str] = set()
@@ -102,18 +104,20 @@ class FanoutManager:
         if self._leading and self._reconciler is None:
             self._reconciler = asyncio.create_task(self._keep_reconciling(),
                                                    name="notification reconciler")
-        if self._leading and self._release_watch is None:
-            self._release_watch = asyncio.create_task(self._wake_on_release_requests(),
-                                                      name="notification release requests")
+        if self._leading and not self._wakers:
+            self._wakers = [
+                asyncio.create_task(self._wake_on_release_requests(),
+                                    name="notification release requests"),
+                asyncio.create_task(self._wake_on_records_ending(),
+                                    name="notification records ending")]
 
     async def step_down(self) -> None:
         """Stop leading: cancel every run without writing anything final (the next leader
         resumes them; records this replica is running go on and end by themselves)."""
         was_leading, self._leading = self._leading, False
         runs = [task for _, task in self._runs.values()]
-        tasks = [*runs, *(task for task in (self._reconciler, self._release_watch)
-                          if task is not None)]
-        self._reconciler = self._release_watch = None
+        tasks = [*runs, *self._wakers, *([self._reconciler] if self._reconciler else [])]
+        self._reconciler, self._wakers = None, []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -142,6 +146,34 @@ class FanoutManager:
                 log.warning("watching for release requests failed; watching again",
                             extra={"error": f"{type(error).__name__}: {error}"})
             await self.clock.sleep(self._interval)
+
+    async def _wake_on_records_ending(self) -> None:
+        """While leading: a fan-out record that finishes or goes wakes its run at once, from
+        the records' watch (from the store's cache: no request of its own to kube-apiserver),
+        so that a hold ending on its own ends its window at once (the window also re-reads its
+        held records every RECORD_POLL_SECONDS, so a watch that breaks delays that by at most
+        that)."""
+        while True:
+            try:
+                watch = await self.parts.podnotifiers.watch(
+                    None, label_selector=records.NOTIFICATION_LABEL)
+                try:
+                    async for event in watch:
+                        if event.type == EventType.DELETED or records.is_finished(event.object):
+                            self._wake_run_of(event.object)
+                finally:
+                    watch.close()
+            except Exception as error:
+                log.warning("watching for records that end failed; watching again",
+                            extra={"error": f"{type(error).__name__}: {error}"})
+            await self.clock.sleep(self._interval)
+
+    def _wake_run_of(self, record: dict[str, Any]) -> None:
+        meta = record.get("metadata") or {}
+        name = (meta.get("labels") or {}).get(records.NOTIFICATION_LABEL)
+        for run, _ in self._runs.values():
+            if (run.namespace, run.name) == (meta.get("namespace"), name):
+                run.woken.set()
 
     async def _reconcile_logged(self) -> None:
         try:

@@ -492,7 +492,11 @@ async def test_a_window_whose_hold_broke_ends_when_it_broke_not_when_it_was_stor
         await server.close()
 
 
-async def test_a_hold_ending_on_its_own_ends_the_window(tmp_path: Path) -> None:
+async def test_a_hold_ending_on_its_own_ends_the_window_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Woken by the records' watch: the window's own re-read (RECORD_POLL_SECONDS) is made
+    an hour here, so only the watch can end it within the test's wait."""
+    monkeypatch.setattr(run_base, "RECORD_POLL_SECONDS", 3600.0)
     server, holds = await held_server(tmp_path)
     try:
         created = await server.create("snap", server.fake.add(*NAMES),
