@@ -177,7 +177,8 @@ class RunBase:
             notifier=self.spec["notifier"], pods=list(self.pods.values()),
             window=self.window if self.release is not None else None,
             rollback=bool(self.spec.get("rollback")), waiting=self.waiting,
-            conflicts=self.conflicts, run_conflicts=self.run_conflicts)
+            conflicts=self.conflicts, run_conflicts=self.run_conflicts,
+            now=status_time(self.clock))
 
     def _changed(self, pod: ScopedPod) -> None:
         """Keep the pod's new state; the status (counts) follows within

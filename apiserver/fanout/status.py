@@ -52,26 +52,29 @@ class RunFacts:
     """Pod -> the Notification that was quiescing it (Forbid)."""
     run_conflicts: Mapping[str, str] = field(default_factory=dict)
     """Pod -> the record of the same notifier that was unfinished on it (RunConflict)."""
+    now: str = field(default_factory=records.now)
+    """When the facts hold: the lastTransitionTime of a condition that changes now (a run
+    gives its clock's time, `run_base.status_time`)."""
 
     def counts(self) -> dict[str, int]:
         return scope.counts(list(self.pods), released=self.window is not None)
 
 
-def waiting_for_pods(namespace: str, selector: str) -> dict[str, Any]:
-    """The condition of an AllPods Notification created with no pod in scope; the run sets it
-    False (PodsJoined) when its first pod joins."""
+def waiting_for_pods(namespace: str, selector: str, now: str) -> dict[str, Any]:
+    """The condition of an AllPods Notification created (at `now`) with no pod in scope; the
+    run sets it False (PodsJoined) when its first pod joins."""
     return {"type": CONDITION_WAITING_FOR_PODS, "status": "True", "reason": NO_PODS_SELECTED,
             "message": f'no pod in namespace "{namespace}" matches {selector or "{}"} yet; '
                        "pods are notified as they start running",
-            "lastTransitionTime": records.now()}
+            "lastTransitionTime": now}
 
 
 def condition_now(current: Mapping[str, Any] | None, kind: str, reason: str, message: str, *,
-                  status: str = "True") -> dict[str, Any]:
-    """Condition `kind` as it is now; its lastTransitionTime is kept from `current` unless
+                  now: str, status: str = "True") -> dict[str, Any]:
+    """Condition `kind` as it is `now`; its lastTransitionTime is kept from `current` unless
     the status changes."""
     since = (current["lastTransitionTime"] if current is not None
-             and current.get("status") == status else records.now())
+             and current.get("status") == status else now)
     return {"type": kind, "status": status, "reason": reason, "message": message,
             "lastTransitionTime": since}
 
@@ -92,12 +95,13 @@ def conditions(stored: list[dict[str, Any]], facts: RunFacts) -> list[dict[str, 
         current[CONDITION_PODS_SKIPPED] = condition_now(
             current.get(CONDITION_PODS_SKIPPED), CONDITION_PODS_SKIPPED, NOT_DECLARED,
             f"{len(skipped)} of {len(facts.pods)} pods do not declare notifier "
-            f'"{facts.notifier}" and were skipped: {_some(skipped)}')
+            f'"{facts.notifier}" and were skipped: {_some(skipped)}', now=facts.now)
     waiting = current.get(CONDITION_WAITING_FOR_PODS)
     if waiting is not None and waiting["status"] == "True" and facts.pods:
         current[CONDITION_WAITING_FOR_PODS] = condition_now(
             waiting, CONDITION_WAITING_FOR_PODS, PODS_JOINED,
-            f"the first pods joined; {len(facts.pods)} in scope", status="False")
+            f"the first pods joined; {len(facts.pods)} in scope", now=facts.now,
+            status="False")
     quiesced = quiesced_condition(current.get(CONDITION_QUIESCED), facts)
     if quiesced is not None:
         current[CONDITION_QUIESCED] = quiesced
@@ -120,10 +124,12 @@ def waiting_condition(current: Mapping[str, Any] | None, facts: RunFacts
             f"{count} pod{'s' if count != 1 else ''} wait{'' if count != 1 else 's'} for "
             f'another Notification quiescing {"them" if count != 1 else "it"} with '
             f'notifier "{facts.notifier}" to release '
-            f"{'them' if count != 1 else 'it'} (concurrencyPolicy Wait): {names}")
+            f"{'them' if count != 1 else 'it'} (concurrencyPolicy Wait): {names}",
+            now=facts.now)
     if current is not None and current.get("status") == "True":
         return condition_now(current, CONDITION_WAITING_FOR_NOTIFICATION, NO_POD_WAITING,
-                             "no pod waits for another Notification", status="False")
+                             "no pod waits for another Notification", now=facts.now,
+                             status="False")
     return None
 
 
@@ -141,11 +147,11 @@ def quiesced_condition(current: Mapping[str, Any] | None, facts: RunFacts
             f"released ({why}) at {window['releaseTime']}: "
             + (f"every pod was quiesced from {window['quiescedTime']}"
                if window.get("quiescedTime") else "not every pod was quiesced")),
-            status="False")
+            now=facts.now, status="False")
     if window.get("quiescedTime"):
         return condition_now(current, CONDITION_QUIESCED, ALL_PODS_QUIESCED,
                              f"all {total} pods quiesced at {window['quiescedTime']}; "
-                             "they stay quiesced until the release")
+                             "they stay quiesced until the release", now=facts.now)
     return None
 
 
@@ -162,12 +168,12 @@ def final_condition(outcome: str, reason: str, detail: str, facts: RunFacts
         message = (f"{counts['succeeded']} pods succeeded, {counts['skipped']} skipped"
                    + released)
         return {"type": "Complete", "status": "True", "reason": reason, "message": message,
-                "lastTransitionTime": records.now()}
+                "lastTransitionTime": facts.now}
     if reason == NOT_DECLARED:
         message = (f'no pod declared notifier "{facts.notifier}" when its turn came: '
                    f"{counts['skipped']} of {counts['total']} pods skipped")
         return {"type": "Failed", "status": "True", "reason": reason, "message": message,
-                "lastTransitionTime": records.now()}
+                "lastTransitionTime": facts.now}
     why = Counter(p.reason for p in facts.pods if p.state == scope.FAILED)
     reasons = ", ".join(f"{r}: {n}" for r, n in why.most_common(MAX_REASONS_IN_MESSAGE))
     message = (f"{counts['failed']} of {counts['total']} pods failed"
@@ -188,7 +194,7 @@ def final_condition(outcome: str, reason: str, detail: str, facts: RunFacts
     if detail:
         message = f"{detail}; {message}"
     return {"type": "Failed", "status": "True", "reason": reason, "message": message,
-            "lastTransitionTime": records.now()}
+            "lastTransitionTime": facts.now}
 
 
 def keep_release_request(stored: Mapping[str, Any] | None, status: dict[str, Any]

@@ -101,7 +101,7 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
                                   "succeeded": 0, "failed": 0, "skipped": 0, "rolledBack": 0}},
         }
         if not pods:  # AllPods (scope_errors refuses any other empty scope)
-            obj["status"]["conditions"] = [waiting_for_pods(namespace, selector)]
+            obj["status"]["conditions"] = [waiting_for_pods(namespace, selector, records.now())]
         if dry_run(http):
             return add_warnings(JSONResponse(await store.check_create(obj), status_code=201),
                                 ask.warnings)

@@ -524,7 +524,7 @@ async def test_a_run_where_every_pod_was_skipped_fails(server: Server) -> None:
 
 
 async def test_an_empty_all_pods_start_waits_visibly_until_a_pod_joins(server: Server) -> None:
-    waiting = waiting_for_pods(NS, "app=db")
+    waiting = waiting_for_pods(NS, "app=db", records.now())
     created = await server.notifications.create({
         "apiVersion": records.API_VERSION, "kind": "Notification",
         "metadata": {"namespace": NS, "name": "later"},
@@ -569,7 +569,8 @@ async def test_an_all_pods_notification_nobody_joins_keeps_waiting_visible(serve
                  "policy": "AllPods", "activeDeadlineSeconds": 1,
                  "requestedBy": {"username": CREATOR.name, "uid": CREATOR.uid,
                                  "groups": CREATOR.groups, "extra": {}}},
-        "status": {"phase": records.PENDING, "conditions": [waiting_for_pods(NS, "app=db")]}})
+        "status": {"phase": records.PENDING,
+                   "conditions": [waiting_for_pods(NS, "app=db", records.now())]}})
     await server.manager.begin(created, [])
     status = (await server.finished("never", timeout=5))["status"]
     assert status["counts"] == counts()

@@ -20,11 +20,21 @@ def pod(name: str, state: str, reason: str = "", **more: str) -> ScopedPod:
 def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> None:
     before = {"type": "Quiesced", "status": "True", "reason": "r", "message": "m",
               "lastTransitionTime": "2026-01-01T00:00:00Z"}
-    same = status.condition_now(before, "Quiesced", "r2", "m2")
-    flipped = status.condition_now(before, "Quiesced", "r2", "m2", status="False")
+    same = status.condition_now(before, "Quiesced", "r2", "m2", now=STARTED)
+    flipped = status.condition_now(before, "Quiesced", "r2", "m2", now=STARTED, status="False")
     assert same["lastTransitionTime"] == "2026-01-01T00:00:00Z"
     assert same["reason"] == "r2" and same["message"] == "m2"
-    assert flipped["lastTransitionTime"] != "2026-01-01T00:00:00Z"
+    assert flipped["lastTransitionTime"] == STARTED
+
+
+def test_a_condition_that_changes_takes_the_facts_time() -> None:
+    waiting = status.waiting_for_pods("db", "app=pg", "2026-01-01T00:00:00Z")
+    joined = status.conditions([waiting], RunFacts("quiesce", [pod("a", scope.PENDING)],
+                                                   now=STARTED))[0]
+    assert (joined["status"], joined["lastTransitionTime"]) == ("False", STARTED)
+    final = status.final_condition(scope.OUTCOME_SUCCEEDED, reasons.PODS_SUCCEEDED, "",
+                                   RunFacts("quiesce", [pod("a", scope.SUCCEEDED)], now=STARTED))
+    assert final["lastTransitionTime"] == STARTED
 
 
 def test_skipped_pods_are_named_up_to_five_and_counted_beyond() -> None:
@@ -37,7 +47,7 @@ def test_skipped_pods_are_named_up_to_five_and_counted_beyond() -> None:
 
 
 def test_waiting_for_pods_turns_false_when_the_first_pod_joins() -> None:
-    waiting = status.waiting_for_pods("db", "app=pg")
+    waiting = status.waiting_for_pods("db", "app=pg", STARTED)
     assert waiting["status"] == "True" and waiting["reason"] == reasons.NO_PODS_SELECTED
     assert status.conditions([waiting], RunFacts("quiesce", []))[0] == waiting
     joined = status.conditions([waiting], RunFacts("quiesce", [pod("a", scope.PENDING)]))[0]
