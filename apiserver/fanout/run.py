@@ -131,8 +131,7 @@ class NotificationRun(WindowRun):
         its record says how it ended (Interrupted if its server stopped during it). A pod marked
         started whose record was never stored was never notified (a record is created before
         its command runs), so it runs now, under the record name its scope holds, unless the
-        run is stopped. A rollback whose record finished is settled likewise; one that was
-        interrupted (or never stored) stays started, to be run again."""
+        run is stopped. (A started rollback is settled by `_rollback`'s own step.)"""
         unstored = []
         for pod in list(self.pods.values()):
             if pod.state == scope.STARTED:
@@ -144,13 +143,6 @@ class NotificationRun(WindowRun):
                     await self._record_result(pod, state, reason)
                     if not self._holds_after(state):
                         self.locks.release(self._key(pod), self.holder)
-            if pod.rollback == scope.ROLLBACK_STARTED:
-                outcome = {scope.SUCCEEDED: scope.ROLLBACK_DONE, scope.FAILED:
-                           scope.ROLLBACK_FAILED}.get(await self._undo_result(pod.rollback_record))
-                if outcome:
-                    await self._stored("store a rollback result", functools.partial(
-                        self.parts.scopes.finish_rollback, self.uid, pod.pod_uid, outcome))
-                    self.pods[pod.pod_uid] = replace(self.pods[pod.pod_uid], rollback=outcome)
         await asyncio.gather(*(self._rerun_unstored(pod) for pod in unstored))
         if self.abort and not self.stopped and any(
                 p.state == scope.FAILED for p in self.pods.values()):
@@ -398,7 +390,9 @@ class NotificationRun(WindowRun):
 
     async def _rollback(self) -> None:
         """Run the rollback notifier on every pod whose rollback is due and not done, at the
-        run's parallelism; each attempt is a new record."""
+        run's parallelism, at least once: the same step first and after a crash. A started
+        attempt that ended stands; one that was interrupted, or whose record was never
+        stored, runs again as a new attempt (a new record)."""
         notifier = self.spec.get("rollback", {}).get("notifier")
         if not notifier:
             return
@@ -408,6 +402,12 @@ class NotificationRun(WindowRun):
 
         async def undo(pod: ScopedPod) -> None:
             async with slots:
+                if pod.rollback == scope.ROLLBACK_STARTED:
+                    ended = await self._undo_result(pod.rollback_record)
+                    if ended:
+                        await finish(pod, scope.ROLLBACK_DONE if ended == scope.SUCCEEDED
+                                     else scope.ROLLBACK_FAILED)
+                        return
                 attempt = pod.rollback_attempts + 1
                 name = record_name(pod.pod, notifier, self.uid, pod.pod_uid, attempt)
                 if not await self._stored("start a rollback", lambda: self.parts.scopes
@@ -417,11 +417,13 @@ class NotificationRun(WindowRun):
                                                  rollback_record=name, rollback_attempts=attempt)
                 labels = {**notification_label(self.name), ROLLBACK_ATTEMPT_LABEL: str(attempt)}
                 state, _ = await self._attempt(pod, notifier, name, labels)
-                outcome = (scope.ROLLBACK_DONE if state == scope.SUCCEEDED
-                           else scope.ROLLBACK_FAILED)
-                await self._stored("store a rollback result", lambda: self.parts.scopes
-                                   .finish_rollback(self.uid, pod.pod_uid, outcome))
-                self._changed(replace(self.pods[pod.pod_uid], rollback=outcome))
+                await finish(pod, scope.ROLLBACK_DONE if state == scope.SUCCEEDED
+                             else scope.ROLLBACK_FAILED)
+
+        async def finish(pod: ScopedPod, outcome: str) -> None:
+            await self._stored("store a rollback result", lambda: self.parts.scopes
+                               .finish_rollback(self.uid, pod.pod_uid, outcome))
+            self._changed(replace(self.pods[pod.pod_uid], rollback=outcome))
 
         await asyncio.gather(*(undo(pod) for pod in targets))
         if targets:
