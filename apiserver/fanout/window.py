@@ -75,8 +75,6 @@ class WindowRun(RunBase):
     async def _hold_window(self, started: str) -> None:
         """Every pod is quiesced: store quiescedTime (once), show the window (Quiesced True),
         and wait until it ends; store why (the release is then due)."""
-        if self.window.get("releaseReason"):
-            return  # resumed after the window ended: release what is due
         opening = not self.window.get("quiescedTime")
         quiesced = self.window.get("quiescedTime") or status_time(self.clock)
         stored = await self._stored("store the window", lambda: self.parts.scopes.note_window(
@@ -88,14 +86,15 @@ class WindowRun(RunBase):
                 self.ref, self.spec["notifier"],
                 sum(p.state != scope.SKIPPED for p in self.pods.values()),
                 self.window.get("quiescedTime", quiesced))
-        log.info("every pod quiesced: the window is open", extra={
-            "namespace": self.namespace, "notification": self.name, "quiesced": quiesced})
+            log.info("every pod quiesced: the window is open", extra={
+                "namespace": self.namespace, "notification": self.name, "quiesced": quiesced})
         await self._stored("store the status", self._write_status)
         why = await self._window_end(started)
         await self._end_window(why)
 
     async def _window_end(self, started: str) -> str:
-        """Wait for the first end of the window and say which (see WINDOW_FAILURES)."""
+        """Wait for the first end of the window and say which (see WINDOW_FAILURES); the
+        stored one at once if it has ended (a pass resumed after a crash)."""
         ends = window_ends(self.spec, started, self.window.get("quiescedTime"),
                            self.clock.now())
         while True:
@@ -107,6 +106,8 @@ class WindowRun(RunBase):
                 self._note_stopped(DELETED)
                 self.deleted.set()
                 return DELETED
+            if stored.window.get("releaseReason"):
+                return str(stored.window["releaseReason"])
             due = list(ends)
             requested = parse_timestamp(stored.window.get("releaseRequestedTime"))
             if requested is not None:
