@@ -45,6 +45,8 @@ WINDOW_ANNOTATIONS = {"notifier.x-k8s.io/notifiers": json.dumps({"app": [
     {"name": "quiesce", "action": {"exec": {"command": TRIVIAL}}},
     {"name": "unquiesce", "action": {"exec": {"command": TRIVIAL}}}]})}
 RECORDS_PAGE = "500"
+REMOVE_SECONDS = 600
+"""How long deleting a phase's pods may take (kwok deletes 1000 pods in over a minute)."""
 STORAGE_GROUP = "storage.notifier.x-k8s.io"
 SCALE_PODS_PER_NODE = 500
 """kwok nodes the scale phase adds: one per this many pods (kwok nodes are cheap)."""
@@ -69,9 +71,9 @@ def deploy(cluster: Cluster, name: str, replicas: int, annotations: dict[str, st
 def remove(cluster: Cluster, name: str) -> None:
     """The Deployment and its pods, waited for (a plane with thousands of pods is slower)."""
     cluster.kubectl("delete", "deployment", name, "-n", NAMESPACE, "--wait=true",
-                    check=False)
+                    f"--timeout={REMOVE_SECONDS}s", check=False, timeout=REMOVE_SECONDS + 30)
     cluster.kubectl("delete", "pods", "-n", NAMESPACE, "-l", f"app={name}", "--wait=true",
-                    "--timeout=600s", check=False)
+                    f"--timeout={REMOVE_SECONDS}s", check=False, timeout=REMOVE_SECONDS + 30)
 
 
 async def notification(bench: Any, app: str, notifier: str, parallelism: int,
