@@ -393,8 +393,10 @@ async def fanout_phases(cluster: Cluster, bench: Bench, args: argparse.Namespace
 
     if args.fanout_pods:
         results["fanout"] = await bench_fanout.fanout(cluster, bench, args, memory)
+        save(args, results)
     if args.window_pods:
         results["window"] = await bench_fanout.window(cluster, bench, args)
+        save(args, results)
     if args.scale_pods:
         results["scale"] = await bench_fanout.scale(cluster, bench, args, memory,
                                                     lambda: kube_requests(cluster))
@@ -555,6 +557,13 @@ def profile_report(results: dict) -> list[str]:
     return lines
 
 
+def save(args: argparse.Namespace, results: dict) -> None:
+    """Write the figures so far to --output (after each long phase too, so that a failure
+    late in a run keeps what was measured)."""
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -596,8 +605,7 @@ def main() -> None:
     args.output = args.output or REPO_ROOT / "bench-results" / (
         "bench-quick.json" if args.quick else "bench.json")
     results = asyncio.run(run(args))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2))
+    save(args, results)
     print(report(results))
     print(f"\nwritten to {args.output}")
 
