@@ -143,7 +143,10 @@ def test_bug4_an_interrupted_rollback_runs_again_and_stopped_pods_stay_untouched
     assert status["phase"] == "Failed"
     assert status["conditions"][0]["reason"] == "FailFast"
     assert status["counts"] == {"total": 5, "pending": 2, "running": 0, "succeeded": 2,
-                                "failed": 1, "skipped": 0, "rolledBack": 2}
+                                "failed": 1, "skipped": 0, "rolledBack": 2,
+                                "mayHaveRunTwice": 2}
+    assert "2 may have run their release or rollback twice" in status["conditions"][0][
+        "message"]
     assert lines(host, "quiesce start") == 3  # never after fail-fast, not even after the crash
     assert lines(host, "unquiesce start") == 4  # two interrupted, two run again
     assert lines(host, "unquiesce done") == 2  # each succeeded pod unquiesced exactly once
