@@ -293,12 +293,21 @@ class StorageCache:
                 found.pop(event.key, None)
         return list(found.values())
 
-    def snapshot(self, at: int) -> dict[Key, Object]:
-        """The objects as of resourceVersion ``at`` (at least the window's oldest)."""
-        objects = {key: entry.object for key, entry in self._entries.items()}
+    def snapshot(self, at: int, namespace: str | None = None,
+                 fields: FieldSelector | None = None) -> dict[Key, Object]:
+        """The objects as of resourceVersion ``at`` (at least the window's oldest); with a
+        ``namespace``, only those of it that may match ``fields`` then (a superset, from the
+        index when ``fields`` requires an indexed field to equal a value: not a scan)."""
+        if namespace is None:
+            objects = {key: entry.object for key, entry in self._entries.items()}
+        else:
+            objects = {key_of(entry.object): entry.object
+                       for entry in self.candidates(namespace, fields or FieldSelector())}
         for event in reversed(self._window):
             if event.rv <= at:
                 break
+            if namespace is not None and event.key[0] != namespace:
+                continue
             if event.before is None:
                 objects.pop(event.key, None)
             else:

@@ -467,7 +467,7 @@ class KubeObjectStore(ObjectStore):
         if request.snapshot is None:
             await self._cache.caught_up()  # this replica's writes are in what it lists
         at = request.snapshot_to_read(self._cache.current_rv(), self._cache.compacted)
-        objects = self._cache.snapshot(at)
+        objects = self._cache.snapshot(at, selection.namespace, selection.fields)
         keys = sorted(k for k in objects if request.after is None or k > request.after)
         return request.page((copy.deepcopy(objects[key]) for key in keys
                              if selection.matches(objects[key])), at)

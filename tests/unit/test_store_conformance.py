@@ -539,6 +539,29 @@ async def test_pagination_with_selectors_and_exact_pages(store: ObjectStore) -> 
     assert len(exact.items) == 6 and exact.continue_token == ""
 
 
+async def test_pagination_by_an_indexed_field_is_a_consistent_snapshot(
+        store: ObjectStore) -> None:
+    """A list selecting on an indexed field (read through the index, not a scan) pages the
+    objects as they were at the first page: one that stopped matching since, or was deleted,
+    is still there; one that matches only since is not."""
+    for i in range(6):
+        await store.create(record(f"r{i}", pod="web-0" if i % 2 else "web-1"))
+
+    first = await store.list("ns", limit=1, field_selector="spec.podName=web-0")
+    await store.guaranteed_update("ns", "r3", lambda r: {**r, "spec": {**r["spec"],
+                                                                      "podName": "web-1"}})
+    await store.delete("ns", "r5")
+    await store.guaranteed_update("ns", "r2", lambda r: {**r, "spec": {**r["spec"],
+                                                                      "podName": "web-0"}})
+    rest = await store.list("ns", limit=5, field_selector="spec.podName=web-0",
+                            continue_token=first.continue_token)
+
+    assert names(first.items) + names(rest.items) == ["r1", "r3", "r5"]
+    assert rest.items[0]["spec"]["podName"] == "web-0"
+    fresh = await store.list("ns", field_selector="spec.podName=web-0")
+    assert names(fresh.items) == ["r1", "r2"]
+
+
 async def test_pagination_across_namespaces(store: ObjectStore) -> None:
     expected = []
     for namespace in ("a", "b"):
