@@ -112,13 +112,21 @@ def finish(obj: Object) -> Object:
     return records.finish(obj, records.now())
 
 
-async def run_names(store: PodNotifierStore, pod: str = "web-0") -> list[str]:
-    """The pod's unfinished records, as ``store`` sees them."""
-    return sorted(r["metadata"]["name"] for r in await pod_records(store, pod)
+async def run_names(store: PodNotifierStore, pod: str = "web-0", *, consistent: bool = True
+                    ) -> list[str]:
+    """The pod's unfinished records, as ``store`` sees them (see `pod_records`)."""
+    return sorted(r["metadata"]["name"] for r in await pod_records(store, pod,
+                                                                    consistent=consistent)
                   if not records.is_finished(r))
 
 
-async def pod_records(store: PodNotifierStore, pod: str = "web-0") -> list[Object]:
+async def pod_records(store: PodNotifierStore, pod: str = "web-0", *, consistent: bool = True
+                      ) -> list[Object]:
+    """The pod's records as a read through ``store``'s replica sees them: by default a
+    consistent read, as the API's reads without a resourceVersion are (another replica's
+    writes included); else its cache as it is."""
+    if consistent:
+        await store.consistent_read(NS)
     return (await store.list(NS, field_selector=f"spec.podName={pod}")).items
 
 
@@ -439,6 +447,7 @@ async def test_a_bounded_create_trims_the_pod_to_k_soon_after(
     late = [await replicas.b.create(finished_record(f"late{i}", ago=50 - i))
             for i in range(K + 1 - len(kept))]
     assert len(await pod_records(replicas.a)) == K + 1
+    assert len(await pod_records(creator)) == K + 1  # the creator's cache has them too
     trim_delay_over.set()
 
     async def bounded() -> bool:
@@ -552,7 +561,7 @@ async def test_a_lagging_replica_decides_among_every_record_created_before_its_o
     a, b, delivery = lagging
     delivery.clear()
     first = await a.create_bounded(record("quiesce"), max_per_pod=2)
-    assert await run_names(b) == []  # b lags
+    assert await run_names(b, consistent=False) == []  # b lags
 
     asyncio.get_running_loop().call_later(0.3, delivery.set)
     with pytest.raises(Conflict) as refused:
