@@ -30,7 +30,7 @@ from typing import Any
 from kube_requests import REVIEW_GROUPS, WRITE_VERBS
 
 from localcluster import __main__ as localcluster
-from tests.support.kube import Cluster
+from tests.support.kube import Cluster, wait_until
 
 API = "/apis/notifier.x-k8s.io/v1alpha1"
 NAMESPACE = "bench"
@@ -69,11 +69,19 @@ def deploy(cluster: Cluster, name: str, replicas: int, annotations: dict[str, st
 
 
 def remove(cluster: Cluster, name: str) -> None:
-    """The Deployment and its pods, waited for (a plane with thousands of pods is slower)."""
-    cluster.kubectl("delete", "deployment", name, "-n", NAMESPACE, "--wait=true",
-                    f"--timeout={REMOVE_SECONDS}s", check=False, timeout=REMOVE_SECONDS + 30)
-    cluster.kubectl("delete", "pods", "-n", NAMESPACE, "-l", f"app={name}", "--wait=true",
-                    f"--timeout={REMOVE_SECONDS}s", check=False, timeout=REMOVE_SECONDS + 30)
+    """The Deployment and its pods, waited for by listing them (a plane with thousands of pods
+    is slower; `kubectl delete --wait` of a thousand pods could wait out its timeout after the
+    last one was gone)."""
+    cluster.kubectl("delete", "deployment", name, "-n", NAMESPACE, "--wait=false", check=False)
+    cluster.kubectl("delete", "pods", "-n", NAMESPACE, "-l", f"app={name}", "--wait=false",
+                    check=False)
+
+    def gone() -> bool:
+        with cluster.admin() as kube:
+            return not kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", params={
+                "labelSelector": f"app={name}", "limit": "1"}).json()["items"]
+
+    wait_until(gone, f"the pods app={name} deleted", timeout=REMOVE_SECONDS, interval=1.0)
 
 
 async def notification(bench: Any, app: str, notifier: str, parallelism: int,

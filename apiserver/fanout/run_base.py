@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from apiserver import errors
 from apiserver.api.resources import GROUP
-from apiserver.authz.attributes import RequestAttributes, denial_message
+from apiserver.authz.attributes import denial_message
 from apiserver.clock import Clock, utc_now
 from apiserver.fanout import scope, status
 from apiserver.fanout.parts import FanoutParts
@@ -29,6 +29,7 @@ from apiserver.fanout.spec import ABORT
 from apiserver.notifier import records
 from apiserver.notifier.errors import NotAuthorized, PodNotFound, RunConflict
 from apiserver.notifier.events import notification_ref
+from apiserver.notifier.notifier_pods import notify_attributes
 from apiserver.notifier.request import NotifyRequest
 from apiserver.notifier.runner import retry_until_stored
 from apiserver.registry.errors import NotFound
@@ -267,21 +268,29 @@ class RunBase:
                 log.info("pod not notified", extra=extra)
             return state, reason
 
+    async def _authorize(self, pod: ScopedPod) -> None:
+        """Raise NotAuthorized unless the requester may notify the pod now. First one review of
+        every pod of the namespace, which the authorizer caches (so a fan-out over thousands of
+        pods asks kube-apiserver once per cache TTL, not once per pod); only if that is refused,
+        one of the pod by name (RBAC may grant some pods by resourceNames)."""
+        authorizer = self.parts.authorizer
+        if (await authorizer.authorize(self.requester, notify_attributes(self.namespace))).allowed:
+            return
+        notify = notify_attributes(self.namespace, pod.pod)
+        decision = await authorizer.authorize(self.requester, notify)
+        if not decision.allowed:
+            raise NotAuthorized(errors.forbidden_message(
+                "pods", GROUP, pod.pod, denial_message(self.requester.name, notify,
+                                                       decision.reason)),
+                group=GROUP, resource="pods", name=pod.pod)
+
     async def _run_notifier(self, pod: ScopedPod, notifier: str, name: str,
                             labels: dict[str, str]) -> tuple[str, str]:
         admission = self.parts.admission
         pod_object = await admission.read_pod(self.namespace, pod.pod)
         if pod_object["metadata"]["uid"] != pod.pod_uid:
             raise PodNotFound(self.namespace, pod.pod)
-        notify = RequestAttributes.for_resource(
-            "create", group=GROUP, version="v1alpha1", resource="pods", subresource="notify",
-            namespace=self.namespace, name=pod.pod)
-        decision = await self.parts.authorizer.authorize(self.requester, notify)
-        if not decision.allowed:
-            raise NotAuthorized(errors.forbidden_message(
-                "pods", GROUP, pod.pod, denial_message(self.requester.name, notify,
-                                                       decision.reason)),
-                group=GROUP, resource="pods", name=pod.pod)
+        await self._authorize(pod)
         ask = NotifyRequest(name=name, generate_name="", labels=labels, notifier=notifier,
                             containers=self.spec.get("containers"),
                             timeout_seconds=self.spec.get("timeoutSeconds"),

@@ -46,6 +46,7 @@ from apiserver.handlers.release_access import require_release
 from apiserver.handlers.watch_response import Watches
 from apiserver.kube import KubeClient
 from apiserver.notifier import records
+from apiserver.notifier.notifier_pods import notify_attributes
 from apiserver.registry.resources import NOTIFICATIONS
 from apiserver.registry.store import ObjectStore
 
@@ -75,9 +76,7 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
             notification_spec.validate, body, namespace, max_parallelism=max_parallelism,
             max_timeout_seconds=max_timeout_seconds, max_hold_seconds=max_hold_seconds,
             field_validation=field_validation(http))
-        notify_pods = RequestAttributes.for_resource(
-            "create", group=NOTIFICATIONS.group, version="v1alpha1", resource="pods",
-            subresource="notify", namespace=namespace)
+        notify_pods = notify_attributes(namespace)
         decision = await authorizer.authorize(user, notify_pods)
         if not decision.allowed:
             raise status.forbidden_request(user.name, notify_pods, decision.reason)

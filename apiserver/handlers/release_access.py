@@ -10,29 +10,26 @@ import asyncio
 from collections.abc import Iterable
 
 from apiserver import errors
-from apiserver.api.resources import GROUP, VERSION
+from apiserver.api.resources import GROUP
 from apiserver.authn.user import UserInfo
-from apiserver.authz.attributes import RequestAttributes, denial_message
+from apiserver.authz.attributes import denial_message
 from apiserver.authz.sar import Authorizer
+from apiserver.notifier.notifier_pods import notify_attributes
 
 REVIEWS_AT_ONCE = 8
 """SubjectAccessReviews a release asks for at once (a window may hold thousands of pods)."""
-
-
-def notify_attributes(namespace: str, pod: str) -> RequestAttributes:
-    """``create pods/notify`` on `pod` (in the notifier group)."""
-    return RequestAttributes.for_resource(
-        "create", group=GROUP, version=VERSION, resource="pods", subresource="notify",
-        namespace=namespace, name=pod)
 
 
 async def require_release(authorizer: Authorizer, user: UserInfo, namespace: str,
                           pods: Iterable[str], *, resource: str, name: str, what: str) -> None:
     """Return if `user` may ``create pods/notify`` on every one of `pods`; else ``Forbidden``
     on `resource` `name` naming the first pod refused (in the order given) and saying that
-    releasing `what` needs it. Asks `REVIEWS_AT_ONCE` reviews at a time and stops at the first
-    refusal."""
+    releasing `what` needs it. For more than one pod, one review of every pod of the namespace
+    first; only if that is refused (or for one pod), one per pod, `REVIEWS_AT_ONCE` at a time,
+    stopping at the first refusal."""
     names = list(dict.fromkeys(pods))
+    if len(names) > 1 and (await authorizer.authorize(user, notify_attributes(namespace))).allowed:
+        return  # every pod of the namespace: no review per pod
     for start in range(0, len(names), REVIEWS_AT_ONCE):
         batch = names[start:start + REVIEWS_AT_ONCE]
         asks = [notify_attributes(namespace, pod) for pod in batch]

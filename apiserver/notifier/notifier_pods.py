@@ -156,8 +156,10 @@ def _access(allowed: bool, *, rule: str = "", reason: str = "", message: str = "
     return access
 
 
-def notify_attributes(namespace: str, pod: str) -> RequestAttributes:
-    """``create pods/notify`` on `pod` (group notifier.x-k8s.io)."""
+def notify_attributes(namespace: str, pod: str = "") -> RequestAttributes:
+    """``create pods/notify`` on `pod` (group notifier.x-k8s.io); with no pod, on every pod of
+    the namespace (a review without a name asks for all names, as kube-apiserver's own reviews
+    of a list do: RBAC allows it only by a rule without resourceNames)."""
     return RequestAttributes.for_resource(
         "create", group=GROUP, version=VERSION, resource="pods", subresource="notify",
         namespace=namespace, name=pod)

@@ -140,7 +140,7 @@ async def test_releasing_needs_create_pods_notify_on_every_pod_of_the_window(
         served: Served) -> None:
     served.kube.pods = [pod(f"db-{i}", {"app": "db"}, DB_NOTIFIERS) for i in range(12)]
     assert (await served.create(release={"notifier": "unquiesce"})).status_code == 201
-    served.access.denied = {"db-10"}
+    served.access.denied = {"", "db-10"}  # not every pod: each is asked by name
     served.access.asked.clear()
     for query in ("", "?dryRun=All"):
         refused = await served.release(query=query)
@@ -154,9 +154,13 @@ async def test_releasing_needs_create_pods_notify_on_every_pod_of_the_window(
     assert "window" not in (await served.store.get("prod", "snap"))["status"]
     asked = [(a.verb, a.resource, a.subresource, a.namespace, a.name)
              for a in served.access.asked if a.subresource == "notify"]
-    assert asked[:12] == [("create", "pods", "notify", "prod", f"db-{i}") for i in range(12)]
+    assert asked[:13] == [("create", "pods", "notify", "prod", name)
+                          for name in ["", *(f"db-{i}" for i in range(12))]]
     served.access.denied = set()
+    served.access.asked.clear()
     assert (await served.release()).status_code == 200
+    # allowed on every pod of the namespace: no pod is asked by name
+    assert [a.name for a in served.access.asked if a.subresource == "notify"] == [""]
 
 
 async def test_a_finished_window_is_answered_as_it_is_only_to_who_may_release_it(
@@ -165,7 +169,7 @@ async def test_a_finished_window_is_answered_as_it_is_only_to_who_may_release_it
     await served.create(release={"notifier": "unquiesce"})
     await served.store.guaranteed_update("prod", "snap", lambda obj: {
         **obj, "status": {**obj["status"], "phase": "Succeeded"}})
-    served.access.denied = {"db-0"}
+    served.access.denied = {"", "db-0"}
     assert (await served.release()).status_code == 403
     served.access.denied = set()
     answer = await served.release()
