@@ -566,8 +566,8 @@ class KubeObjectStore(ObjectStore):
     @staticmethod
     def _identity_kept(stored: Object, desired: Object) -> Object:
         old_meta = metadata(stored)
-        obj = copy.deepcopy(desired)
-        meta = obj.setdefault("metadata", {})
+        obj = dict(desired)  # shallow: the storage object built from it is a deep copy
+        meta = obj["metadata"] = dict(obj.get("metadata") or {})
         for key in _KEPT_ON_UPDATE:
             if key in old_meta:
                 meta[key] = old_meta[key]
