@@ -41,7 +41,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
 import shutil
 import ssl
 import statistics
@@ -55,10 +54,11 @@ import bench_fanout
 import httpx
 import profiling
 from kube_requests import READ_VERBS, WRITE_VERBS, kube_requests
+from plane_cpu import cpu_ms, plane_cpu_ticks
 
 from apiserver.notifier.exec_stream import KubeEndpoint, exec_in_container
 from localcluster import __main__ as localcluster
-from localcluster import haproxy, pki, plane, processes
+from localcluster import haproxy, pki, plane
 from localcluster.layout import REPO_ROOT, Layout, Ports
 from tests.support.control_plane import (
     OUTAGE_SECONDS,
@@ -169,38 +169,6 @@ def server_memory(layout: Layout) -> dict[str, int]:
 
 TRAILING_SECONDS = 3.0
 """How long after the last operation writes are still counted (asynchronous Events, trims)."""
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def plane_cpu_ticks(layout: Layout) -> dict[str, int]:
-    """utime+stime, plus that of reaped children (cutime+cstime), of every recorded process of
-    the plane and its live descendants (kwok runs under unshare and a PID 1; the commands it
-    execs are its children), and of this bench client, in clock ticks."""
-    parents: dict[int, int] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            stats[int(entry.name)], parents[int(entry.name)] = fields, int(fields[1])
-
-    plane = [proc for proc in processes.load(layout.state_file) if processes.is_alive(proc)]
-    recorded = {proc.pid for proc in plane}
-
-    def tree_ticks(pid: int) -> int:
-        """The process and its descendants, except the plane's recorded processes (a bench
-        that started the plane is their parent: they are counted once, under their names)."""
-        fields = stats.get(pid)
-        own = sum(int(f) for f in fields[11:15]) if fields else 0
-        return own + sum(tree_ticks(c) for c, parent in parents.items()
-                         if parent == pid and c not in recorded)
-
-    ticks = {proc.name: tree_ticks(proc.pid) for proc in plane}
-    return ticks | {"bench client": tree_ticks(os.getpid())}
-
-
 def per_op(delta: Counter[tuple[str, str]], background: dict[tuple[str, str], float],
            seconds: float, count: int) -> dict[str, dict[str, float]]:
     """Requests per operation by verb class, then ``VERB resource``, background subtracted."""
@@ -238,11 +206,8 @@ async def cost(cluster: Cluster, call: Callable[[str], Awaitable[None]], pods: l
         "requests_per_op": by_class,
         "writes_per_op": sum(by_class["writes"].values()),
         "background_per_second": {f"{v} {r}": n for (v, r), n in sorted(background.items())},
-        "cpu_ms_per_op": {name: (cpu_after[name] - cpu[name]) * 1000 / CLOCK_TICKS / count
-                          for name in cpu if name in cpu_after},
-        "idle_cpu_ms_per_second": {
-            name: (idle_cpu[name] - quiet_cpu[name]) * 1000 / CLOCK_TICKS / seconds
-            for name in quiet_cpu if name in idle_cpu},
+        "cpu_ms_per_op": cpu_ms(cpu, cpu_after, count),
+        "idle_cpu_ms_per_second": cpu_ms(quiet_cpu, idle_cpu, seconds),
     }
 
 

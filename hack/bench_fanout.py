@@ -3,7 +3,8 @@
 - a Notification over --fanout-pods pods at each --fanout-parallelism, with each hook of
   --fanout-hooks (`trivial`: `echo ok`; `sleep`: `sleep 0.5`, the shape of a quiesce), against
   a sequential loop of raw pods/exec of the same command (what a backup tool running hooks one
-  by one does) and raw pods/exec at the same concurrency (the limit);
+  by one does) and raw pods/exec at the same concurrency (the limit); with each run's CPU ms per
+  pod of every process of the plane (hack/plane_cpu.py), where a CPU-bound fan-out's time goes;
 - a quiesce window over --window-pods pods, --window-rounds times: from the release request
   to the first unquiesce start and to the last unquiesce end (minus the unquiesce commands' own
   time), and from the last pod quiesced to the window's quiescedTime;
@@ -28,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from kube_requests import REVIEW_GROUPS, WRITE_VERBS
+from plane_cpu import cpu_ms, plane_cpu_ticks
 
 from localcluster import __main__ as localcluster
 from tests.support.kube import Cluster, wait_until
@@ -146,17 +148,23 @@ async def fanout(cluster: Cluster, bench: Any, args: Any, memory: Callable[[], d
     for hook in args.fanout_hooks:
         notifier, command = HOOKS[hook]
         figures: dict[str, Any] = {"command": command, "notification_seconds": {},
-                                   "exec_seconds": {}}
+                                   "exec_seconds": {}, "notification_cpu_ms_per_pod": {},
+                                   "exec_cpu_ms_per_pod": {}}
         for parallelism in args.fanout_parallelism:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), plane_cpu_ticks(cluster.layout)
             obj = await notification(bench, "fleet", notifier, parallelism)
             if obj["status"]["counts"]["succeeded"] != len(fleet):
                 raise RuntimeError(f"{obj['metadata']['name']} ended {obj['status']}")
             figures["notification_seconds"][str(parallelism)] = time.perf_counter() - start
+            figures["notification_cpu_ms_per_pod"][str(parallelism)] = cpu_ms(
+                cpu, plane_cpu_ticks(cluster.layout), len(fleet))
             out["object_bytes"] = len(json.dumps(obj))
         for concurrency in sorted({1, *args.fanout_parallelism}):
+            cpu = plane_cpu_ticks(cluster.layout)
             figures["exec_seconds"][str(concurrency)] = await exec_all(
                 bench, fleet, concurrency, command)
+            figures["exec_cpu_ms_per_pod"][str(concurrency)] = cpu_ms(
+                cpu, plane_cpu_ticks(cluster.layout), len(fleet))
         out["hooks"][hook] = figures
     out["server_memory"] = memory()
     remove(cluster, "fleet")
@@ -271,6 +279,24 @@ async def scale(cluster: Cluster, bench: Any, args: Any, memory: Callable[[], di
     return out
 
 
+def cpu_table(figures: dict[str, Any]) -> list[str]:
+    """CPU milliseconds per pod of each process of the plane, for each Notification and each
+    raw exec run (where the time of a CPU-bound fan-out goes)."""
+    runs = [(f"Notification p{parallelism}", cpu)
+            for parallelism, cpu in figures["notification_cpu_ms_per_pod"].items()]
+    runs += [(f"raw exec c{concurrency}", cpu)
+             for concurrency, cpu in figures["exec_cpu_ms_per_pod"].items()]
+    names = sorted({name for _, cpu in runs for name in cpu},
+                   key=lambda name: -max(cpu.get(name, 0.0) for _, cpu in runs))
+    lines = ["", "CPU ms per pod:", "", "| process | " + " | ".join(run for run, _ in runs) + " |",
+             "|---" * (len(runs) + 1) + "|"]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(f"{cpu.get(name, 0.0):.2f}" for _, cpu in runs)
+                     + " |")
+    lines.append("| **all** | " + " | ".join(f"{sum(cpu.values()):.2f}" for _, cpu in runs) + " |")
+    return lines
+
+
 def report(results: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if "fanout" in results:
@@ -286,6 +312,7 @@ def report(results: dict[str, Any]) -> list[str]:
                 same = figures["exec_seconds"].get(parallelism, sequential)
                 lines.append(f"| {parallelism} | {seconds:.1f} s | {same:.1f} s | "
                              f"{seconds / same:.2f} | {sequential / seconds:.1f}x faster |")
+            lines += cpu_table(figures)
         lines.append(f"\nserver peak RSS during the fan-out runs: "
                      f"{fan['server_memory']['VmHWM'] / 2**20:.1f} MiB; Notification object "
                      f"{fan['object_bytes']} bytes")
