@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from apiserver import errors
@@ -106,10 +106,9 @@ class FanoutManager:
                                                    name="notification reconciler")
         if self._leading and not self._wakers:
             self._wakers = [
-                asyncio.create_task(self._wake_on_release_requests(),
-                                    name="notification release requests"),
-                asyncio.create_task(self._wake_on_records_ending(),
-                                    name="notification records ending")]
+                asyncio.create_task(self._keep_watching(what, follow), name=f"fan-out {what}")
+                for what, follow in (("release requests", self._follow_release_requests),
+                                     ("records ending", self._follow_records_ending))]
 
     async def step_down(self) -> None:
         """Stop leading: cancel every run without writing anything final (the next leader
@@ -132,41 +131,37 @@ class FanoutManager:
                 self._wake.clear()
             await self._reconcile_logged()
 
-    async def _wake_on_release_requests(self) -> None:
-        """While leading: a release request stored through any replica wakes its run at once,
-        from the runs' watch (the run also re-reads its window every RECORD_POLL_SECONDS, so
-        a watch that breaks delays a release by at most that)."""
+    async def _keep_watching(self, what: str, follow: Callable[[], Awaitable[None]]) -> None:
+        """While leading: `follow` one watch to its end, again and again; a watch that fails is
+        logged and watched again after the reconcile interval (each run also re-reads what it
+        waits for every RECORD_POLL_SECONDS, so a broken watch delays it by at most that)."""
         while True:
             try:
-                async for uid in self.parts.scopes.release_requests():
-                    entry = self._runs.get(uid)
-                    if entry is not None:
-                        entry[0].woken.set()
+                await follow()
             except Exception as error:
-                log.warning("watching for release requests failed; watching again",
-                            extra={"error": f"{type(error).__name__}: {error}"})
+                log.warning("a fan-out watch failed; watching again", extra={
+                    "watch": what, "error": f"{type(error).__name__}: {error}"})
             await self.clock.sleep(self._interval)
 
-    async def _wake_on_records_ending(self) -> None:
-        """While leading: a fan-out record that finishes or goes wakes its run at once, from
-        the records' watch (from the store's cache: no request of its own to kube-apiserver),
-        so that a hold ending on its own ends its window at once (the window also re-reads its
-        held records every RECORD_POLL_SECONDS, so a watch that breaks delays that by at most
-        that)."""
-        while True:
-            try:
-                watch = await self.parts.podnotifiers.watch(
-                    None, label_selector=records.NOTIFICATION_LABEL)
-                try:
-                    async for event in watch:
-                        if event.type == EventType.DELETED or records.is_finished(event.object):
-                            self._wake_run_of(event.object)
-                finally:
-                    watch.close()
-            except Exception as error:
-                log.warning("watching for records that end failed; watching again",
-                            extra={"error": f"{type(error).__name__}: {error}"})
-            await self.clock.sleep(self._interval)
+    async def _follow_release_requests(self) -> None:
+        """A release request stored through any replica wakes its run at once, from the runs'
+        watch."""
+        async for uid in self.parts.scopes.release_requests():
+            entry = self._runs.get(uid)
+            if entry is not None:
+                entry[0].woken.set()
+
+    async def _follow_records_ending(self) -> None:
+        """A fan-out record that finishes or goes wakes its run at once, from the records' watch
+        (from the store's cache: no request of its own to kube-apiserver), so that a hold
+        ending on its own ends its window at once."""
+        watch = await self.parts.podnotifiers.watch(None, label_selector=records.NOTIFICATION_LABEL)
+        try:
+            async for event in watch:
+                if event.type == EventType.DELETED or records.is_finished(event.object):
+                    self._wake_run_of(event.object)
+        finally:
+            watch.close()
 
     def _wake_run_of(self, record: dict[str, Any]) -> None:
         meta = record.get("metadata") or {}
@@ -341,7 +336,7 @@ class FanoutManager:
 
     async def request_release(self, notification: dict[str, Any], at: str) -> bool:
         """The release action, on any replica: store the request in the run (the leader's run
-        is woken by the runs' watch, see `_wake_on_release_requests`; this replica's own run
+        is woken by the runs' watch, see `_follow_release_requests`; this replica's own run
         at once). False if the Notification has no run (never recorded, or forgotten)."""
         uid = notification["metadata"]["uid"]
         stored = await self.parts.scopes.note_window(uid, releaseRequestedTime=at)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import heapq
 import itertools
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -21,37 +20,20 @@ from apiserver.kube.leases import (
     replica_lease_name,
 )
 from apiserver.timestamps import micro_time, parse_timestamp
+from tests.support.clock import FakeClock
 
 NS = "container-notifier"
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
 START = 1_800_000_000.0
 
 
-class FakeClock:
-    """Time moves only when a test calls `advance`; sleepers wake in order."""
-
-    def __init__(self) -> None:
-        self.time = START
-        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
-        self._order = itertools.count()
-
-    def now(self) -> float:
-        return self.time
-
-    async def sleep(self, seconds: float) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self.time + seconds, next(self._order), future))
-        await future
-
-    async def advance(self, seconds: float, step: float = 0.1) -> None:
-        end = round(self.time + seconds, 6)
-        while self.time < end - 1e-9:
-            self.time = round(min(end, self.time + step), 6)
-            while self._sleepers and self._sleepers[0][0] <= self.time + 1e-9:
-                _, _, future = heapq.heappop(self._sleepers)
-                if not future.done():
-                    future.set_result(None)
-            await settle()
+async def advance(clock: FakeClock, seconds: float, step: float = 0.1) -> None:
+    """Move the clock on `step` at a time, letting the electors run between steps (each step's
+    sleepers wake in order)."""
+    end = clock.monotonic() + seconds
+    while clock.monotonic() < end - 1e-9:
+        clock.advance(min(step, end - clock.monotonic()))
+        await settle()
 
 
 async def settle() -> None:
@@ -192,10 +174,10 @@ def test_replica_lease_names_are_valid_and_distinct() -> None:
 
 
 async def test_of_two_electors_only_one_leads() -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     first, second = Campaign(elector(kube, clock, "a")), Campaign(elector(kube, clock, "b"))
     await settle()
-    await clock.advance(60)
+    await advance(clock, 60)
     leaders = [c for c in (first, second) if c.elector.is_leader]
     assert len(leaders) == 1
     assert sum(c.log.count("started") for c in (first, second)) == 1
@@ -210,12 +192,12 @@ async def test_of_two_electors_only_one_leads() -> None:
 
 
 async def test_when_the_leader_stops_renewing_the_other_takes_over_after_the_duration() -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     leader = Campaign(elector(kube, clock, "a"))
     await settle()
     assert leader.elector.is_leader
     other = Campaign(elector(kube, clock, "b"))
-    await clock.advance(5)
+    await advance(clock, 5)
     assert not other.elector.is_leader
     leader.task.cancel()  # dies: no release (the task never gets to write again)
     kube.down = True
@@ -224,9 +206,9 @@ async def test_when_the_leader_stops_renewing_the_other_takes_over_after_the_dur
     last_renewal = parse_timestamp(kube.objects["fanout"]["spec"]["renewTime"])
     assert last_renewal is not None
     while clock.now() < last_renewal + 15 - 0.05:
-        await clock.advance(0.1)
+        await advance(clock, 0.1)
         assert not other.elector.is_leader, clock.now() - last_renewal
-    await clock.advance(2 * 2 + 0.5)  # it sees the lease expire at its next try
+    await advance(clock, 2 * 2 + 0.5)  # it sees the lease expire at its next try
     assert other.elector.is_leader
     spec = kube.objects["fanout"]["spec"]
     assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
@@ -235,14 +217,14 @@ async def test_when_the_leader_stops_renewing_the_other_takes_over_after_the_dur
 
 async def test_a_leader_that_loses_kube_apiserver_steps_down_within_the_renew_deadline(
         ) -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     leader = Campaign(elector(kube, clock, "a"))
     await settle()
-    await clock.advance(3)
+    await advance(clock, 3)
     assert leader.elector.is_leader
     renewed = parse_timestamp(kube.objects["fanout"]["spec"]["renewTime"])
     kube.down = True
-    await clock.advance(renewed + 10 + 0.1 - clock.now())
+    await advance(clock, renewed + 10 + 0.1 - clock.now())
     assert not leader.elector.is_leader
     assert leader.log == ["started", "stopped"]
     # the others could not have acquired yet: the lease is valid until renewed + 15
@@ -255,7 +237,7 @@ async def test_a_leader_that_loses_kube_apiserver_steps_down_within_the_renew_de
 
 
 async def test_a_conflict_on_update_means_someone_else_won() -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     first, second = elector(kube, clock, "a"), elector(kube, clock, "b")
     # both read the lease free (released), then both write on that version
     kube.objects["fanout"] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -280,10 +262,10 @@ async def test_a_conflict_on_update_means_someone_else_won() -> None:
 
 
 async def test_a_restarted_process_with_the_same_identity_reacquires_at_once() -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     before = Campaign(elector(kube, clock, "a"))
     await settle()
-    await clock.advance(4)
+    await advance(clock, 4)
     acquired = kube.objects["fanout"]["spec"]["acquireTime"]
     before.task.cancel()
     kube.down = True  # killed: no release
@@ -300,27 +282,27 @@ async def test_a_restarted_process_with_the_same_identity_reacquires_at_once() -
 
 async def test_cancelling_a_leader_stops_leading_then_releases_so_another_acquires_at_once(
         ) -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     leader = Campaign(elector(kube, clock, "a"))
     await settle()
     other = Campaign(elector(kube, clock, "b"))
-    await clock.advance(3)
+    await advance(clock, 3)
     await leader.cancel()
     assert leader.log == ["started", "stopped"]
     assert kube.objects["fanout"]["spec"]["holderIdentity"] == ""
-    await clock.advance(2 * 2.2 + 0.2)  # its next try, not the lease duration
+    await advance(clock, 2 * 2.2 + 0.2)  # its next try, not the lease duration
     assert other.elector.is_leader
     await other.cancel()
 
 
 async def test_another_holder_seen_while_renewing_ends_leading_at_once() -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     leader = Campaign(elector(kube, clock, "a"))
     await settle()
     stolen = copy.deepcopy(kube.objects["fanout"])
     stolen["spec"]["holderIdentity"] = "z"
     kube._stored(stolen, "MODIFIED")
-    await clock.advance(2.1)
+    await advance(clock, 2.1)
     assert not leader.elector.is_leader and leader.log == ["started", "stopped"]
     await leader.cancel()
 
@@ -335,7 +317,7 @@ def test_timings_are_checked() -> None:
 
 
 async def test_a_replica_lease_is_created_renewed_and_seen_alive_until_it_expires() -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     mine = ReplicaLease(kube, NS, "container-notifier-0", 15, 2, clock=clock)
     theirs = ReplicaLease(kube, NS, "container-notifier-1", 15, 2, clock=clock)
     assert mine.is_alive("container-notifier-9")  # nothing known before the cache lists
@@ -346,31 +328,31 @@ async def test_a_replica_lease_is_created_renewed_and_seen_alive_until_it_expire
     assert lease["metadata"]["labels"] == {REPLICA_LEASE_LABEL: "true"}
     assert (lease["spec"]["holderIdentity"], lease["spec"]["leaseDurationSeconds"]) == (
         "container-notifier-0", 15)
-    await clock.advance(10)
+    await advance(clock, 10)
     assert kube.writes.count(("update", mine.name)) == 5  # every 2 s
     assert mine.is_alive("container-notifier-1") and theirs.is_alive("container-notifier-0")
     assert not mine.is_alive("container-notifier-9")  # no lease: dead
     tasks[1].cancel()  # dies without releasing
     await asyncio.gather(tasks[1], return_exceptions=True)
     renewed = parse_timestamp(kube.objects[theirs.name]["spec"]["renewTime"])
-    await clock.advance(renewed + 15 - 0.2 - clock.now())
+    await advance(clock, renewed + 15 - 0.2 - clock.now())
     assert mine.is_alive("container-notifier-1")
-    await clock.advance(0.3)
+    await advance(clock, 0.3)
     assert not mine.is_alive("container-notifier-1")
     tasks[0].cancel()
     await asyncio.gather(tasks[0], return_exceptions=True)
 
 
 async def test_a_failed_renewal_is_retried_and_a_restart_takes_over_its_own_lease() -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     first = ReplicaLease(kube, NS, "r", 15, 2, clock=clock)
     task = asyncio.create_task(first.run())
     await settle()
     kube.down = True
-    await clock.advance(4)
+    await advance(clock, 4)
     assert not await first.renew()
     kube.down = False
-    await clock.advance(2)
+    await advance(clock, 2)
     renewed = parse_timestamp(kube.objects[first.name]["spec"]["renewTime"])
     assert renewed is not None and renewed >= START + 4  # renewed again once it came back
     task.cancel()
@@ -381,7 +363,7 @@ async def test_a_failed_renewal_is_retried_and_a_restart_takes_over_its_own_leas
 
 
 async def test_release_deletes_only_the_lease_it_wrote() -> None:
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), FakeClock(START)
     lease = ReplicaLease(kube, NS, "r", 15, 2, clock=clock)
     assert await lease.renew()
     await lease.release()
