@@ -1,6 +1,7 @@
 """The Kubernetes backend's cache of one storage resource, as k8s.io/apiserver's cacher keeps one
 above etcd: an informer (``kube.informer``) of the storage objects, decoded into public objects,
-indexed, with a bounded window of recent changes.
+indexed, with a bounded window of recent changes (at most ``history``; beyond the newest
+``MIN_HISTORY``, none older than ``FRESH_SECONDS``).
 
 - Reads: ``get`` and the cohort's ``candidates``; ``snapshot`` rebuilds the objects as of any
   resourceVersion in the window (lists and their continue tokens); ``watch`` replays the window
@@ -28,6 +29,7 @@ import builtins
 import contextlib
 import copy
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -74,8 +76,15 @@ from apiserver.registry.watch import (
 log = logging.getLogger(__name__)
 
 DEFAULT_HISTORY = 10_000
-"""Changes kept per store for watches from a resourceVersion and continue tokens (the SQLite
-backend's event retention)."""
+"""At most this many changes are kept per store for watches from a resourceVersion and continue
+tokens (the SQLite backend's event retention)."""
+FRESH_SECONDS = 75.0
+"""Beyond the newest ``MIN_HISTORY``, a change older than this leaves the window, as
+k8s.io/apiserver's watch cache keeps 75 s of events (its eventFreshDuration): the window holds
+every superseded version of an object, so a busy fan-out's leader would otherwise keep
+thousands of old records it will never serve."""
+MIN_HISTORY = 100
+"""The changes kept whatever their age (kube-apiserver's default watch cache size)."""
 SYNC_TIMEOUT_SECONDS = 10.0
 """How long a request waits for the cache: its first list, or a write of this replica."""
 
@@ -121,6 +130,8 @@ class _Event:
     change: Change
     before: Entry | None
     """The entry the change replaced (None for a creation), to rebuild older snapshots."""
+    at: float
+    """When the cache got it (the cache's monotonic clock)."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +165,8 @@ class StorageCache:
         max_queued_events: int = DEFAULT_MAX_QUEUED_EVENTS,
         decode: Decoder | None = None,
         malformed: Callable[[str], None] | None = None,
+        fresh_seconds: float = FRESH_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.resource = resource
         self._kind = kind
@@ -174,6 +187,8 @@ class StorageCache:
         self._index: dict[tuple[str, str, str], set[Key]] = {}
         """(indexed field, namespace, value) -> keys: cohorts select on them without a scan."""
         self._window: deque[_Event] = deque(maxlen=history)
+        self._fresh_seconds = fresh_seconds
+        self._monotonic = monotonic
         self._compacted = 0
         self._listed_once = False
         self._changed = asyncio.Event()
@@ -495,9 +510,14 @@ class StorageCache:
 
     def _record(self, change: Change, before: Entry | None, stored: Object) -> None:
         if self._is_watch_event(stored):
+            now = self._monotonic()
             if len(self._window) == self._window.maxlen:
                 self._compacted = self._window[0].rv
-            self._window.append(_Event(revision(stored), key_of(change.object), change, before))
+            self._window.append(_Event(revision(stored), key_of(change.object), change, before,
+                                       now))
+            while len(self._window) > MIN_HISTORY and (
+                    self._window[0].at < now - self._fresh_seconds):
+                self._compacted = self._window.popleft().rv
             self._hub.publish(change)
         self._notify()
 

@@ -22,6 +22,7 @@ from apiserver.registry.kube_objects import STORAGE_API, storage_kind, storage_o
 from apiserver.registry.kube_store import KubeObjectStore
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import PODNOTIFIERS
+from apiserver.registry.selectors import FieldSelector
 from tests.support.fake_storage_api import FakeStorageAPI
 
 STORAGE_NAMESPACE = "cn-storage"
@@ -208,3 +209,46 @@ async def test_admission_decides_on_the_state_at_the_create(api: FakeStorageAPI)
         await a_kube.aclose()
         await b_kube.aclose()
     assert names == ["m"]
+
+
+async def test_the_window_drops_changes_older_than_its_fresh_time_beyond_the_newest_hundred(
+        api: FakeStorageAPI) -> None:
+    """As kube-apiserver's watch cache: a change stays at least FRESH_SECONDS, and the newest
+    MIN_HISTORY stay whatever their age; older ones leave (a snapshot or watch from before them
+    is Expired), so a busy cache does not keep thousands of superseded versions."""
+    kind = storage_kind(PODNOTIFIERS)
+    path = f"{STORAGE_API}/namespaces/{STORAGE_NAMESPACE}/{kind.plural}"
+    now = [1000.0]
+    writer_kube, kube = api.client(), api.client()
+    writer = KubeObjectStore(writer_kube, PODNOTIFIERS, storage_namespace=STORAGE_NAMESPACE,
+                             instance="test")
+    cache = StorageCache(kube, path, PODNOTIFIERS, kind, storage_namespace=STORAGE_NAMESPACE,
+                         instance="test", monotonic=lambda: now[0])
+    try:
+        await cache.ready()
+        start = cache.current_rv()
+        for i in range(kube_cache.MIN_HISTORY + 50):
+            await writer.create(record(f"r{i}"))
+        await cache.reached(start + kube_cache.MIN_HISTORY + 50, 10)
+        assert cache.compacted <= start  # all fresh: all kept
+        assert cache.candidates_at("ns", FieldSelector(), start) == []
+
+        now[0] += kube_cache.FRESH_SECONDS - 1
+        last = (await writer.create(record("late")))["metadata"]["resourceVersion"]
+        await cache.reached(int(last), 10)
+        assert cache.compacted <= start  # not yet old enough
+
+        now[0] += 2
+        last = (await writer.create(record("later")))["metadata"]["resourceVersion"]
+        await cache.reached(int(last), 10)
+        assert len(cache._window) == kube_cache.MIN_HISTORY
+        assert cache.compacted > start
+        assert cache.candidates_at("ns", FieldSelector(), start) is None  # Expired
+        kept = cache.candidates_at("ns", FieldSelector(), cache.compacted)
+        assert kept is not None and len(kept) == kube_cache.MIN_HISTORY + 50 + 2 - len(
+            cache._window)
+    finally:
+        writer.close()
+        cache.close()
+        await writer_kube.aclose()
+        await kube.aclose()
