@@ -33,6 +33,7 @@ from apiserver.api.warning_headers import add_warnings
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.authz.sar import Authorizer
+from apiserver.fanout import scope
 from apiserver.fanout import spec as notification_spec
 from apiserver.fanout.manager import FanoutManager
 from apiserver.fanout.selection import pods_in_scope, scope_errors
@@ -95,9 +96,9 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
             "spec": {**ask.spec, "requestedBy": {"username": user.name, "uid": user.uid,
                                                  "groups": list(user.groups),
                                                  "extra": dict(user.extra)}},
-            "status": {"phase": records.PENDING,
-                       "counts": {"total": len(pods), "pending": len(pods), "running": 0,
-                                  "succeeded": 0, "failed": 0, "skipped": 0, "rolledBack": 0}},
+            "status": {"phase": records.PENDING, "counts": scope.counts(
+                [scope.ScopedPod(pod.name, pod.uid, scope.PENDING) for pod in pods],
+                released=ask.spec.get("release") is not None)},
         }
         if not pods:  # AllPods (scope_errors refuses any other empty scope)
             obj["status"]["conditions"] = [waiting_for_pods(namespace, selector, records.now())]
