@@ -117,9 +117,12 @@ chart-lint: venv
 	done
 	$(PY) hack/render_manifests.py --check
 
+# Two pytest-xdist workers, whole files each: each starts a session plane of its own
+# (tests/conftest.py); TEST_WORKERS=1 runs every test in one process, on one plane.
+TEST_WORKERS ?= 2
 test: lint wheels $(HAPROXY) databases
 	bash hack/build.sh >/dev/null
-	$(VENV)/bin/pytest -ra --durations=15
+	$(VENV)/bin/pytest -ra --durations=15 $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 demo: venv $(HAPROXY)
 	bash hack/demo.sh

@@ -17,8 +17,19 @@ from localcluster.layout import REPO_ROOT, Layout, Ports
 from tests.support.egress import EgressGuard, recorded_processes
 from tests.support.extension import serving_ca_bundle
 from tests.support.kube import Cluster
+from tests.support.planes import worker_plane_environment
 
 EGRESS_SAMPLE_SECONDS = 0.1
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs two workers) each worker starts, uses and stops a
+    session plane of its own (tests/support/planes.py): its state directory and ports, set in
+    this process's environment before any fixture or test reads them, so the commands a test
+    runs (kubectl, `make demo`, `python -m localcluster`) reach the same plane."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        os.environ.update(worker_plane_environment(worker))
 
 
 def plane_state_files() -> list[Path]:

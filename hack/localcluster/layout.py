@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -25,21 +25,28 @@ REPLICAS = int(os.environ.get("CN_REPLICAS", "2"))
 """How many extension server processes `up` starts (and a healthy plane runs) by default."""
 
 
-def _port(field: str) -> int:
-    variable, default = PORT_VARIABLES[field]
+def _port(name: str) -> int:
+    variable, default = PORT_VARIABLES[name]
     return int(os.environ.get(variable, default))
+
+
+def _env_port(name: str) -> int:
+    """A Ports field's default: its environment variable when the Ports is made (not when this
+    module is imported), so a process that moves its ports first (a pytest-xdist worker,
+    tests/support/planes.py) gets them."""
+    return field(default_factory=lambda: _port(name))
 
 
 @dataclass(frozen=True)
 class Ports:
     """Loopback ports; each can be moved with its environment variable (PORT_VARIABLES)."""
 
-    etcd: int = _port("etcd")
-    apiserver: int = _port("apiserver")
-    controller_manager: int = _port("controller_manager")
-    scheduler: int = _port("scheduler")
-    kwok: int = _port("kwok")
-    notifier: int = _port("notifier")
+    etcd: int = _env_port("etcd")
+    apiserver: int = _env_port("apiserver")
+    controller_manager: int = _env_port("controller_manager")
+    scheduler: int = _env_port("scheduler")
+    kwok: int = _env_port("kwok")
+    notifier: int = _env_port("notifier")
 
     def replica(self, index: int) -> int:
         """The port of server replica `index` (0, 1, ...): CN_NOTIFIER_PORT + 1 + index."""

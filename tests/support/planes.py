@@ -23,6 +23,25 @@ def shifted_ports(shift: int = PORT_SHIFT) -> Ports:
     return Ports(**{f.name: getattr(base, f.name) + shift for f in dataclasses.fields(Ports)})
 
 
+WORKER_PORT_SHIFT = 100
+"""How far each pytest-xdist worker's session plane is moved from the first worker's (a
+multiple of 100, as another checkout's session plane, so an extra plane's PORT_SHIFT never
+meets one)."""
+
+
+def worker_plane_environment(worker: str) -> dict[str, str]:
+    """What gives pytest-xdist worker `worker` (``gw0``, ``gw1``, ...) a session plane of its own:
+    ``gw0`` keeps the plane a run without workers uses (nothing to change); ``gwN`` keeps its
+    state beside it in ``<state>-gwN/`` with every port moved by N * WORKER_PORT_SHIFT."""
+    index = int(worker.removeprefix("gw"))
+    if index == 0:
+        return {}
+    session = Layout.default().root
+    return {"CN_CLUSTER_DIR": str(session.with_name(f"{session.name}-{worker}")),
+            **{variable: str(port + index * WORKER_PORT_SHIFT)
+               for variable, port in Ports().by_variable().items()}}
+
+
 @contextmanager
 def extra_plane(name: str, nodes: int = 2, **up: Any) -> Iterator[Cluster]:
     """Start a plane in `.cluster-<name>/` on shifted ports (`up` passes on to
