@@ -12,6 +12,8 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,9 +81,18 @@ class SecondPlane:
                         *args], check=True, capture_output=True, timeout=60)
 
 
+@pytest.fixture
+def state_parent() -> Iterator[Path]:
+    """Where a second plane keeps its state: a short path, since HAProxy's stats socket lives
+    there (a unix socket's path has at most 107 bytes, and HAProxy binds a longer temporary name
+    first); pytest's tmp_path in a pytest-xdist worker is longer."""
+    with tempfile.TemporaryDirectory(prefix="cn-") as directory:
+        yield Path(directory)
+
+
 def test_up_is_idempotent_restarts_what_is_unhealthy_and_down_stops_everything(
-        cluster: Cluster, tmp_path: Path) -> None:
-    plane = SecondPlane(tmp_path / "second-cluster")
+        cluster: Cluster, state_parent: Path) -> None:
+    plane = SecondPlane(state_parent / "second-cluster")
     try:
         first = plane.run("up", "--nodes", "1").stdout
         assert "cluster: up in" in first
@@ -113,7 +124,8 @@ def test_up_is_idempotent_restarts_what_is_unhealthy_and_down_stops_everything(
     assert _processes_mentioning(str(plane.state)) == []
 
 
-def test_a_failed_up_stops_everything_it_started(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_failed_up_stops_everything_it_started(cluster: Cluster, tmp_path: Path,
+                                                 state_parent: Path) -> None:
     # The extension server is started last: an `apiserver` package in the working directory that
     # exits at once makes `up` fail after every other component runs.
     stub = tmp_path / "cwd" / "apiserver"
@@ -121,7 +133,7 @@ def test_a_failed_up_stops_everything_it_started(cluster: Cluster, tmp_path: Pat
     (stub / "__init__.py").write_text("")
     (stub / "__main__.py").write_text(
         "import sys\nprint('injected failure: refusing to serve', file=sys.stderr)\nsys.exit(3)\n")
-    plane = SecondPlane(tmp_path / "failing-cluster", cwd=tmp_path / "cwd")
+    plane = SecondPlane(state_parent / "failing-cluster", cwd=tmp_path / "cwd")
     try:
         failed = plane.run("up", "--nodes", "1", expect=1)
         # The replicas start together: whichever exits first is named.
