@@ -365,6 +365,8 @@ async def fanout_phases(cluster: Cluster, bench: Bench, args: argparse.Namespace
     if args.scale_pods:
         results["scale"] = await bench_fanout.scale(cluster, bench, args, memory,
                                                     lambda: kube_requests(cluster))
+        save(args, results)
+        bench_fanout.remove(cluster, "scale")
 
 
 async def profile(cluster: Cluster, bench: Bench, args: argparse.Namespace) -> dict:

@@ -140,6 +140,8 @@ def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS,
     if not found:
         print(f"cluster: already running and healthy; kubeconfig {layout.kubeconfig}")
         return
+    if server and (problem := haproxy.socket_path_problem(layout)):
+        raise StartFailed(problem)
     if layout.state_file.exists():
         print("cluster: not healthy, starting afresh:\n  " + "\n  ".join(found))
     down(layout, quiet=True)

@@ -25,6 +25,19 @@ server keeps open (twice MIN_REQUEST_TIMEOUT_SECONDS of apiserver/handlers/watch
 when a watch gives no timeoutSeconds) plus a minute, so neither a quiet watch nor a notify that
 waits for its run (waitSeconds) is cut by the load balancer."""
 CHECK_TIMEOUT = "2s"
+SOCKET_PATH_MAX = 97
+"""The longest stats socket path HAProxy takes (2.6: "socket path '...' too long (max 97)"): a
+unix socket's 107 bytes less the suffix of the temporary name it binds first."""
+
+
+def socket_path_problem(layout: Layout) -> str:
+    """Why HAProxy would refuse the layout's stats socket path, or "" if it takes it."""
+    path = str(layout.haproxy_socket)
+    if len(path) <= SOCKET_PATH_MAX:
+        return ""
+    return (f"the state directory {layout.root} is too long for HAProxy's stats socket: "
+            f"{path} has {len(path)} characters, HAProxy takes at most {SOCKET_PATH_MAX}; set "
+            "CN_CLUSTER_DIR to a shorter directory")
 
 
 def config(layout: Layout, ports: Ports, replicas: int) -> str:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import processes
-from localcluster.layout import Layout
+from localcluster import __main__ as localcluster
+from localcluster import haproxy, processes
+from localcluster.layout import Layout, Ports
 from localcluster.startup import StartFailed, Startup, busy_ports
 
 
@@ -140,3 +141,17 @@ def test_busy_ports_names_the_ports_something_listens_on() -> None:
         assert time.monotonic() - began >= 0.3
         listener.close()
         assert busy_ports({"CN_ETCD_PORT": taken, "CN_KWOK_PORT": free}) == []
+
+
+def test_a_state_directory_too_long_for_haproxys_socket_is_refused_before_anything_starts(
+        tmp_path: Path) -> None:
+    fits = tmp_path / ("d" * max(1, haproxy.SOCKET_PATH_MAX - len(f"{tmp_path}//haproxy.sock")))
+    assert haproxy.socket_path_problem(Layout(fits)) == ""
+    long = fits.with_name(fits.name + "d")
+    problem = haproxy.socket_path_problem(Layout(long))
+    assert f"{long} is too long for HAProxy's stats socket" in problem
+    assert f"has {haproxy.SOCKET_PATH_MAX + 1} characters" in problem
+    assert "set CN_CLUSTER_DIR to a shorter directory" in problem
+    with pytest.raises(StartFailed, match="too long for HAProxy's stats socket"):
+        localcluster.up(Layout(long), Ports(), 1)
+    assert not long.exists()
