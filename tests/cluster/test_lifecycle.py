@@ -84,8 +84,7 @@ class SecondPlane:
 @pytest.fixture
 def state_parent() -> Iterator[Path]:
     """Where a second plane keeps its state: a short path, since HAProxy's stats socket lives
-    there (a unix socket's path has at most 107 bytes, and HAProxy binds a longer temporary name
-    first); pytest's tmp_path in a pytest-xdist worker is longer."""
+    there (haproxy.SOCKET_PATH_MAX); pytest's tmp_path in a pytest-xdist worker is longer."""
     with tempfile.TemporaryDirectory(prefix="cn-") as directory:
         yield Path(directory)
 

@@ -38,8 +38,8 @@ def worker_plane_environment(worker: str) -> dict[str, str]:
         return {}
     session = Layout.default().root
     return {"CN_CLUSTER_DIR": str(session.with_name(f"{session.name}-{worker}")),
-            **{variable: str(port + index * WORKER_PORT_SHIFT)
-               for variable, port in Ports().by_variable().items()}}
+            **{variable: str(port) for variable, port
+               in shifted_ports(index * WORKER_PORT_SHIFT).by_variable().items()}}
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from localcluster.layout import PORT_VARIABLES, Layout, Ports
-from tests.support.planes import PORT_SHIFT, WORKER_PORT_SHIFT, worker_plane_environment
+from tests.support.planes import WORKER_PORT_SHIFT, shifted_ports, worker_plane_environment
 
 
 @pytest.fixture(autouse=True)
@@ -38,10 +38,13 @@ def test_ports_are_read_when_made_so_a_worker_that_moves_them_gets_them(
     assert Layout.default().root == Path("/nonexistent/.cluster-gw1")
 
 
-def test_no_two_workers_nor_their_extra_planes_share_a_port() -> None:
+def test_no_two_workers_nor_their_extra_planes_share_a_port(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     used: list[int] = []
     for worker in ("gw0", "gw1", "gw2"):
-        shift = int(worker[2:]) * WORKER_PORT_SHIFT
-        base = [port + shift for port in Ports().by_variable(replicas=2).values()]
-        used += base + [port + PORT_SHIFT for port in base]
-    assert len(used) == len(set(used))
+        with monkeypatch.context() as worker_process:
+            for variable, value in worker_plane_environment(worker).items():
+                worker_process.setenv(variable, value)
+            for ports in (Ports(), shifted_ports()):
+                used += ports.by_variable(replicas=2).values()
+    assert len(used) == len(set(used)) == 3 * 2 * (len(PORT_VARIABLES) + 2)
