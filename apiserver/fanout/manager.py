@@ -25,6 +25,7 @@ from apiserver.fanout.quiesce_locks import Holder, QuiesceLocks
 from apiserver.fanout.reasons import DELETED, SCOPE_NOT_RECORDED
 from apiserver.fanout.run import NotificationRun
 from apiserver.fanout.run_base import Gone, status_time
+from apiserver.fanout.run_records import record_name, stored_record
 from apiserver.fanout.scope import ScopeRun
 from apiserver.notifier import records
 from apiserver.notifier.events import notification_ref
@@ -310,18 +311,26 @@ class FanoutManager:
 
     async def _rebuild_locks(self, runs: Iterable[ScopeRun]) -> None:
         """Before a new leader starts any pod: the quiesce locks its unfinished runs hold, from
-        their stored scopes (a pod started, or quiesced in a window and not yet released)."""
+        their stored scopes and records (a pod whose record exists and whose result the scope
+        lacks, or quiesced in a window and not yet released)."""
         self.locks.clear()
         held = 0
         for run in runs:
             if run.finished:
                 continue
             holder = Holder(run.notification_uid, run.namespace, run.name)
+            notifier = run.spec["notifier"]
             for pod in await self.parts.scopes.pods(run.notification_uid):
-                if pod.state == scope.STARTED or (
-                        run.spec.get("release") is not None and pod.state == scope.SUCCEEDED
-                        and pod.release not in scope.RELEASE_FINAL):
-                    self.locks.hold((run.namespace, pod.pod_uid, run.spec["notifier"]), holder)
+                if pod.state in (scope.PENDING, scope.STARTED):
+                    name = pod.record or record_name(pod.pod, notifier, run.notification_uid,
+                                                     pod.pod_uid)
+                    holds = await stored_record(self.parts.podnotifiers, run.namespace,
+                                                name) is not None
+                else:
+                    holds = (run.spec.get("release") is not None and pod.state == scope.SUCCEEDED
+                             and pod.release not in scope.RELEASE_FINAL)
+                if holds:
+                    self.locks.hold((run.namespace, pod.pod_uid, notifier), holder)
                     held += 1
         if held:
             log.info("quiesce locks rebuilt from the stored scopes", extra={"locks": held})

@@ -7,13 +7,19 @@ With spec.release the run holds a quiesce window between the two (apiserver/fano
 
 Crash safety (what the stored scope, apiserver/fanout/scope_store.py, makes possible):
 
-- every decision is stored before it takes effect: a pod is marked started (with the name its
-  record will have) before its record is created, and only while the run is not stopped; the
-  first failure under Abort stops the run in the same transaction that records it; the outcome
-  (and with a Failed one, which pods are due a rollback) is stored before the rollback runs;
-- a resumed run takes each started pod's result from its record (Interrupted if the server
-  stopped during it, a failure: under Abort that stops the run), and runs again every rollback
-  whose record was interrupted or never stored (a new record, labelled with its attempt);
+- a pod's claim is its record: a Notification's run on a pod is a PodNotifier with a name known
+  before it is created (``run_records.record_name``), so "has this pod started?" is "does its
+  record exist?", with no write of its own. A pod starts only while the run is not stopped (read
+  again just before: another replica may have stopped it); the first failure under Abort stops
+  the run in the same write that records it; the outcome (and with a Failed one, which pods are
+  due a rollback) is stored before the rollback runs;
+- every pass is the same: a pod whose result the scope lacks but whose record exists takes that
+  record's result (Interrupted if its server stopped during it, a failure: under Abort that
+  stops the run), and is never run again; one without a record runs. A create of a stopped
+  server that lands late makes the pod's own create refused (the name exists, or that record
+  is the same notifier's unfinished run on the pod: 409), and that record's result stands, so a
+  pod is notified at most once either way. A rollback whose record was interrupted or never
+  stored runs again (a new record, labelled with its attempt);
 - a Notification deleted while its server was down is still rolled back, from the spec kept
   in its run row, and its rows are deleted once nothing remains to do.
 
@@ -53,6 +59,7 @@ from apiserver.fanout.run_records import (
     notification_label,
     record_name,
     result_of,
+    stored_record,
 )
 from apiserver.fanout.scope import ScopedPod
 from apiserver.fanout.spec import ALL_PODS, selector_string
@@ -101,7 +108,7 @@ class NotificationRun(WindowRun):
     async def _run(self) -> None:
         for pod in await self.parts.scopes.pods(self.uid):
             self.pods[pod.pod_uid] = pod
-        await self._settle()
+        await self._take_claimed()
         if self.deleted.is_set() or self.stopped:
             await self._finish(False)
             return
@@ -126,45 +133,57 @@ class NotificationRun(WindowRun):
             await self._hold_window(started)
         await self._finish(deadline_passed)
 
-    async def _settle(self) -> None:
-        """After a restart or a leader change: a pod whose run had started is never run again;
-        its record says how it ended (Interrupted if its server stopped during it). A pod marked
-        started whose record was never stored was never notified (a record is created before
-        its command runs), so it runs now, under the record name its scope holds, unless the
-        run is stopped. (A started rollback is settled by `_rollback`'s own step.)"""
-        unstored = []
+    async def _take_claimed(self) -> None:
+        """Every pod whose result the scope lacks but whose record exists (its run started
+        before this one: a leader that stopped, or this server before a restart) takes that
+        record's result, once it has one, and is never run again; the others stay pending. A
+        first run finds none. Under Abort, a failure among them stops the run before any
+        pending pod starts."""
+        claimed = []
         for pod in list(self.pods.values()):
-            if pod.state == scope.STARTED:
-                record = await self._record(pod.record, held=self.release is not None)
-                if record is None and not self.stopped:
-                    unstored.append(pod)
-                else:
-                    state, reason = result_of(record)
-                    await self._record_result(pod, state, reason)
-                    if not self._holds_after(state):
-                        self.locks.release(self._key(pod), self.holder)
-        await asyncio.gather(*(self._rerun_unstored(pod) for pod in unstored))
+            if pod.state in (scope.PENDING, scope.STARTED):
+                name = pod.record or self._record_name(pod)
+                if await stored_record(self.parts.podnotifiers, self.namespace, name):
+                    claimed.append(replace(pod, state=scope.STARTED, record=name))
+                elif pod.state == scope.STARTED:  # marked by an older release, never created
+                    self.pods[pod.pod_uid] = replace(pod, state=scope.PENDING)
+        for pod in claimed:
+            self._changed(pod)
+        await asyncio.gather(*(self._take_result(pod) for pod in claimed))
         if self.abort and not self.stopped and any(
                 p.state == scope.FAILED for p in self.pods.values()):
+            # a failure stored before the stop that follows it was (the server stopped between)
             self._note_stopped(await self._stored("stop the run", lambda: self.parts.scopes.stop(
                 self.uid, FAIL_FAST)))
 
-    async def _rerun_unstored(self, pod: ScopedPod) -> None:
-        """Run a pod whose start was marked but whose record was never stored, as that record.
-        A create of the stopped server that lands late makes this one refused (the name
-        exists, or that record counts on the pod: 409): then that record's result stands, so
-        the pod is notified once either way."""
-        state, reason = await self._run_once(pod, self.spec["notifier"], pod.record,
-                                             notification_label(self.name))
+    async def _take_result(self, pod: ScopedPod) -> None:
+        record = await self._record(pod.record, held=self.release is not None)
+        state, reason = result_of(record)
         await self._record_result(pod, state, reason)
         if not self._holds_after(state):
             self.locks.release(self._key(pod), self.holder)
 
+    def _record_name(self, pod: ScopedPod) -> str:
+        """The name of the pod's record of this run (its claim)."""
+        return record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
+
+    async def _may_start(self) -> bool:
+        """Whether a pod may start now: this run is not halted, and its stored run (read again:
+        another replica may have stopped it; on Kubernetes from this replica's cache) is
+        neither stopped nor gone."""
+        if self._halted():
+            return False
+        stored = await self._stored("read the run", lambda: self.parts.scopes.run(self.uid))
+        if stored is not None and stored.stopped:
+            self._note_stopped(stored.stopped)  # stopped by a deletion meanwhile
+        return stored is not None and not stored.stopped
+
     async def _record_result(self, pod: ScopedPod, state: str, reason: str) -> None:
-        """Store a pod's final state; under Abort a failure stops the run, in the same write."""
+        """Store a pod's final state (with the name of its record, if it has one); under Abort
+        a failure stops the run, in the same write."""
         stop = FAIL_FAST if state == scope.FAILED and self.abort else ""
         await self._stored("store a pod's result", lambda: self.parts.scopes.finish_pod(
-            self.uid, pod.pod_uid, state, reason, stop=stop))
+            self.uid, pod.pod_uid, state, reason, record=pod.record or None, stop=stop))
         if state == scope.FAILED:
             self.parts.events.pod_failed(self.ref, pod.pod, reason)
         if stop and not self.stopped:
@@ -217,19 +236,13 @@ class NotificationRun(WindowRun):
                 running.add(task)
                 task.add_done_callback(functools.partial(_turn_done, running, slots))
                 continue
-            name = record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
-            if self._halted() or not await self._stored("start a pod", functools.partial(
-                    self.parts.scopes.start_pod, self.uid, pod.pod_uid, name)):
+            if not await self._may_start():
                 slots.release()
                 self.locks.release(self._key(pod), self.holder)
-                if self._halted():
-                    break
-                stored = await self.parts.scopes.run(self.uid)
-                if stored is not None and stored.stopped:
-                    self._note_stopped(stored.stopped)  # stopped by a deletion meanwhile
-                    break
-                continue  # the pod is no longer pending: nothing to do
-            self._changed(replace(pod, state=scope.STARTED, record=name))
+                break
+            name = self._record_name(pod)
+            pod = replace(pod, state=scope.STARTED, record=name)
+            self._changed(pod)
             task = asyncio.create_task(self._turn(pod, name))
             running.add(task)
             task.add_done_callback(functools.partial(_turn_done, running, slots))
@@ -294,14 +307,13 @@ class NotificationRun(WindowRun):
             self._flush_soon()
         if other is not None:
             return
-        name = record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
-        if self._halted() or (
-                deadline is not None and self.clock.monotonic() >= deadline) or (
-                not await self._stored("start a pod", functools.partial(
-                    self.parts.scopes.start_pod, self.uid, pod.pod_uid, name))):
+        if (deadline is not None and self.clock.monotonic() >= deadline) or (
+                not await self._may_start()):
             self.locks.release(self._key(pod), self.holder)
             return
-        self._changed(replace(pod, state=scope.STARTED, record=name))
+        name = self._record_name(pod)
+        pod = replace(pod, state=scope.STARTED, record=name)
+        self._changed(pod)
         await self._turn(pod, name)
 
     async def _follow_new_pods(self) -> None:

@@ -23,7 +23,7 @@ from apiserver.fanout import scope, status
 from apiserver.fanout.parts import FanoutParts
 from apiserver.fanout.quiesce_locks import Holder, Key, QuiesceLocks
 from apiserver.fanout.reasons import DELETED, HELD, INTERNAL_ERROR, pod_outcome
-from apiserver.fanout.run_records import is_held, requester, result_of
+from apiserver.fanout.run_records import is_held, requester
 from apiserver.fanout.scope import ScopedPod, ScopeRun
 from apiserver.fanout.spec import ABORT
 from apiserver.notifier import records
@@ -44,9 +44,6 @@ RUN_WAIT_SECONDS = 24 * 3600
 """How long a pod's turn waits for its run; runs end by their own timeouts long before."""
 RECORD_POLL_SECONDS = 1.0
 """How often a run re-reads a record that another replica's runner is running."""
-UNSTORED_WAIT_ATTEMPTS = 30
-"""How many polls (RECORD_POLL_SECONDS apart) a re-run refused as already running waits for the
-record of the stopped server's create before the pod is failed Interrupted."""
 
 
 def status_time(clock: Clock) -> str:
@@ -232,21 +229,6 @@ class RunBase:
             return ""
         return scope.SUCCEEDED if record["status"]["phase"] == records.SUCCEEDED else scope.FAILED
 
-    async def _run_once(self, pod: ScopedPod, notifier: str, name: str, labels: dict[str, str]
-                        ) -> tuple[str, str]:
-        """Run `notifier` on the pod as record `name`, whose start was stored before a stop:
-        if a create of the stopped server lands late, ours is refused and that record's result
-        stands, so it runs once either way."""
-        state, reason = await self._attempt(pod, notifier, name, labels)
-        if reason in (RunConflict.__name__, errors.AlreadyExists.reason):
-            for _ in range(UNSTORED_WAIT_ATTEMPTS):
-                record = await self._record(name, held=self.release is not None)
-                if record is not None:
-                    return result_of(record)
-                await self.clock.sleep(RECORD_POLL_SECONDS)
-            return scope.FAILED, records.INTERRUPTED
-        return state, reason
-
     async def _attempt(self, pod: ScopedPod, notifier: str, name: str,
                        labels: dict[str, str]) -> tuple[str, str]:
         """Run `notifier` on the pod as the Notification's requester, as record `name`:
@@ -295,7 +277,18 @@ class RunBase:
                             containers=self.spec.get("containers"),
                             timeout_seconds=self.spec.get("timeoutSeconds"),
                             ttl_seconds_after_finished=None)
-        await admission.start(await admission.admit(self.requester, pod_object, ask))
+        try:
+            await admission.start(await admission.admit(self.requester, pod_object, ask))
+        except (errors.AlreadyExists, RunConflict) as refused:
+            if getattr(refused, "record", name) != name:
+                raise  # another run of the notifier on the pod
+            # The record exists already: this attempt's claim, taken by a create that landed
+            # late (its server stopped, or was paused, meanwhile). Its result stands: the pod
+            # runs at most once.
+            log.info("the pod's record exists already: taking its result", extra={
+                "namespace": self.namespace, "notification": self.name, "pod": pod.pod,
+                "record": name})
+            await self.parts.podnotifiers.consistent_read(self.namespace, name)
         await self.parts.runner.wait(self.namespace, name, RUN_WAIT_SECONDS)
         record = await self._record(name, held=self.release is not None and notifier ==
                                     self.spec["notifier"])

@@ -13,6 +13,8 @@ from apiserver.authn.user import UserInfo
 from apiserver.fanout import scope
 from apiserver.fanout.reasons import HELD
 from apiserver.notifier import records
+from apiserver.registry.errors import NotFound
+from apiserver.registry.store import ObjectStore
 
 ROLLBACK_ATTEMPT_LABEL = "notifier.x-k8s.io/rollback-attempt"
 """On rollback and release records: 1 for the first run, 2 and more for a run again after the
@@ -37,6 +39,15 @@ def record_name(pod: str, notifier: str, notification_uid: str, pod_uid: str,
     digest = hashlib.sha256(
         f"{notification_uid}/{pod_uid}/{notifier}/{attempt}".encode()).hexdigest()[:10]
     return records.generate_name(pod, notifier) + digest
+
+
+async def stored_record(podnotifiers: ObjectStore, namespace: str, name: str
+                        ) -> dict[str, Any] | None:
+    """The record `name` as the store has it (on Kubernetes this replica's cache), or None."""
+    try:
+        return await podnotifiers.get(namespace, name)
+    except NotFound:
+        return None
 
 
 def is_held(record: Mapping[str, Any]) -> bool:

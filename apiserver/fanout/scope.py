@@ -10,10 +10,11 @@ storage custom resources in kube-apiserver), in the Notification's namespace:
   Failed: rollback is due), whether the final status was stored, and how many pod sets it has;
 - *pod sets* (``NOTIFICATION_POD_SETS``, named ``<uid>-<index>``), each at most
   ``POD_SET_SIZE`` pods in the order they joined, like EndpointSlices. A pod's fan-out
-  ``state`` only moves forward, pending -> started -> succeeded | failed | skipped, and a pod is
-  started only while the run is not stopped. Rollback has its own state (pending -> started ->
-  done | failed) and record, never touching the pod's; so has the release of a quiesce window
-  (spec.release: the same states, a release started only from pending, never again).
+  ``state`` only moves forward, pending -> succeeded | failed | skipped; its start is not stored
+  here but by its record, whose name is known before it is created (``started`` is the state of
+  a pod whose record exists and has no result yet: in memory, and in pod sets an older release
+  wrote). Rollback has its own state (pending -> started -> done | failed) and record, never
+  touching the pod's; so has the release of a quiesce window (spec.release: the same states).
 
 With spec.release the run also holds its quiesce window (``ScopeRun.window``): when every pod
 was quiesced, when a release was requested (by whichever replica got the request), and why and

@@ -8,10 +8,11 @@ sets without a run: ``orphan_uids``); ``add`` writes a new pod set before the ru
 the writes of one Notification take turns in this process (``_turn``: changes of single pods
 share a turn, and those of one pod set made while it is being written are written together;
 anything that spans objects or stops the run has the turn alone): only the fan-out leader
-writes pod states. Any replica may stop a run (a Notification deleted through it), so
-``start_pod`` reads the run again (from the store, which on Kubernetes is this replica's cache)
-before each start: a stop another replica stored is honoured from the moment this replica's
-cache has it.
+writes pod states. A pod's start is not written here: its record, named before it is created,
+is its claim (apiserver/fanout/run.py); the pod set gets the pod's result. Any replica may stop
+a run (a Notification deleted through it), so the leader reads the run again (from the store,
+which on Kubernetes is this replica's cache) before each start: a stop another replica stored
+is honoured from the moment this replica's cache has it.
 """
 
 from __future__ import annotations
@@ -213,26 +214,10 @@ class ScopeStore:
                                        _set_status(podSets=count))
             return [ScopedPod.of(entry) for entry in entries]
 
-    async def start_pod(self, notification_uid: str, pod_uid: str, record: str) -> bool:
-        """pending -> started with the record's name, unless the run is stopped (read again
-        from the store: another replica may have stopped it) or the pod is no longer pending:
-        True if the pod may run."""
-
-        def start(entry: dict[str, Any]) -> bool:
-            if entry["state"] != PENDING:
-                return False
-            entry.update(state=STARTED, record=record)
-            return True
-
-        async with self._turn(notification_uid, shared=True):
-            stored = await self._run_object(notification_uid)
-            if stored is None or stored["status"]["stopped"]:
-                return False
-            return await self._update_pod(stored, pod_uid, start)
-
     async def finish_pod(self, notification_uid: str, pod_uid: str, state: str, reason: str,
                          *, record: str | None = None, stop: str = "") -> bool:
-        """pending | started -> a final `state`; with `stop`, then also stop the run (if it is
+        """pending (or started, in a pod set an older release wrote) -> a final `state`, with
+        the name of the pod's `record` if given; with `stop`, then also stop the run (if it is
         not already). False if the pod was already final."""
         if state not in FINAL_STATES:
             raise ValueError(f"{state!r} is not a final pod state")

@@ -180,7 +180,7 @@ async def test_a_deletion_through_a_follower_stops_the_leaders_run_and_rolls_bac
 
 async def test_a_deletion_seen_only_by_reconciling_stops_a_run_waiting_on_its_pods(
         cluster: tuple[Server, Replica, Replica], monkeypatch: pytest.MonkeyPatch) -> None:
-    """All pods started, none finished: no start_pod or status write notices the deletion;
+    """All pods started, none finished: no start of a pod or status write notices the deletion;
     the leader's reconciler does."""
     monkeypatch.setattr(run_base, "STATUS_INTERVAL_SECONDS", 60)  # no progress write
     server, a, b = cluster

@@ -22,7 +22,7 @@ from apiserver.fanout import scope
 from apiserver.fanout.manager import FanoutManager
 from apiserver.fanout.parts import FanoutParts
 from apiserver.fanout.reasons import pod_outcome
-from apiserver.fanout.run_records import ROLLBACK_ATTEMPT_LABEL, record_name
+from apiserver.fanout.run_records import ROLLBACK_ATTEMPT_LABEL, record_name, stored_record
 from apiserver.fanout.scope_store import ScopeStore
 from apiserver.fanout.status import waiting_for_pods
 from apiserver.kube import KubeRejected, KubeUnavailable
@@ -38,6 +38,7 @@ from apiserver.notifier.errors import (
 from apiserver.notifier.events import NotificationEvents
 from apiserver.notifier.holds import HoldReleases
 from apiserver.notifier.request import NotifyRequest
+from apiserver.registry.errors import NotFound
 from apiserver.registry.podnotifiers import PodNotifierStore
 from apiserver.registry.resources import (
     NOTIFICATION_POD_SETS,
@@ -286,14 +287,16 @@ class Server:
         await self.database.close()
 
 
-async def restart(data: Path, before: Server, pods: list[str]) -> Server:
+async def restart(data: Path, before: Server, pods: list[str], *, lead: bool = True
+                  ) -> Server:
     """A new server process on the same data directory, as serve() starts it: unfinished
-    records end Interrupted, then it leads the fan-out (resuming it)."""
+    records end Interrupted, then (unless not `lead`) it leads the fan-out (resuming it)."""
     server = await Server.open(data, lead=False, clock=before.clock)
     server.fake.add(*pods)
     server.fake.outcomes.update(before.fake.outcomes)
     await housekeeping.recover_interrupted(server.podnotifiers)
-    await server.manager.lead()
+    if lead:
+        await server.manager.lead()
     return server
 
 
@@ -776,9 +779,15 @@ async def test_bug3_a_resumed_abort_keeps_its_fail_fast_decision(tmp_path: Path)
 
 
 async def _states(server: Server, uid: str, **wanted: int) -> bool:
+    """The pods' states as a run sees them: a pending pod whose record exists (its claim) is
+    started."""
     have = {state: 0 for state in wanted}
     for pod in await server.scopes.pods(uid):
-        have[pod.state] = have.get(pod.state, 0) + 1
+        state = pod.state
+        if state == scope.PENDING and await stored_record(
+                server.podnotifiers, NS, record_name(pod.pod, QUIESCE, uid, pod.pod_uid)):
+            state = scope.STARTED
+        have[state] = have.get(state, 0) + 1
     return all(have[state] == n for state, n in wanted.items())
 
 
@@ -1008,23 +1017,106 @@ async def test_a_scope_interrupted_before_its_run_is_adopted_and_run(tmp_path: P
         await second.close()
 
 
-async def test_a_start_whose_record_was_never_stored_runs_once_on_resume(tmp_path: Path) -> None:
-    """The leader stopped after marking db-1 started and before creating its record (so db-1's
-    command never ran): the next leader runs db-1, under the record name the scope holds,
-    exactly once; db-0, whose record finished, keeps its result."""
+def finished_record(pod: str, uid: str) -> dict[str, Any]:
+    """The Succeeded record of pod's quiesce in the run of Notification `uid`."""
+    return {"apiVersion": records.API_VERSION, "kind": "PodNotifier",
+            "metadata": {"namespace": NS, "name": record_name(pod, QUIESCE, uid, f"uid-{pod}")},
+            "spec": {"podName": pod, "notifier": QUIESCE},
+            "status": {"phase": records.SUCCEEDED, "reason": records.COMPLETED}}
+
+
+async def test_a_pod_is_claimed_by_its_record_alone(tmp_path: Path) -> None:
+    """The leader stopped after db-0's record was created (and finished) and before its result
+    was in the scope, and before db-1's record was created: the next leader takes db-0's
+    result from its record without running it, and runs db-1 exactly once."""
     data, names = tmp_path / "data", ["db-0", "db-1"]
     first = await Server.open(data, lead=False)
     first.fake.add(*names)
     created = await first.create("snap", [("db-0", "uid-db-0"), ("db-1", "uid-db-1")])
     uid = created["metadata"]["uid"]
-    await first.podnotifiers.create_bounded({
-        "apiVersion": records.API_VERSION, "kind": "PodNotifier",
-        "metadata": {"namespace": NS, "name": record_name("db-0", QUIESCE, uid, "uid-db-0")},
-        "spec": {"podName": "db-0", "notifier": QUIESCE},
-        "status": {"phase": records.SUCCEEDED, "reason": records.COMPLETED}}, max_per_pod=10)
-    for pod in names:
-        assert await first.scopes.start_pod(uid, f"uid-{pod}",
-                                            record_name(pod, QUIESCE, uid, f"uid-{pod}"))
+    await first.podnotifiers.create_bounded(finished_record("db-0", uid), max_per_pod=10)
+    await first.crash()
+
+    second = await restart(data, first, names)
+    try:
+        status = (await second.finished("snap"))["status"]
+        assert second.fake.started == [("db-1", QUIESCE)]
+        assert status["counts"] == counts(total=2, succeeded=2)
+        assert [p.record for p in await second.scopes.pods(uid)] == [
+            record_name(pod, QUIESCE, uid, f"uid-{pod}") for pod in names]
+    finally:
+        await second.close()
+
+
+@pytest.mark.parametrize("refusal", ["AlreadyExists", "RunConflict"])
+async def test_a_create_refused_for_the_pods_own_record_takes_that_records_result(
+        tmp_path: Path, refusal: str) -> None:
+    """db-0's record was created by a leader that stopped, and this leader's store did not
+    have it yet when its run began (a cache that lags): its own create is refused for that
+    very record (the name exists, or it is the notifier's unfinished run on the pod), and the
+    pod takes that record's result instead of failing or running again."""
+    data = tmp_path / "data"
+    first = await Server.open(data, lead=False)
+    pods = first.fake.add("db-0")
+    created = await first.create("snap", pods)
+    uid = created["metadata"]["uid"]
+    name = record_name("db-0", QUIESCE, uid, "uid-db-0")
+    await first.crash()
+
+    second = await restart(data, first, ["db-0"], lead=False)
+    real_get, real_read = second.podnotifiers.get, second.podnotifiers.consistent_read
+    landed = hidden = False
+
+    async def lagging_get(namespace: str, record: str) -> dict[str, Any]:
+        """The late create lands at the first read of the record, and stays out of reads
+        until a consistent read catches up with it."""
+        nonlocal landed, hidden
+        if record == name and not landed:
+            landed = hidden = True
+            await second.podnotifiers.create_bounded(finished_record("db-0", uid),
+                                                     max_per_pod=10)
+        if record == name and hidden:
+            raise NotFound(f"{record} not found", resource=PODNOTIFIERS, name=record)
+        return await real_get(namespace, record)
+
+    async def catching_up(namespace: str | None, record: str = "") -> None:
+        nonlocal hidden
+        hidden = False
+        await real_read(namespace, record)
+
+    second.podnotifiers.get = lagging_get  # type: ignore[method-assign]
+    second.podnotifiers.consistent_read = catching_up  # type: ignore[method-assign]
+    if refusal == "RunConflict":
+        second.fake.outcomes[("db-0", QUIESCE)] = RunConflict(NS, "db-0", QUIESCE, name,
+                                                              held=False)
+    try:
+        await second.manager.lead()
+        status = (await second.finished("snap"))["status"]
+        assert second.fake.started == []
+        assert status["counts"] == counts(total=1, succeeded=1)
+    finally:
+        await second.close()
+
+
+async def test_pods_an_older_release_marked_started_are_resumed(tmp_path: Path) -> None:
+    """Pod sets an older release wrote mark a pod started before creating its record: db-0's
+    record exists (it takes its result, never runs again), db-1's was never created (it runs,
+    once)."""
+    data, names = tmp_path / "data", ["db-0", "db-1"]
+    first = await Server.open(data, lead=False)
+    first.fake.add(*names)
+    created = await first.create("snap", [("db-0", "uid-db-0"), ("db-1", "uid-db-1")])
+    uid = created["metadata"]["uid"]
+    await first.podnotifiers.create_bounded(finished_record("db-0", uid), max_per_pod=10)
+
+    def marked_started(pod_set: dict[str, Any]) -> dict[str, Any]:
+        for entry in pod_set["pods"]:
+            entry.update(state=scope.STARTED,
+                         record=record_name(entry["pod"], QUIESCE, uid, entry["podUID"]))
+        return pod_set
+
+    await SqliteObjectStore(first.database, NOTIFICATION_POD_SETS).guaranteed_update(
+        NS, f"{uid}-0", marked_started)
     await first.crash()
 
     second = await restart(data, first, names)
@@ -1034,3 +1126,15 @@ async def test_a_start_whose_record_was_never_stored_runs_once_on_resume(tmp_pat
         assert status["counts"] == counts(total=2, succeeded=2)
     finally:
         await second.close()
+
+
+async def test_a_run_conflict_with_another_record_fails_the_pod(server: Server) -> None:
+    """A RunConflict naming a record that is not the pod's own (a direct notify of the same
+    notifier) is that pod's failure, not a claim to take over."""
+    pods = server.fake.add("db-0")
+    server.fake.outcomes[("db-0", QUIESCE)] = RunConflict(NS, "db-0", QUIESCE, "by-hand",
+                                                          held=False)
+    await server.create("snap", pods, failurePolicy="Continue")
+    status = (await server.finished("snap"))["status"]
+    assert status["counts"] == counts(total=1, failed=1)
+    assert "by-hand" in status["conditions"][0]["message"]

@@ -90,10 +90,10 @@ async def test_create_writes_the_run_and_its_pods(store: ScopeStore) -> None:
 
 async def test_a_second_create_changes_nothing(store: ScopeStore) -> None:
     await store.create(notification("u"), [("a", "ua")])
-    await store.start_pod("u", "ua", "rec-a")
+    await store.finish_pod("u", "ua", scope.SUCCEEDED, "Completed", record="rec-a")
     with pytest.raises(AlreadyExists):
         await store.create(notification("u"), [("b", "ub")])
-    assert await store.pods("u") == [ScopedPod("a", "ua", scope.STARTED, "rec-a")]
+    assert await store.pods("u") == [ScopedPod("a", "ua", scope.SUCCEEDED, "rec-a", "Completed")]
 
 
 async def test_add_returns_the_new_pods_and_keeps_order(scopes: ScopeStore) -> None:
@@ -121,10 +121,8 @@ async def test_scopes_are_separate_per_notification(scopes: ScopeStore) -> None:
 
 async def test_a_pod_state_only_moves_forward(scopes: ScopeStore) -> None:
     await scopes.add(N1, [("db-0", "u0")])
-    assert await scopes.start_pod(N1, "u0", "rec-0")
-    assert not await scopes.start_pod(N1, "u0", "rec-again")
-    assert await scopes.finish_pod(N1, "u0", scope.SUCCEEDED, "Completed")
-    assert not await scopes.finish_pod(N1, "u0", scope.FAILED, "Interrupted")
+    assert await scopes.finish_pod(N1, "u0", scope.SUCCEEDED, "Completed", record="rec-0")
+    assert not await scopes.finish_pod(N1, "u0", scope.FAILED, "Interrupted", record="again")
 
     assert await scopes.pods(N1) == [ScopedPod("db-0", "u0", scope.SUCCEEDED, "rec-0",
                                                "Completed")]
@@ -138,18 +136,16 @@ async def test_finish_pod_may_name_the_record(scopes: ScopeStore) -> None:
     assert await scopes.pods(N1) == [ScopedPod("db-0", "u0", scope.SKIPPED, "r", "NotDeclared")]
 
 
-async def test_no_pod_starts_once_the_run_is_stopped(scopes: ScopeStore) -> None:
+async def test_a_failure_can_stop_the_run_and_the_first_stop_stands(scopes: ScopeStore) -> None:
     await scopes.add(N1, [("a", "ua"), ("b", "ub"), ("c", "uc")])
-    assert await scopes.start_pod(N1, "ua", "rec-a")
     assert await scopes.finish_pod(N1, "ua", scope.FAILED, "NonZeroExitCode", stop="FailFast")
 
-    assert not await scopes.start_pod(N1, "ub", "rec-b")
     assert await scopes.stop(N1, "Deleted") == "FailFast"  # the first reason stands
     run = await scopes.run(N1)
     assert run is not None and run.stopped == "FailFast"
     assert [p.state for p in await scopes.pods(N1)] == [scope.FAILED, scope.PENDING,
                                                         scope.PENDING]
-    assert await scopes.start_pod(N2, "ub", "x") is False  # not in that scope
+    assert await scopes.finish_pod(N2, "ub", scope.FAILED, "x") is False  # not in that scope
     assert await scopes.stop("unknown", "Deleted") == "Deleted"
 
 
@@ -157,8 +153,7 @@ async def test_a_failed_outcome_makes_rollback_due_for_succeeded_pods(store: Sco
     await store.create(notification("u", rollback={"notifier": "unquiesce"}),
                        [("a", "ua"), ("b", "ub"), ("c", "uc")])
     for uid, state in (("ua", scope.SUCCEEDED), ("ub", scope.FAILED)):
-        await store.start_pod("u", uid, f"rec-{uid}")
-        await store.finish_pod("u", uid, state, "")
+        await store.finish_pod("u", uid, state, "", record=f"rec-{uid}")
 
     decided = await store.decide("u", scope.OUTCOME_FAILED, "PodsFailed")
     assert decided is not None and (decided.outcome, decided.stopped) == ("Failed", "PodsFailed")
@@ -175,8 +170,7 @@ async def test_rollback_becomes_due_in_every_pod_set(store: ScopeStore) -> None:
     pods = pods_named(POD_SET_SIZE + 5)
     await store.create(notification("u", rollback={"notifier": "unquiesce"}), pods)
     for _, uid in (pods[0], pods[-1]):
-        await store.start_pod("u", uid, f"rec-{uid}")
-        await store.finish_pod("u", uid, scope.SUCCEEDED, "Completed")
+        await store.finish_pod("u", uid, scope.SUCCEEDED, "Completed", record=f"rec-{uid}")
     await store.decide("u", scope.OUTCOME_FAILED, "Deleted")
     due = [p.pod_uid for p in await store.pods("u") if p.rollback == scope.ROLLBACK_PENDING]
     assert due == [pods[0][1], pods[-1][1]]
@@ -184,16 +178,14 @@ async def test_rollback_becomes_due_in_every_pod_set(store: ScopeStore) -> None:
 
 async def test_no_rollback_due_without_a_rollback_notifier(scopes: ScopeStore) -> None:
     await scopes.add(N1, [("a", "ua")])
-    await scopes.start_pod(N1, "ua", "rec")
-    await scopes.finish_pod(N1, "ua", scope.SUCCEEDED, "Completed")
+    await scopes.finish_pod(N1, "ua", scope.SUCCEEDED, "Completed", record="rec")
     await scopes.decide(N1, scope.OUTCOME_FAILED, "Deleted")
     assert (await scopes.pods(N1))[0].rollback == ""
 
 
 async def test_rollback_state_never_touches_the_pod_state(store: ScopeStore) -> None:
     await store.create(notification("u", rollback={"notifier": "unquiesce"}), [("a", "ua")])
-    await store.start_pod("u", "ua", "rec")
-    await store.finish_pod("u", "ua", scope.SUCCEEDED, "Completed")
+    await store.finish_pod("u", "ua", scope.SUCCEEDED, "Completed", record="rec")
     await store.decide("u", scope.OUTCOME_FAILED, "Deleted")
 
     assert await store.start_rollback("u", "ua", "undo-1")
@@ -243,8 +235,9 @@ async def test_pods_are_kept_in_pod_sets_of_at_most_100(replica: Replica) -> Non
     assert await pod_set_sizes(replica.pod_sets, "u") == [100, 100, 100, 10]
     assert [(p.pod, p.pod_uid) for p in await replica.scopes.pods("u")] == pods_named(310)
 
-    assert await replica.scopes.start_pod("u", "u305", "rec-305")  # in the newest pod set
-    assert (await replica.scopes.pods("u"))[305].state == scope.STARTED
+    assert await replica.scopes.finish_pod("u", "u305", scope.SUCCEEDED, "Completed",
+                                           record="rec-305")  # in the newest pod set
+    assert (await replica.scopes.pods("u"))[305].state == scope.SUCCEEDED
     run = await replica.runs.get("ns", "u")
     assert run["status"]["podSets"] == 4
 
@@ -268,24 +261,15 @@ async def test_changes_of_one_pod_set_made_meanwhile_are_written_together(
         return await real(*args)
 
     replica.pod_sets.guaranteed_update = counted  # type: ignore[method-assign]
-    started = await asyncio.gather(
-        *(replica.scopes.start_pod("u", uid, f"rec-{uid}") for _, uid in pods_named(10)),
-        replica.scopes.start_pod("u", "u3", "rec-again"))
+    finished = await asyncio.gather(
+        *(replica.scopes.finish_pod("u", uid, scope.SUCCEEDED, "Completed", record=f"rec-{uid}")
+          for _, uid in pods_named(10)),
+        replica.scopes.finish_pod("u", "u3", scope.FAILED, "Interrupted", record="rec-again"))
 
-    assert started == [True] * 10 + [False]  # the pod's first start stands
+    assert finished == [True] * 10 + [False]  # the pod's first result stands
     assert 1 <= len(updates) <= 2, updates  # one write, maybe after a first alone
     assert [(p.state, p.record) for p in await replica.scopes.pods("u")] == [
-        (scope.STARTED, f"rec-{uid}") for _, uid in pods_named(10)]
-
-
-async def test_a_stop_goes_before_the_starts_waiting_behind_it(store: ScopeStore) -> None:
-    await store.create(notification("u"), [("a", "ua"), ("b", "ub"), ("c", "uc")])
-    results = await asyncio.gather(
-        store.start_pod("u", "ua", "rec-a"), store.stop("u", "Deleted"),
-        store.start_pod("u", "ub", "rec-b"), store.start_pod("u", "uc", "rec-c"))
-    assert results == [True, "Deleted", False, False]
-    assert [p.state for p in await store.pods("u")] == [scope.STARTED, scope.PENDING,
-                                                        scope.PENDING]
+        (scope.SUCCEEDED, f"rec-{uid}") for _, uid in pods_named(10)]
 
 
 def die_after(pod_sets: ObjectStore, writes: int) -> None:
@@ -313,7 +297,7 @@ async def test_a_create_interrupted_between_pod_sets_leaves_no_run(backend: Back
     assert await restarted.scopes.run("u") is None
     assert await restarted.scopes.runs() == []
     assert await restarted.scopes.pods("u") == []
-    assert not await restarted.scopes.start_pod("u", "u0", "rec")
+    assert not await restarted.scopes.finish_pod("u", "u0", scope.SUCCEEDED, "Completed")
     assert await restarted.scopes.orphan_uids() == ["u"]
     await restarted.scopes.adopt(notification("u"))  # not the whole pod set: no run
     assert await restarted.scopes.run("u") is None
@@ -361,10 +345,9 @@ async def test_a_create_interrupted_after_its_pod_sets_is_adopted_whole(
 # Another replica
 
 
-async def test_a_stop_by_another_replica_is_honoured_by_start_pod(backend: Backend) -> None:
+async def test_a_stop_by_another_replica_is_read_by_the_leader(backend: Backend) -> None:
     leader, other = Replica(backend), Replica(backend)
     await leader.scopes.create(notification("u"), [("a", "ua"), ("b", "ub")])
-    assert await leader.scopes.start_pod("u", "ua", "rec-a")
 
     assert await other.scopes.stop("u", "Deleted") == "Deleted"
 
@@ -373,26 +356,24 @@ async def test_a_stop_by_another_replica_is_honoured_by_start_pod(backend: Backe
         return run is not None and run.stopped == "Deleted"
 
     await eventually(leader_sees_it)
-    assert not await leader.scopes.start_pod("u", "ub", "rec-b")
-    assert [p.state for p in await other.scopes.pods("u")] == [scope.STARTED, scope.PENDING]
     assert await leader.scopes.stop("u", "FailFast") == "Deleted"
 
 
 async def test_a_scope_is_read_whole_by_a_new_process(backend: Backend) -> None:
     first = Replica(backend)
     await first.scopes.create(notification(N1), pods_named(120))
-    await first.scopes.start_pod(N1, "u110", "rec-110")
+    await first.scopes.finish_pod(N1, "u110", scope.FAILED, "Interrupted", record="rec-110")
 
     second = Replica(backend)
 
     async def whole() -> bool:
         pods = await second.scopes.pods(N1)
-        return len(pods) == 120 and pods[110].state == scope.STARTED
+        return len(pods) == 120 and pods[110].state == scope.FAILED
 
     await eventually(whole)
-    assert (await second.scopes.pods(N1))[110] == ScopedPod("db-110", "u110", scope.STARTED,
-                                                             "rec-110")
-    assert await second.scopes.finish_pod(N1, "u110", scope.SUCCEEDED, "Completed")
+    assert (await second.scopes.pods(N1))[110] == ScopedPod("db-110", "u110", scope.FAILED,
+                                                             "rec-110", "Interrupted")
+    assert await second.scopes.finish_pod(N1, "u111", scope.SUCCEEDED, "Completed")
     assert [run.notification_uid for run in await second.scopes.runs()] == [N1]
 
 
