@@ -18,8 +18,9 @@ Crash safety (what the stored scope, apiserver/fanout/scope_store.py, makes poss
   stops the run), and is never run again; one without a record runs. A create of a stopped
   server that lands late makes the pod's own create refused (the name exists, or that record
   is the same notifier's unfinished run on the pod: 409), and that record's result stands, so a
-  pod is notified at most once either way. A rollback whose record was interrupted or never
-  stored runs again (a new record, labelled with its attempt);
+  pod is notified at most once either way. A rollback's attempts are claimed by their records
+  the same way: one that was interrupted is followed by the next (a new record, labelled with
+  its attempt), at least once;
 - a Notification deleted while its server was down is still rolled back, from the spec kept
   in its run row, and its rows are deleted once nothing remains to do.
 
@@ -55,7 +56,6 @@ from apiserver.fanout.reasons import (
 )
 from apiserver.fanout.run_base import status_time
 from apiserver.fanout.run_records import (
-    ROLLBACK_ATTEMPT_LABEL,
     notification_label,
     record_name,
     result_of,
@@ -402,9 +402,7 @@ class NotificationRun(WindowRun):
 
     async def _rollback(self) -> None:
         """Run the rollback notifier on every pod whose rollback is due and not done, at the
-        run's parallelism, at least once: the same step first and after a crash. A started
-        attempt that ended stands; one that was interrupted, or whose record was never
-        stored, runs again as a new attempt (a new record)."""
+        run's parallelism, at least once (``_undo``): the same step first and after a crash."""
         notifier = self.spec.get("rollback", {}).get("notifier")
         if not notifier:
             return
@@ -414,28 +412,13 @@ class NotificationRun(WindowRun):
 
         async def undo(pod: ScopedPod) -> None:
             async with slots:
-                if pod.rollback == scope.ROLLBACK_STARTED:
-                    ended = await self._undo_result(pod.rollback_record)
-                    if ended:
-                        await finish(pod, scope.ROLLBACK_DONE if ended == scope.SUCCEEDED
-                                     else scope.ROLLBACK_FAILED)
-                        return
-                attempt = pod.rollback_attempts + 1
-                name = record_name(pod.pod, notifier, self.uid, pod.pod_uid, attempt)
-                if not await self._stored("start a rollback", lambda: self.parts.scopes
-                                          .start_rollback(self.uid, pod.pod_uid, name)):
-                    return
-                self.pods[pod.pod_uid] = replace(pod, rollback=scope.ROLLBACK_STARTED,
-                                                 rollback_record=name, rollback_attempts=attempt)
-                labels = {**notification_label(self.name), ROLLBACK_ATTEMPT_LABEL: str(attempt)}
-                state, _ = await self._attempt(pod, notifier, name, labels)
-                await finish(pod, scope.ROLLBACK_DONE if state == scope.SUCCEEDED
-                             else scope.ROLLBACK_FAILED)
-
-        async def finish(pod: ScopedPod, outcome: str) -> None:
+                state, name, attempt = await self._undo(pod, notifier)
+            outcome = scope.ROLLBACK_DONE if state == scope.SUCCEEDED else scope.ROLLBACK_FAILED
             await self._stored("store a rollback result", lambda: self.parts.scopes
-                               .finish_rollback(self.uid, pod.pod_uid, outcome))
-            self._changed(replace(self.pods[pod.pod_uid], rollback=outcome))
+                               .finish_rollback(self.uid, pod.pod_uid, outcome, record=name,
+                                                attempts=attempt))
+            self._changed(replace(self.pods[pod.pod_uid], rollback=outcome,
+                                  rollback_record=name, rollback_attempts=attempt))
 
         await asyncio.gather(*(undo(pod) for pod in targets))
         if targets:

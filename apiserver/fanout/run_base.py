@@ -23,7 +23,15 @@ from apiserver.fanout import scope, status
 from apiserver.fanout.parts import FanoutParts
 from apiserver.fanout.quiesce_locks import Holder, Key, QuiesceLocks
 from apiserver.fanout.reasons import DELETED, HELD, INTERNAL_ERROR, pod_outcome
-from apiserver.fanout.run_records import is_held, requester
+from apiserver.fanout.run_records import (
+    ROLLBACK_ATTEMPT_LABEL,
+    is_held,
+    notification_label,
+    record_name,
+    requester,
+    result_of,
+    stored_record,
+)
 from apiserver.fanout.scope import ScopedPod, ScopeRun
 from apiserver.fanout.spec import ABORT
 from apiserver.notifier import records
@@ -220,14 +228,24 @@ class RunBase:
             return None
         return record
 
-    async def _undo_result(self, name: str) -> str:
-        """How an undo step's (rollback's, release's) attempt `name` ended: SUCCEEDED, FAILED,
-        or "" when it must run again (its record was never stored, or it was interrupted:
-        undo steps run at least once)."""
-        record = await self._record(name)
-        if record is None or record["status"].get("reason") == records.INTERRUPTED:
-            return ""
-        return scope.SUCCEEDED if record["status"]["phase"] == records.SUCCEEDED else scope.FAILED
+    async def _undo(self, pod: ScopedPod, notifier: str) -> tuple[str, str, int]:
+        """Run the undo step `notifier` (a rollback, a release) on the pod, at least once:
+        (SUCCEEDED or FAILED, the deciding attempt's record, its number). Attempt n is the
+        record ``record_name(..., n)``, its claim: an attempt whose record ended stands,
+        whatever its outcome; one that was interrupted (its server stopped during it) is
+        followed by the next; the first without a record runs. The same step first and after a
+        crash; a pod whose step took more than one attempt may have run it twice."""
+        attempt = 1
+        while True:
+            name = record_name(pod.pod, notifier, self.uid, pod.pod_uid, attempt)
+            if await stored_record(self.parts.podnotifiers, self.namespace, name) is None:
+                labels = {**notification_label(self.name), ROLLBACK_ATTEMPT_LABEL: str(attempt)}
+                state, reason = await self._attempt(pod, notifier, name, labels)
+            else:
+                state, reason = result_of(await self._record(name))
+            if reason != records.INTERRUPTED:
+                return state, name, attempt
+            attempt += 1
 
     async def _attempt(self, pod: ScopedPod, notifier: str, name: str,
                        labels: dict[str, str]) -> tuple[str, str]:

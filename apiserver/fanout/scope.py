@@ -13,8 +13,10 @@ storage custom resources in kube-apiserver), in the Notification's namespace:
   ``state`` only moves forward, pending -> succeeded | failed | skipped; its start is not stored
   here but by its record, whose name is known before it is created (``started`` is the state of
   a pod whose record exists and has no result yet: in memory, and in pod sets an older release
-  wrote). Rollback has its own state (pending -> started -> done | failed) and record, never
-  touching the pod's; so has the release of a quiesce window (spec.release: the same states).
+  wrote). Rollback has its own state (pending -> done | failed; its attempts are claimed by
+  their records too) and record, never touching the pod's; so has the release of a quiesce
+  window (spec.release: the same states). ``started`` rollbacks and releases are only found in
+  pod sets an older release wrote.
 
 With spec.release the run also holds its quiesce window (``ScopeRun.window``): when every pod
 was quiesced, when a release was requested (by whichever replica got the request), and why and
@@ -81,9 +83,9 @@ class ScopedPod:
     rollback_record: str = ""
     rollback_attempts: int = 0
     release: str = ""
-    """With spec.release: pending once the window ended for a quiesced pod, started (with
-    release_record and the attempt) before its release notifier's record is created, then
-    done | failed; started again, as a new attempt, when an attempt was interrupted."""
+    """With spec.release: pending once the window ended for a quiesced pod, then done | failed
+    with the deciding attempt's release_record and number (an interrupted attempt is followed
+    by the next)."""
     release_record: str = ""
     release_attempts: int = 0
 

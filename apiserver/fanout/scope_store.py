@@ -275,28 +275,17 @@ class ScopeStore:
                     await self._mark_rollback_due(run.namespace, notification_uid, index)
             return run
 
-    async def start_rollback(self, notification_uid: str, pod_uid: str, record: str) -> bool:
-        """Rollback pending (or started by a run that was interrupted) -> started with a new
-        record and attempt; False if the pod's rollback is not due."""
-
-        def start(entry: dict[str, Any]) -> bool:
-            if entry.get("rollback") not in (ROLLBACK_PENDING, ROLLBACK_STARTED):
-                return False
-            entry.update(rollback=ROLLBACK_STARTED, rollbackRecord=record,
-                         rollbackAttempts=entry.get("rollbackAttempts", 0) + 1)
-            return True
-
-        return await self._change_pod(notification_uid, pod_uid, start)
-
-    async def finish_rollback(self, notification_uid: str, pod_uid: str, outcome: str) -> None:
-        """Rollback started -> done | failed."""
+    async def finish_rollback(self, notification_uid: str, pod_uid: str, outcome: str, *,
+                              record: str, attempts: int) -> None:
+        """Rollback due (pending, or started in a pod set an older release wrote) -> done |
+        failed, with the deciding attempt's record and number."""
         if outcome not in (ROLLBACK_DONE, ROLLBACK_FAILED):
             raise ValueError(f"{outcome!r} is not a final rollback state")
 
         def finish(entry: dict[str, Any]) -> bool:
-            if entry.get("rollback") != ROLLBACK_STARTED:
+            if entry.get("rollback") not in (ROLLBACK_PENDING, ROLLBACK_STARTED):
                 return False
-            entry["rollback"] = outcome
+            entry.update(rollback=outcome, rollbackRecord=record, rollbackAttempts=attempts)
             return True
 
         await self._change_pod(notification_uid, pod_uid, finish)
@@ -323,22 +312,11 @@ class ScopeStore:
                 await self._mark_release_due(run.namespace, notification_uid, index)
             return run
 
-    async def start_release(self, notification_uid: str, pod_uid: str, record: str) -> bool:
-        """Release pending (or started by an attempt that was interrupted) -> started with a
-        new record and attempt, stored before the record is created; False if the pod's
-        release is not due."""
-
-        def start(entry: dict[str, Any]) -> bool:
-            if entry.get("release") not in (RELEASE_PENDING, RELEASE_STARTED):
-                return False
-            entry.update(release=RELEASE_STARTED, releaseRecord=record,
-                         releaseAttempts=entry.get("releaseAttempts", 0) + 1)
-            return True
-
-        return await self._change_pod(notification_uid, pod_uid, start)
-
-    async def finish_release(self, notification_uid: str, pod_uid: str, outcome: str) -> None:
-        """Release pending | started -> done | failed."""
+    async def finish_release(self, notification_uid: str, pod_uid: str, outcome: str, *,
+                             record: str, attempts: int) -> None:
+        """Release due (pending, or started in a pod set an older release wrote) -> done |
+        failed, with the deciding attempt's record and number (none without
+        release.notifier: "" and 0)."""
         if outcome not in RELEASE_FINAL:
             raise ValueError(f"{outcome!r} is not a final release state")
 
@@ -346,6 +324,8 @@ class ScopeStore:
             if entry.get("release") not in (RELEASE_PENDING, RELEASE_STARTED):
                 return False
             entry["release"] = outcome
+            if record:
+                entry.update(releaseRecord=record, releaseAttempts=attempts)
             return True
 
         await self._change_pod(notification_uid, pod_uid, finish)

@@ -5,8 +5,9 @@ Once every pod is quiesced (its run Succeeded, or its record is Held) the window
 (quiescedTime, Quiesced True) and stays open until its first end (`window_ends`: the release
 action stored in the run by any replica, afterSeconds, maxHoldSeconds, the deadline; or
 deletion, or a hold that ended on its own, whose end is the window's). Then every quiesced
-pod is released exactly once: the window's end and each pod's release start are stored before
-they take effect, and a release whose record exists is never run again.
+pod is released at least once: the window's end is stored before it takes effect, and each
+pod's release attempts are claimed by their records (``RunBase._undo``): an attempt whose
+record ended is never run again, one that was interrupted is followed by the next.
 """
 
 from __future__ import annotations
@@ -32,12 +33,7 @@ from apiserver.fanout.reasons import (
     WINDOW_FAILURES,
 )
 from apiserver.fanout.run_base import RUN_WAIT_SECONDS, RunBase, status_time
-from apiserver.fanout.run_records import (
-    ROLLBACK_ATTEMPT_LABEL,
-    hold_end,
-    notification_label,
-    record_name,
-)
+from apiserver.fanout.run_records import hold_end
 from apiserver.fanout.scope import ScopedPod
 from apiserver.fanout.status import MAX_PODS_IN_MESSAGE
 from apiserver.notifier import records
@@ -188,7 +184,7 @@ class WindowRun(RunBase):
         return outcome, reason
 
     async def _release_pods(self) -> None:
-        """Release every pod whose release is due, at the run's parallelism, exactly once;
+        """Release every pod whose release is due, at the run's parallelism, at least once;
         then store unquiescedTime."""
         targets = [p for p in self.pods.values()
                    if p.release in (scope.RELEASE_PENDING, scope.RELEASE_STARTED)]
@@ -196,11 +192,13 @@ class WindowRun(RunBase):
 
         async def release(pod: ScopedPod) -> None:
             async with slots:
-                outcome = await self._release_pod(pod)
-                await self._stored("store a release result", lambda: self.parts.scopes
-                                   .finish_release(self.uid, pod.pod_uid, outcome))
-                self._changed(replace(self.pods[pod.pod_uid], release=outcome))
-                self.locks.release(self._key(pod), self.holder)
+                outcome, name, attempt = await self._release_pod(pod)
+            await self._stored("store a release result", lambda: self.parts.scopes
+                               .finish_release(self.uid, pod.pod_uid, outcome, record=name,
+                                               attempts=attempt))
+            self._changed(replace(self.pods[pod.pod_uid], release=outcome, release_record=name,
+                                  release_attempts=attempt))
+            self.locks.release(self._key(pod), self.holder)
 
         await asyncio.gather(*(release(pod) for pod in targets))
         done = sum(p.release in scope.RELEASE_FINAL for p in self.pods.values())
@@ -222,37 +220,26 @@ class WindowRun(RunBase):
                 "released": outcomes[scope.RELEASE_DONE],
                 "failed": outcomes[scope.RELEASE_FAILED]})
 
-    async def _release_pod(self, pod: ScopedPod) -> str:
+    async def _release_pod(self, pod: ScopedPod) -> tuple[str, str, int]:
         """Release one quiesced pod, at least once: end its hold (a Held record; idempotent)
-        and run release.notifier. The same step first and after a crash: a started attempt
-        that ended stands, whatever its outcome; one that was interrupted, or whose record was
-        never stored, is run again as a new attempt (its command may then have run twice:
-        ``ScopedPod.may_have_run_twice``)."""
+        and run release.notifier (``_undo``: the same step first and after a crash; a pod
+        whose release took more than one attempt may have run it twice,
+        ``ScopedPod.may_have_run_twice``). Returns (RELEASE_DONE or RELEASE_FAILED, the
+        release's record, its attempt), the record empty without release.notifier."""
         notifier = (self.release or {}).get("notifier")
-        if pod.release == scope.RELEASE_STARTED and notifier:
-            ended = await self._undo_result(pod.release_record)
-            if ended:
-                return scope.RELEASE_DONE if ended == scope.SUCCEEDED else scope.RELEASE_FAILED
         held = pod.reason == HELD
         hold_released = await self._end_hold(pod) if held else False
         if not notifier:
             if held:
-                return scope.RELEASE_DONE if hold_released else scope.RELEASE_FAILED
+                return (scope.RELEASE_DONE if hold_released else scope.RELEASE_FAILED), "", 0
             log.error("a quiesced pod has nothing that unquiesces it: spec.release has no "
                       "notifier and its quiesce was not held", extra={
                           "namespace": self.namespace, "notification": self.name,
                           "pod": pod.pod})
-            return scope.RELEASE_FAILED
-        attempt = pod.release_attempts + 1
-        name = record_name(pod.pod, notifier, self.uid, pod.pod_uid, attempt)
-        if not await self._stored("start a release", lambda: self.parts.scopes.start_release(
-                self.uid, pod.pod_uid, name)):
-            return scope.RELEASE_FAILED
-        self.pods[pod.pod_uid] = replace(pod, release=scope.RELEASE_STARTED, release_record=name,
-                                         release_attempts=attempt)
-        labels = {**notification_label(self.name), ROLLBACK_ATTEMPT_LABEL: str(attempt)}
-        state, _ = await self._attempt(pod, notifier, name, labels)
-        return scope.RELEASE_DONE if state == scope.SUCCEEDED else scope.RELEASE_FAILED
+            return scope.RELEASE_FAILED, "", 0
+        state, name, attempt = await self._undo(pod, notifier)
+        return (scope.RELEASE_DONE if state == scope.SUCCEEDED else scope.RELEASE_FAILED), name, \
+            attempt
 
     async def _end_hold(self, pod: ScopedPod) -> bool:
         """Release a Held record (idempotent) and wait until it finished: whether it ended

@@ -188,12 +188,10 @@ async def test_rollback_state_never_touches_the_pod_state(store: ScopeStore) -> 
     await store.finish_pod("u", "ua", scope.SUCCEEDED, "Completed", record="rec")
     await store.decide("u", scope.OUTCOME_FAILED, "Deleted")
 
-    assert await store.start_rollback("u", "ua", "undo-1")
-    assert await store.start_rollback("u", "ua", "undo-2")  # again, after an interruption
-    await store.finish_rollback("u", "ua", scope.ROLLBACK_DONE)
-    assert not await store.start_rollback("u", "ua", "undo-3")
+    await store.finish_rollback("u", "ua", scope.ROLLBACK_DONE, record="undo-2", attempts=2)
+    await store.finish_rollback("u", "ua", scope.ROLLBACK_FAILED, record="undo-3", attempts=3)
     with pytest.raises(ValueError):
-        await store.finish_rollback("u", "ua", scope.ROLLBACK_STARTED)
+        await store.finish_rollback("u", "ua", scope.ROLLBACK_STARTED, record="x", attempts=1)
 
     (pod,) = await store.pods("u")
     assert pod == ScopedPod("a", "ua", scope.SUCCEEDED, "rec", "Completed",

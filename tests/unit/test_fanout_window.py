@@ -359,11 +359,10 @@ async def _true(value: bool) -> bool:
     return value
 
 
-async def test_a_release_marked_started_but_never_stored_runs_as_a_new_attempt(
-        tmp_path: Path) -> None:
-    """A leader stopped between storing a release's start and creating its record: the next
-    leader runs it as attempt 2 (the stopped leader's late create of attempt 1 could still
-    run, so it counts as having maybe run twice)."""
+async def test_a_release_whose_record_was_never_created_runs_once(tmp_path: Path) -> None:
+    """A leader stopped after the window ended and before the release's record was created:
+    the next leader runs the release as attempt 1, once (its claim, the record, never
+    existed, so it never ran: it does not count as maybe run twice)."""
     data = tmp_path / "data"
     first = await Server.open(data)
     created = await first.create("snap", first.fake.add("db-0"), release=RELEASE)
@@ -372,21 +371,47 @@ async def test_a_release_marked_started_but_never_stored_runs_as_a_new_attempt(
     await first.crash()
     second = await Server.open(data, lead=False)
     second.fake.add("db-0")
-    name = record_name("db-0", UNQUIESCE, uid, "uid-db-0", 1)
     await second.scopes.end_window(uid, "ReleaseRequested", records.now())
-    assert await second.scopes.start_release(uid, "uid-db-0", name)
     try:
         await second.manager.lead()
         status = (await second.finished("snap"))["status"]
         assert second.fake.started == [("db-0", UNQUIESCE)]
         assert status["phase"] == "Succeeded"
-        assert status["counts"]["mayHaveRunTwice"] == 1
-        again = record_name("db-0", UNQUIESCE, uid, "uid-db-0", 2)
-        assert (await second.podnotifiers.get(NS, again))["status"]["phase"] == "Succeeded"
+        assert "mayHaveRunTwice" not in status["counts"]
+        first_attempt = record_name("db-0", UNQUIESCE, uid, "uid-db-0", 1)
+        assert (await second.podnotifiers.get(NS, first_attempt))["status"]["phase"] == (
+            "Succeeded")
         (pod,) = await second.scopes.pods(uid)
         assert (pod.release, pod.release_record, pod.release_attempts) == (
-            scope.RELEASE_DONE, again, 2)
-        assert not await second.scopes.start_release(uid, "uid-db-0", name)  # done: not due
+            scope.RELEASE_DONE, first_attempt, 1)
+    finally:
+        await second.close()
+
+
+async def test_a_release_that_ended_before_the_crash_is_not_repeated(tmp_path: Path) -> None:
+    """The release's record of attempt 1 finished (failed) before its result was in the scope:
+    the next leader takes that result; nothing runs again."""
+    data = tmp_path / "data"
+    first = await Server.open(data)
+    first.fake.outcomes[("db-0", UNQUIESCE)] = "fail"
+    await first.create("snap", first.fake.add("db-0"), release=RELEASE)
+    await window_open(first, "snap")
+    blocked = asyncio.Event()
+
+    async def die_before_storing(*args: Any, **kwargs: Any) -> None:
+        blocked.set()
+        await asyncio.Event().wait()  # the server dies here: the record finished, scope not
+
+    first.scopes.finish_release = die_before_storing  # type: ignore[method-assign]
+    await release(first, "snap")
+    await asyncio.wait_for(blocked.wait(), 5)
+    await first.crash()
+    second = await restart(data, first, ["db-0"])
+    try:
+        status = (await second.finished("snap"))["status"]
+        assert second.fake.started == []
+        assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed",
+                                                                       "ReleaseFailed")
     finally:
         await second.close()
 
