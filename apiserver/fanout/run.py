@@ -11,8 +11,8 @@ Crash safety (what the stored scope, apiserver/fanout/scope_store.py, makes poss
   before it is created (``run_records.record_name``), so "has this pod started?" is "does its
   record exist?", with no write of its own. A pod starts only while the run is not stopped (read
   again just before: another replica may have stopped it); the first failure under Abort stops
-  the run in the same write that records it; the outcome (and with a Failed one, which pods are
-  due a rollback) is stored before the rollback runs;
+  the run in the same write that records it; the outcome is stored before the rollback runs
+  (a Failed one makes every succeeded pod due a rollback, ``ScopedPod.rollback_due``);
 - every pass is the same: a pod whose result the scope lacks but whose record exists takes that
   record's result (Interrupted if its server stopped during it, a failure: under Abort that
   stops the run), and is never run again; one without a record runs. A create of a stopped
@@ -371,8 +371,6 @@ class NotificationRun(WindowRun):
         if decided is not None:
             outcome, reason = decided.outcome, decided.outcome_reason
         if outcome == scope.OUTCOME_FAILED:
-            for pod in await self.parts.scopes.pods(self.uid):
-                self.pods[pod.pod_uid] = pod
             await self._rollback()
         if not self.deleted.is_set():
             await self._write_final(outcome, reason,
@@ -406,8 +404,7 @@ class NotificationRun(WindowRun):
         notifier = self.spec.get("rollback", {}).get("notifier")
         if not notifier:
             return
-        targets = [p for p in self.pods.values()
-                   if p.rollback in (scope.ROLLBACK_PENDING, scope.ROLLBACK_STARTED)]
+        targets = [p for p in self.pods.values() if p.rollback_due]
         slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
 
         async def undo(pod: ScopedPod) -> None:

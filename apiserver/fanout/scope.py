@@ -13,10 +13,11 @@ storage custom resources in kube-apiserver), in the Notification's namespace:
   ``state`` only moves forward, pending -> succeeded | failed | skipped; its start is not stored
   here but by its record, whose name is known before it is created (``started`` is the state of
   a pod whose record exists and has no result yet: in memory, and in pod sets an older release
-  wrote). Rollback has its own state (pending -> done | failed; its attempts are claimed by
-  their records too) and record, never touching the pod's; so has the release of a quiesce
-  window (spec.release: the same states). ``started`` rollbacks and releases are only found in
-  pod sets an older release wrote.
+  wrote). Rollback has its own outcome (done | failed, once the run's outcome is Failed:
+  ``rollback_due``; its attempts are claimed by their records too) and record, never touching
+  the pod's; so has the release of a quiesce window (spec.release, once the window ended:
+  ``release_due``). Nothing is written to make them due (``pending`` and ``started`` are only
+  found in pod sets an older release wrote, and count as due).
 
 With spec.release the run also holds its quiesce window (``ScopeRun.window``): when every pod
 was quiesced, when a release was requested (by whichever replica got the request), and why and
@@ -52,10 +53,9 @@ PENDING, STARTED = "pending", "started"
 SUCCEEDED, FAILED, SKIPPED = "succeeded", "failed", "skipped"
 FINAL_STATES = (SUCCEEDED, FAILED, SKIPPED)
 
-ROLLBACK_PENDING, ROLLBACK_STARTED = "pending", "started"
 ROLLBACK_DONE, ROLLBACK_FAILED = "done", "failed"
+ROLLBACK_FINAL = (ROLLBACK_DONE, ROLLBACK_FAILED)
 
-RELEASE_PENDING, RELEASE_STARTED = "pending", "started"
 RELEASE_DONE, RELEASE_FAILED = "done", "failed"
 RELEASE_FINAL = (RELEASE_DONE, RELEASE_FAILED)
 
@@ -83,11 +83,23 @@ class ScopedPod:
     rollback_record: str = ""
     rollback_attempts: int = 0
     release: str = ""
-    """With spec.release: pending once the window ended for a quiesced pod, then done | failed
-    with the deciding attempt's release_record and number (an interrupted attempt is followed
-    by the next)."""
+    """With spec.release: done | failed once released (``release_due`` until then), with the
+    deciding attempt's release_record and number (an interrupted attempt is followed by the
+    next)."""
     release_record: str = ""
     release_attempts: int = 0
+
+    @property
+    def rollback_due(self) -> bool:
+        """Once the run's outcome is Failed (and the spec has a rollback notifier): its
+        notifier succeeded, and its rollback has no outcome yet."""
+        return self.state == SUCCEEDED and self.rollback not in ROLLBACK_FINAL
+
+    @property
+    def release_due(self) -> bool:
+        """Once the quiesce window ended: it was quiesced, and its release has no outcome
+        yet."""
+        return self.state == SUCCEEDED and self.release not in RELEASE_FINAL
 
     @property
     def may_have_run_twice(self) -> bool:

@@ -29,18 +29,12 @@ from apiserver.api.resources import GROUP
 from apiserver.clock import Clock
 from apiserver.fanout.scope import (
     FINAL_STATES,
-    OUTCOME_FAILED,
     PENDING,
     POD_SET_SIZE,
     RELEASE_FINAL,
-    RELEASE_PENDING,
-    RELEASE_STARTED,
     ROLLBACK_DONE,
     ROLLBACK_FAILED,
-    ROLLBACK_PENDING,
-    ROLLBACK_STARTED,
     STARTED,
-    SUCCEEDED,
     ScopedPod,
     ScopeRun,
     pod_set_name,
@@ -251,10 +245,9 @@ class ScopeStore:
 
     async def decide(self, notification_uid: str, outcome: str, reason: str) -> ScopeRun | None:
         """Record the outcome (the first one decided stands; it stops the run too). A Failed
-        outcome makes rollback due (if the spec has a rollback notifier): every succeeded pod
-        not yet rolled back becomes rollback-pending, written after the outcome, so that
-        deciding again after an interruption completes it. Returns the run as it now
-        stands."""
+        outcome makes rollback due (if the spec has a rollback notifier) for every succeeded
+        pod not yet rolled back: nothing more is written for that (``rollback_due``). Returns
+        the run as it now stands."""
 
         def decided(obj: Object) -> Object:
             status = obj["status"]
@@ -269,21 +262,17 @@ class ScopeStore:
                       await self._update_run(namespace, notification_uid, decided))
             if stored is None:
                 return None
-            run = ScopeRun.of(stored)
-            if run.outcome == OUTCOME_FAILED and run.spec.get("rollback", {}).get("notifier"):
-                for index in range(stored["status"]["podSets"]):
-                    await self._mark_rollback_due(run.namespace, notification_uid, index)
-            return run
+            return ScopeRun.of(stored)
 
     async def finish_rollback(self, notification_uid: str, pod_uid: str, outcome: str, *,
                               record: str, attempts: int) -> None:
-        """Rollback due (pending, or started in a pod set an older release wrote) -> done |
-        failed, with the deciding attempt's record and number."""
+        """Rollback due (``rollback_due``) -> done | failed, with the deciding attempt's record
+        and number."""
         if outcome not in (ROLLBACK_DONE, ROLLBACK_FAILED):
             raise ValueError(f"{outcome!r} is not a final rollback state")
 
         def finish(entry: dict[str, Any]) -> bool:
-            if entry.get("rollback") not in (ROLLBACK_PENDING, ROLLBACK_STARTED):
+            if entry.get("rollback") in (ROLLBACK_DONE, ROLLBACK_FAILED):
                 return False
             entry.update(rollback=outcome, rollbackRecord=record, rollbackAttempts=attempts)
             return True
@@ -300,28 +289,21 @@ class ScopeStore:
     async def end_window(self, notification_uid: str, reason: str, at: str
                          ) -> ScopeRun | None:
         """The window ends (the first reason stands): store releaseReason and releaseTime,
-        then make the release of every quiesced (succeeded) pod due, written after, so that
-        ending it again after an interruption completes it. Returns the run as it stands."""
+        which make the release of every quiesced (succeeded) pod due (``release_due``: nothing
+        more is written for that). Returns the run as it stands."""
         async with self._turn(notification_uid):
-            run = await self._note_window(notification_uid,
-                                          {"releaseReason": reason, "releaseTime": at})
-            if run is None:
-                return None
-            stored = await self._run_object(notification_uid)
-            for index in range(0 if stored is None else stored["status"]["podSets"]):
-                await self._mark_release_due(run.namespace, notification_uid, index)
-            return run
+            return await self._note_window(notification_uid,
+                                           {"releaseReason": reason, "releaseTime": at})
 
     async def finish_release(self, notification_uid: str, pod_uid: str, outcome: str, *,
                              record: str, attempts: int) -> None:
-        """Release due (pending, or started in a pod set an older release wrote) -> done |
-        failed, with the deciding attempt's record and number (none without
-        release.notifier: "" and 0)."""
+        """Release due (``release_due``) -> done | failed, with the deciding attempt's record
+        and number (none without release.notifier: "" and 0)."""
         if outcome not in RELEASE_FINAL:
             raise ValueError(f"{outcome!r} is not a final release state")
 
         def finish(entry: dict[str, Any]) -> bool:
-            if entry.get("release") not in (RELEASE_PENDING, RELEASE_STARTED):
+            if entry.get("release") in RELEASE_FINAL:
                 return False
             entry["release"] = outcome
             if record:
@@ -561,27 +543,6 @@ class ScopeStore:
         namespace = await self._namespace(uid)
         stored = None if namespace is None else await self._update_run(namespace, uid, note)
         return None if stored is None else ScopeRun.of(stored)
-
-    async def _mark_release_due(self, namespace: str, uid: str, index: int) -> None:
-        def mutate(obj: Object) -> Object:
-            for entry in obj["pods"]:
-                if entry["state"] == SUCCEEDED and not entry.get("release"):
-                    entry["release"] = RELEASE_PENDING
-            return obj
-
-        with contextlib.suppress(NotFound):
-            await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
-
-    async def _mark_rollback_due(self, namespace: str, uid: str, index: int) -> None:
-        def mutate(obj: Object) -> Object:
-            for entry in obj["pods"]:
-                if entry["state"] == SUCCEEDED and not entry.get("rollback"):
-                    entry["rollback"] = ROLLBACK_PENDING
-            return obj
-
-        with contextlib.suppress(NotFound):
-            await self._sets.guaranteed_update(namespace, pod_set_name(uid, index), mutate)
-
 
 def _of_notification(notification_uid: str) -> str:
     return f"spec.notificationUID={notification_uid}"

@@ -144,16 +144,14 @@ class WindowRun(RunBase):
         return ""
 
     async def _end_window(self, why: str) -> str:
-        """Store that the window ended (the first reason stands) and that the release of every
-        quiesced pod is due; returns the reason that stands."""
+        """Store that the window ended (the first reason stands: from then on the release of
+        every quiesced pod is due), then show it; returns the reason that stands."""
         at = self._hold_end_at or status_time(self.clock)
         stored = await self._stored("end the window", lambda: self.parts.scopes.end_window(
             self.uid, why, at))
         if stored is None:
             return why
         self.window = dict(stored.window)
-        for pod in await self.parts.scopes.pods(self.uid):
-            self.pods[pod.pod_uid] = pod
         log.info("the window ends: releasing", extra={
             "namespace": self.namespace, "notification": self.name,
             "reason": self.window.get("releaseReason")})
@@ -186,8 +184,7 @@ class WindowRun(RunBase):
     async def _release_pods(self) -> None:
         """Release every pod whose release is due, at the run's parallelism, at least once;
         then store unquiescedTime."""
-        targets = [p for p in self.pods.values()
-                   if p.release in (scope.RELEASE_PENDING, scope.RELEASE_STARTED)]
+        targets = [p for p in self.pods.values() if p.release_due]
         slots = asyncio.Semaphore(self.spec.get("parallelism", DEFAULT_PARALLELISM))
 
         async def release(pod: ScopedPod) -> None:

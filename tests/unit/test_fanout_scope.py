@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -149,38 +150,44 @@ async def test_a_failure_can_stop_the_run_and_the_first_stop_stands(scopes: Scop
     assert await scopes.stop("unknown", "Deleted") == "Deleted"
 
 
-async def test_a_failed_outcome_makes_rollback_due_for_succeeded_pods(store: ScopeStore) -> None:
+async def test_the_first_outcome_stands_and_makes_succeeded_pods_due_a_rollback(
+        replica: Replica) -> None:
+    store = replica.scopes
     await store.create(notification("u", rollback={"notifier": "unquiesce"}),
                        [("a", "ua"), ("b", "ub"), ("c", "uc")])
     for uid, state in (("ua", scope.SUCCEEDED), ("ub", scope.FAILED)):
         await store.finish_pod("u", uid, state, "", record=f"rec-{uid}")
+    real, writes = replica.pod_sets.guaranteed_update, []
 
+    async def counted(*args: Any) -> Any:
+        writes.append(args[1])
+        return await real(*args)
+
+    replica.pod_sets.guaranteed_update = counted  # type: ignore[method-assign]
     decided = await store.decide("u", scope.OUTCOME_FAILED, "PodsFailed")
     assert decided is not None and (decided.outcome, decided.stopped) == ("Failed", "PodsFailed")
     again = await store.decide("u", scope.OUTCOME_SUCCEEDED, "PodsSucceeded")
     assert again is not None and again.outcome == "Failed"  # the first decision stands
+    assert writes == []  # no pod set is written to make the rollbacks due
 
     pods = {p.pod: p for p in await store.pods("u")}
-    assert (pods["a"].state, pods["a"].rollback) == (scope.SUCCEEDED, scope.ROLLBACK_PENDING)
-    assert pods["b"].rollback == pods["c"].rollback == ""
+    assert [pods[n].rollback_due for n in "abc"] == [True, False, False]
     assert await store.decide("unknown", scope.OUTCOME_FAILED, "Deleted") is None
 
 
-async def test_rollback_becomes_due_in_every_pod_set(store: ScopeStore) -> None:
-    pods = pods_named(POD_SET_SIZE + 5)
-    await store.create(notification("u", rollback={"notifier": "unquiesce"}), pods)
-    for _, uid in (pods[0], pods[-1]):
-        await store.finish_pod("u", uid, scope.SUCCEEDED, "Completed", record=f"rec-{uid}")
-    await store.decide("u", scope.OUTCOME_FAILED, "Deleted")
-    due = [p.pod_uid for p in await store.pods("u") if p.rollback == scope.ROLLBACK_PENDING]
-    assert due == [pods[0][1], pods[-1][1]]
-
-
-async def test_no_rollback_due_without_a_rollback_notifier(scopes: ScopeStore) -> None:
-    await scopes.add(N1, [("a", "ua")])
-    await scopes.finish_pod(N1, "ua", scope.SUCCEEDED, "Completed", record="rec")
-    await scopes.decide(N1, scope.OUTCOME_FAILED, "Deleted")
-    assert (await scopes.pods(N1))[0].rollback == ""
+def test_rollback_and_release_are_due_for_succeeded_pods_until_they_have_an_outcome() -> None:
+    quiesced = ScopedPod("a", "ua", scope.SUCCEEDED, "rec", "Completed")
+    assert quiesced.rollback_due and quiesced.release_due
+    for old in ("pending", "started"):  # as an older release stored them
+        assert replace(quiesced, rollback=old).rollback_due
+        assert replace(quiesced, release=old).release_due
+    assert not replace(quiesced, rollback=scope.ROLLBACK_DONE).rollback_due
+    assert not replace(quiesced, rollback=scope.ROLLBACK_FAILED).rollback_due
+    assert not replace(quiesced, release=scope.RELEASE_DONE).release_due
+    assert not replace(quiesced, release=scope.RELEASE_FAILED).release_due
+    for state in (scope.PENDING, scope.FAILED, scope.SKIPPED):
+        other = replace(quiesced, state=state)
+        assert not other.rollback_due and not other.release_due
 
 
 async def test_rollback_state_never_touches_the_pod_state(store: ScopeStore) -> None:
@@ -191,7 +198,7 @@ async def test_rollback_state_never_touches_the_pod_state(store: ScopeStore) -> 
     await store.finish_rollback("u", "ua", scope.ROLLBACK_DONE, record="undo-2", attempts=2)
     await store.finish_rollback("u", "ua", scope.ROLLBACK_FAILED, record="undo-3", attempts=3)
     with pytest.raises(ValueError):
-        await store.finish_rollback("u", "ua", scope.ROLLBACK_STARTED, record="x", attempts=1)
+        await store.finish_rollback("u", "ua", "started", record="x", attempts=1)
 
     (pod,) = await store.pods("u")
     assert pod == ScopedPod("a", "ua", scope.SUCCEEDED, "rec", "Completed",
