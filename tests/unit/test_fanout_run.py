@@ -461,10 +461,6 @@ async def test_all_pods_notifies_later_pods_once_until_the_deadline(server: Serv
     assert server.new_pods.asked == [(NS, "app=db")]
 
 
-async def _started(server: Server, pod: str) -> bool:
-    return any(p == pod for p, _ in server.fake.started)
-
-
 async def test_a_pod_without_the_notifier_is_skipped(server: Server) -> None:
     pods = server.fake.add("db-0", "cache")
     server.fake.outcomes[("cache", QUIESCE)] = NotDeclared("cache", QUIESCE, ["flush"])
@@ -1017,16 +1013,28 @@ def finished_record(pod: str, uid: str) -> dict[str, Any]:
             "status": {"phase": records.SUCCEEDED, "reason": records.COMPLETED}}
 
 
-async def test_a_pod_is_claimed_by_its_record_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("older_release", [False, True])
+async def test_a_pod_is_claimed_by_its_record_alone(tmp_path: Path, older_release: bool) -> None:
     """The leader stopped after db-0's record was created (and finished) and before its result
     was in the scope, and before db-1's record was created: the next leader takes db-0's
-    result from its record without running it, and runs db-1 exactly once."""
+    result from its record without running it, and runs db-1 exactly once. The same when an
+    older release had marked both pods started in their pod set before creating records."""
     data, names = tmp_path / "data", ["db-0", "db-1"]
     first = await Server.open(data, lead=False)
     first.fake.add(*names)
     created = await first.create("snap", [("db-0", "uid-db-0"), ("db-1", "uid-db-1")])
     uid = created["metadata"]["uid"]
     await first.podnotifiers.create_bounded(finished_record("db-0", uid), max_per_pod=10)
+
+    def marked_started(pod_set: dict[str, Any]) -> dict[str, Any]:
+        for entry in pod_set["pods"]:
+            entry.update(state=scope.STARTED,
+                         record=record_name(entry["pod"], QUIESCE, uid, entry["podUID"]))
+        return pod_set
+
+    if older_release:
+        await SqliteObjectStore(first.database, NOTIFICATION_POD_SETS).guaranteed_update(
+            NS, f"{uid}-0", marked_started)
     await first.crash()
 
     second = await restart(data, first, names)
@@ -1086,36 +1094,6 @@ async def test_a_create_refused_for_the_pods_own_record_takes_that_records_resul
         status = (await second.finished("snap"))["status"]
         assert second.fake.started == []
         assert status["counts"] == counts(total=1, succeeded=1)
-    finally:
-        await second.close()
-
-
-async def test_pods_an_older_release_marked_started_are_resumed(tmp_path: Path) -> None:
-    """Pod sets an older release wrote mark a pod started before creating its record: db-0's
-    record exists (it takes its result, never runs again), db-1's was never created (it runs,
-    once)."""
-    data, names = tmp_path / "data", ["db-0", "db-1"]
-    first = await Server.open(data, lead=False)
-    first.fake.add(*names)
-    created = await first.create("snap", [("db-0", "uid-db-0"), ("db-1", "uid-db-1")])
-    uid = created["metadata"]["uid"]
-    await first.podnotifiers.create_bounded(finished_record("db-0", uid), max_per_pod=10)
-
-    def marked_started(pod_set: dict[str, Any]) -> dict[str, Any]:
-        for entry in pod_set["pods"]:
-            entry.update(state=scope.STARTED,
-                         record=record_name(entry["pod"], QUIESCE, uid, entry["podUID"]))
-        return pod_set
-
-    await SqliteObjectStore(first.database, NOTIFICATION_POD_SETS).guaranteed_update(
-        NS, f"{uid}-0", marked_started)
-    await first.crash()
-
-    second = await restart(data, first, names)
-    try:
-        status = (await second.finished("snap"))["status"]
-        assert second.fake.started == [("db-1", QUIESCE)]
-        assert status["counts"] == counts(total=2, succeeded=2)
     finally:
         await second.close()
 
