@@ -25,6 +25,7 @@ from kubernetes.config import ConfigException, load_kube_config
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from apiserver.errors import StartupError
+from apiserver.kube.tls_sessions import client_context
 
 log = logging.getLogger(__name__)
 
@@ -149,15 +150,13 @@ def connection_from_configuration(configuration: Configuration, source: str) -> 
 
 
 def _ssl_context(configuration: Configuration, source: str) -> ssl.SSLContext:
-    if not configuration.verify_ssl:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    else:
-        try:
-            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
-        except (ssl.SSLError, OSError) as error:
-            raise KubeconfigError(f"{source}: certificate-authority unusable: {error}") from None
+    """The connections' TLS context: it resumes TLS sessions (``tls_sessions``), so each exec's
+    new connection makes an abbreviated handshake."""
+    try:
+        context = client_context(configuration.ssl_ca_cert or None,
+                                 verify=configuration.verify_ssl)
+    except (ssl.SSLError, OSError) as error:
+        raise KubeconfigError(f"{source}: certificate-authority unusable: {error}") from None
     cert, key = configuration.cert_file, configuration.key_file
     if bool(cert) != bool(key):
         raise KubeconfigError(f"{source}: client-certificate and client-key must come together "

@@ -25,6 +25,7 @@ from websockets.http11 import Response
 from websockets.typing import Subprotocol
 
 from apiserver.kube import paths
+from apiserver.kube.tls_sessions import remember
 from apiserver.notifier.exec_protocol import (
     DEFAULT_TAIL_BYTES,
     Channel,
@@ -216,14 +217,17 @@ async def _stream(
             max_size=_MAX_MESSAGE_BYTES,
             **tls,
         ) as connection:
-            if close_stdin is None:
-                return await _read(connection, stdout, stderr)
-            closer = asyncio.create_task(_close_stdin_when(connection, close_stdin))
+            closer = (None if close_stdin is None else
+                      asyncio.create_task(_close_stdin_when(connection, close_stdin)))
             try:
                 return await _read(connection, stdout, stderr)
             finally:
-                closer.cancel()
-                await asyncio.gather(closer, return_exceptions=True)
+                # the next exec resumes this connection's TLS session (its ticket came with
+                # the stream's first data)
+                remember(endpoint.ssl_context, connection.transport.get_extra_info("ssl_object"))
+                if closer is not None:
+                    closer.cancel()
+                    await asyncio.gather(closer, return_exceptions=True)
     except InvalidStatus as refused:
         return _refused(refused.response)
     except (OSError, WebSocketException) as error:

@@ -15,6 +15,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
+from apiserver.kube.tls_sessions import client_context
 from apiserver.notifier.exec_protocol import ExecReason
 from apiserver.notifier.exec_stream import (
     CLOSE_TIMEOUT_SECONDS,
@@ -353,13 +354,14 @@ async def test_tls_with_client_certificate(tmp_path: Path) -> None:
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=ca_file)
     server_tls.verify_mode = ssl.CERT_REQUIRED
     server_tls.load_cert_chain(*server_pair)
-    client_tls = ssl.create_default_context(cafile=ca_file)
+    client_tls = client_context(str(ca_file))  # as the kubeconfig's (kube/config.py)
     client_tls.load_cert_chain(*client_pair)
-    peers: list[str] = []
+    peers: list[tuple[str, bool]] = []
 
     async def handler(connection: ServerConnection) -> None:
         peer = connection.transport.get_extra_info("peercert")
-        peers.append(dict(item[0] for item in peer["subject"])["commonName"])
+        resumed = connection.transport.get_extra_info("ssl_object").session_reused
+        peers.append((dict(item[0] for item in peer["subject"])["commonName"], resumed))
         await connection.send(STDOUT + b"secure")
         await connection.send(status_frame(SUCCESS))
 
@@ -367,9 +369,9 @@ async def test_tls_with_client_certificate(tmp_path: Path) -> None:
         handler, "127.0.0.1", 0, ssl=server_tls, subprotocols=["v5.channel.k8s.io"]
     ) as server:
         url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        result = await exec_in_container(
+        results = [await exec_in_container(
             KubeEndpoint(url, client_tls), "ns", "p", "c", ["x"], timeout_seconds=5
-        )
+        ) for _ in range(2)]
         untrusted = await exec_in_container(
             KubeEndpoint(url, ssl.create_default_context()),
             "ns",
@@ -379,8 +381,9 @@ async def test_tls_with_client_certificate(tmp_path: Path) -> None:
             timeout_seconds=5,
         )
 
-    assert (result.reason, result.stdout) == (ExecReason.COMPLETED, b"secure")
-    assert peers == ["notifier"]
+    assert [(r.reason, r.stdout) for r in results] == [(ExecReason.COMPLETED, b"secure")] * 2
+    # the second exec resumed the first one's TLS session, still as the client certificate
+    assert peers == [("notifier", False), ("notifier", True)]
     assert untrusted.reason == ExecReason.EXEC_FAILED
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted.message
 
