@@ -12,6 +12,7 @@ import re
 import select
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,9 +126,27 @@ def test_the_postgres_command_still_stops_the_backup_when_it_is_sent_sigterm(
     try:
         assert select.select([process.stdout], [], [], 5)[0], "no output within 5 s"
         assert process.stdout.readline() == "ready\n"
+        # A release reaches the command after "ready" went through kube-apiserver, the server
+        # and its client, long after the command began waiting on its stdin; here "ready" is
+        # read at once, so wait for that point (a signal before `cat` exists would miss it).
+        wait_for_process("cat", group=process.pid)
         os.killpg(process.pid, signal.SIGTERM)  # stdin stays open
         assert process.wait(timeout=5) == 0
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
     assert "FROM pg_backup_stop(true);" in log.read_text().splitlines()[-1]
+
+
+def wait_for_process(name: str, *, group: int, timeout: float = 10) -> None:
+    """Until a process called `name` runs in process group `group` (from /proc)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):  # gone meanwhile
+                text = stat.read_text()
+                comm, fields = text[text.index("(") + 1:text.rindex(")")], text.rsplit(")", 1)[1]
+                if comm == name and int(fields.split()[2]) == group:  # state, ppid, pgrp
+                    return
+        time.sleep(0.01)
+    raise AssertionError(f"no process {name!r} in process group {group} within {timeout} s")
