@@ -54,7 +54,7 @@ from apiserver.fanout.reasons import (
     PODS_SUCCEEDED,
     QUIESCE_CONFLICT,
 )
-from apiserver.fanout.run_base import status_time
+from apiserver.fanout.run_base import NotStarted, status_time
 from apiserver.fanout.run_records import (
     notification_label,
     record_name,
@@ -167,17 +167,6 @@ class NotificationRun(WindowRun):
         """The name of the pod's record of this run (its claim)."""
         return record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
 
-    async def _may_start(self) -> bool:
-        """Whether a pod may start now: this run is not halted, and its stored run (read again:
-        another replica may have stopped it; on Kubernetes from this replica's cache) is
-        neither stopped nor gone."""
-        if self._halted():
-            return False
-        stored = await self._stored("read the run", lambda: self.parts.scopes.run(self.uid))
-        if stored is not None and stored.stopped:
-            self._note_stopped(stored.stopped)  # stopped by a deletion meanwhile
-        return stored is not None and not stored.stopped
-
     async def _record_result(self, pod: ScopedPod, state: str, reason: str) -> None:
         """Store a pod's final state (with the name of its record, if it has one); under Abort
         a failure stops the run, in the same write."""
@@ -196,9 +185,6 @@ class NotificationRun(WindowRun):
         if seconds is None or start is None:
             return None
         return self.clock.monotonic() + max(0.0, start + seconds - self.clock.now())
-
-    def _halted(self) -> bool:
-        return self.deleted.is_set() or bool(self.stopped)
 
     async def _run_pods(self, started: str) -> bool:
         """Start pods as slots free up; returns True if the deadline stopped the run."""
@@ -277,8 +263,13 @@ class NotificationRun(WindowRun):
         return None if getter.cancelled() else getter.result()
 
     async def _turn(self, pod: ScopedPod, name: str) -> None:
-        state, reason = await self._attempt(pod, self.spec["notifier"], name,
-                                            notification_label(self.name))
+        try:
+            state, reason = await self._attempt(pod, self.spec["notifier"], name,
+                                                notification_label(self.name), forward=True)
+        except NotStarted:  # stopped while it waited for the server's capacity
+            self._changed(replace(pod, state=scope.PENDING, record=""))
+            self.locks.release(self._key(pod), self.holder)
+            return
         await self._record_result(pod, state, reason)
         if not self._holds_after(state):
             self.locks.release(self._key(pod), self.holder)

@@ -35,7 +35,7 @@ from apiserver.fanout.run_records import (
 from apiserver.fanout.scope import ScopedPod, ScopeRun
 from apiserver.fanout.spec import ABORT
 from apiserver.notifier import records
-from apiserver.notifier.errors import NotAuthorized, PodNotFound, RunConflict
+from apiserver.notifier.errors import NotAuthorized, PodNotFound, RunConflict, ServerAtCapacity
 from apiserver.notifier.events import notification_ref
 from apiserver.notifier.notifier_pods import notify_attributes
 from apiserver.notifier.request import NotifyRequest
@@ -52,6 +52,9 @@ RUN_WAIT_SECONDS = 24 * 3600
 """How long a pod's turn waits for its run; runs end by their own timeouts long before."""
 RECORD_POLL_SECONDS = 1.0
 """How often a run re-reads a record that another replica's runner is running."""
+CAPACITY_WAIT_SECONDS = (0.02, 1.0)
+"""A run that the server's capacity refused (``ServerAtCapacity``) asks again after the first
+wait, doubled each time up to the second."""
 
 
 def status_time(clock: Clock) -> str:
@@ -66,6 +69,11 @@ class Gone(Exception):
 
 class FinishedAlready(Exception):
     """The stored Notification is finished: its status never changes again."""
+
+
+class NotStarted(Exception):
+    """A pod's forward step waited for the server's capacity, and the run was stopped
+    meanwhile: it never started (the pod stays pending)."""
 
 
 class RunBase:
@@ -115,6 +123,20 @@ class RunBase:
         """Set if it was another leader's final write."""
         self._hold_end_at = ""
         """When a held pod's hold ended on its own (HoldEnded): the window's end."""
+
+    def _halted(self) -> bool:
+        return self.deleted.is_set() or bool(self.stopped)
+
+    async def _may_start(self) -> bool:
+        """Whether a pod may start now: this run is not halted, and its stored run (read again:
+        another replica may have stopped it; on Kubernetes from this replica's cache) is
+        neither stopped nor gone."""
+        if self._halted():
+            return False
+        stored = await self._stored("read the run", lambda: self.parts.scopes.run(self.uid))
+        if stored is not None and stored.stopped:
+            self._note_stopped(stored.stopped)  # stopped by a deletion meanwhile
+        return stored is not None and not stored.stopped
 
     def _note_stopped(self, reason: str) -> None:
         """Keep the stored stop reason; Deleted (written by whichever replica the deletion
@@ -247,13 +269,34 @@ class RunBase:
                 return state, name, attempt
             attempt += 1
 
+    async def _start_when_capacity(self, pod_object: dict[str, Any], ask: NotifyRequest,
+                                   forward: bool) -> None:
+        """Admit and start the run; while the server runs its maximum of notifiers at once,
+        wait and ask again (that refusal comes before anything is stored or run, so asking
+        again runs the notifier at most once): a Notification's parallelism may exceed the
+        server's capacity, and other requests share it. A forward step asks again only while
+        the run may start pods (else ``NotStarted``)."""
+        admission = self.parts.admission
+        wait, longest = CAPACITY_WAIT_SECONDS
+        while True:
+            try:
+                await admission.start(await admission.admit(self.requester, pod_object, ask))
+                return
+            except ServerAtCapacity:
+                await self.clock.sleep(wait)
+                wait = min(2 * wait, longest)
+            if forward and not await self._may_start():
+                raise NotStarted
+
     async def _attempt(self, pod: ScopedPod, notifier: str, name: str,
-                       labels: dict[str, str]) -> tuple[str, str]:
+                       labels: dict[str, str], *, forward: bool = False) -> tuple[str, str]:
         """Run `notifier` on the pod as the Notification's requester, as record `name`:
-        (final scope state, reason). Raises nothing but cancellation."""
+        (final scope state, reason). A `forward` step (the notifier, not an undo step) that
+        waited for the server's capacity starts only if the run may still start pods, and
+        raises ``NotStarted`` otherwise; nothing else is raised but cancellation."""
         try:
-            return await self._run_notifier(pod, notifier, name, labels)
-        except asyncio.CancelledError:
+            return await self._run_notifier(pod, notifier, name, labels, forward)
+        except (asyncio.CancelledError, NotStarted):
             raise
         except Exception as error:
             state, reason = pod_outcome(error)
@@ -285,7 +328,7 @@ class RunBase:
                 group=GROUP, resource="pods", name=pod.pod)
 
     async def _run_notifier(self, pod: ScopedPod, notifier: str, name: str,
-                            labels: dict[str, str]) -> tuple[str, str]:
+                            labels: dict[str, str], forward: bool) -> tuple[str, str]:
         admission = self.parts.admission
         pod_object = await admission.read_pod(self.namespace, pod.pod)
         if pod_object["metadata"]["uid"] != pod.pod_uid:
@@ -296,7 +339,7 @@ class RunBase:
                             timeout_seconds=self.spec.get("timeoutSeconds"),
                             ttl_seconds_after_finished=None)
         try:
-            await admission.start(await admission.admit(self.requester, pod_object, ask))
+            await self._start_when_capacity(pod_object, ask, forward)
         except (errors.AlreadyExists, RunConflict) as refused:
             if getattr(refused, "record", name) != name:
                 raise  # another run of the notifier on the pod

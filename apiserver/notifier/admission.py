@@ -31,6 +31,7 @@ from apiserver.notifier.errors import (
     NotDeclared,
     PodNotFound,
     RunConflict,
+    ServerAtCapacity,
     TooManyRuns,
     Untrusted,
 )
@@ -246,7 +247,7 @@ class Admission:
 
     def _check_capacity(self) -> None:
         if not self._runner.has_capacity():
-            raise TooManyRuns(
+            raise ServerAtCapacity(
                 f"the server is running its maximum of {self._limits.max_concurrent_executions}"
                 " notifiers at once; retry shortly", retry_after_seconds=RETRY_AFTER_SECONDS)
 

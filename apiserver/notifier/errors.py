@@ -93,3 +93,8 @@ class RunConflict(errors.Conflict):
 
 class TooManyRuns(errors.TooManyRequests):
     """Too many unfinished runs on the pod, or across the server; retry later."""
+
+
+class ServerAtCapacity(TooManyRuns):
+    """The server runs its maximum of notifiers at once (--max-concurrent-executions): refused
+    before anything was stored or run, so asking again once a run ended is safe."""

@@ -32,6 +32,7 @@ from apiserver.notifier.errors import (
     NotDeclared,
     PodNotFound,
     RunConflict,
+    ServerAtCapacity,
     TooManyRuns,
     Untrusted,
 )
@@ -84,6 +85,9 @@ class FakePods:
     peak: int = 0
     runs: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     on_start: Callable[[str, str], Awaitable[None]] | None = None
+    at_capacity: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(pod, notifier) -> how many more starts the server's capacity refuses."""
+    capacity_refusals: int = 0
 
     def add(self, *names: str) -> list[tuple[str, str]]:
         for name in names:
@@ -108,6 +112,11 @@ class FakePods:
 
     async def start(self, admitted: Admitted) -> dict[str, Any]:
         meta, ask = admitted.pod["metadata"], admitted.ask
+        key = (meta["name"], ask.notifier)
+        if self.at_capacity.get(key, 0) > 0:
+            self.at_capacity[key] -= 1
+            self.capacity_refusals += 1
+            raise ServerAtCapacity("the server is running its maximum of 64 notifiers at once")
         record = records.new_record(records.RecordRequest(
             namespace=NS, pod=meta["name"], pod_uid=meta["uid"], notifier=ask.notifier,
             containers=["app"], requested_containers=None, timeout_seconds=None,
@@ -1096,6 +1105,43 @@ async def test_a_create_refused_for_the_pods_own_record_takes_that_records_resul
         assert status["counts"] == counts(total=1, succeeded=1)
     finally:
         await second.close()
+
+
+async def test_pods_the_servers_capacity_refuses_wait_for_it_and_run_once(
+        server: Server) -> None:
+    """A Notification's parallelism may exceed the server's --max-concurrent-executions: a
+    start refused for it (nothing stored, nothing run) is asked again, so no pod fails for
+    it and none runs twice; a rollback refused for it waits too."""
+    pods = server.fake.add("db-0", "db-1", "db-2", "db-3")
+    for pod in ("db-0", "db-2"):
+        server.fake.at_capacity[(pod, QUIESCE)] = 3
+    server.fake.outcomes[("db-3", QUIESCE)] = "fail"
+    server.fake.at_capacity[("db-1", UNQUIESCE)] = 2
+    await server.create("snap", pods, parallelism=4, failurePolicy="Continue",
+                        rollback={"notifier": UNQUIESCE})
+    status = (await server.finished("snap"))["status"]
+    assert status["counts"] == counts(total=4, succeeded=3, failed=1, rolledBack=3)
+    assert sorted(server.fake.started) == sorted(
+        [(pod, QUIESCE) for pod in ("db-0", "db-1", "db-2", "db-3")]
+        + [(pod, UNQUIESCE) for pod in ("db-0", "db-1", "db-2")])
+    assert server.fake.capacity_refusals == 8
+
+
+async def test_a_pod_waiting_for_capacity_never_starts_once_the_run_stopped(
+        server: Server) -> None:
+    """Under Abort, db-0 fails while db-1 waits for the server's capacity: db-1 is never
+    started (it stays pending), as no pod starts after the run stopped."""
+    pods = server.fake.add("db-0", "db-1")
+    gate = server.fake.gates["db-0"] = asyncio.Event()
+    server.fake.outcomes[("db-0", QUIESCE)] = "fail"
+    server.fake.at_capacity[("db-1", QUIESCE)] = 10**6
+    await server.create("snap", pods, parallelism=2)
+    await server.until(lambda: _true(server.fake.capacity_refusals >= 2))
+    gate.set()
+    status = (await server.finished("snap"))["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", "FailFast")
+    assert status["counts"] == counts(total=2, pending=1, failed=1)
+    assert server.fake.started == [("db-0", QUIESCE)]
 
 
 async def test_a_run_conflict_with_another_record_fails_the_pod(server: Server) -> None:
