@@ -12,7 +12,7 @@ from typing import Any
 
 from apiserver.authn.user import UserInfo
 from apiserver.kube import KubeClient
-from apiserver.ttlcache import ReviewCounters, TTLCache
+from apiserver.ttlcache import ReviewCache
 
 TOKENREVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 
@@ -26,36 +26,27 @@ class TokenReviewer:
     def __init__(self, kube: KubeClient, ttl: float, clock: Callable[[], float] = time.monotonic):
         self._kube = kube
         self._ttl = ttl
-        self._cache: TTLCache[_Answer] = TTLCache(clock=clock)
+        self._reviews: ReviewCache[_Answer] = ReviewCache(clock=clock)
         # Cache keys are keyed hashes, so that raw tokens are not kept as keys.
         self._key = os.urandom(32)
-        self.counters = ReviewCounters()
+        self.counters = self._reviews.counters
 
     async def review(self, token: str) -> UserInfo | None:
         """The token's user, or None if kube-apiserver rejected it.
 
         Raises KubeUnavailable or KubeRejected when there is no answer.
         """
+
+        async def review() -> tuple[_Answer, float]:
+            answer = await self._kube.post(TOKENREVIEWS_PATH, {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "spec": {"token": token},
+            })
+            return _Answer(_user(answer.get("status") or {})), self._ttl
+
         key = hmac.new(self._key, token.encode(), hashlib.sha256).digest()
-        cached = self._cache.get(key)
-        if cached is not None:
-            self.counters.cache_hits += 1
-            return cached.user
-        self.counters.cache_misses += 1
-        self.counters.reviews += 1
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token},
-        }
-        try:
-            answer = await self._kube.post(TOKENREVIEWS_PATH, body)
-        except Exception:
-            self.counters.errors += 1
-            raise
-        result = _Answer(_user(answer.get("status") or {}))
-        self._cache.put(key, result, self._ttl)
-        return result.user
+        return (await self._reviews.get(key, review)).user
 
 
 def _user(status: dict[str, Any]) -> UserInfo | None:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from apiserver.authn.user import UserInfo
 from apiserver.authz.attributes import RequestAttributes
 from apiserver.kube import KubeClient
-from apiserver.ttlcache import ReviewCounters, TTLCache
+from apiserver.ttlcache import ReviewCache
 
 SUBJECTACCESSREVIEWS_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 SYSTEM_MASTERS = "system:masters"
@@ -61,34 +61,25 @@ class SubjectAccessReviewAuthorizer:
         self._kube = kube
         self._allowed_ttl = allowed_ttl
         self._denied_ttl = denied_ttl
-        self._cache: TTLCache[Decision] = TTLCache(clock=clock)
-        self.counters = ReviewCounters()
+        self._reviews: ReviewCache[Decision] = ReviewCache(clock=clock)
+        self.counters = self._reviews.counters
 
     async def authorize(self, user: UserInfo, attributes: RequestAttributes) -> Decision:
         if SYSTEM_MASTERS in user.groups:
             return Decision(True, f"member of {SYSTEM_MASTERS}")
         spec = review_spec(user, attributes)
-        key = json.dumps(spec, sort_keys=True)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self.counters.cache_hits += 1
-            return cached
-        self.counters.cache_misses += 1
-        self.counters.reviews += 1
-        body = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": spec,
-        }
-        try:
-            answer = await self._kube.post(SUBJECTACCESSREVIEWS_PATH, body)
-        except Exception:
-            self.counters.errors += 1
-            raise
-        status = answer.get("status") or {}
-        decision = Decision(
-            allowed=bool(status.get("allowed")) and not status.get("denied"),
-            reason=str(status.get("reason", "")),
-        )
-        self._cache.put(key, decision, self._allowed_ttl if decision.allowed else self._denied_ttl)
-        return decision
+
+        async def review() -> tuple[Decision, float]:
+            answer = await self._kube.post(SUBJECTACCESSREVIEWS_PATH, {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": spec,
+            })
+            status = answer.get("status") or {}
+            decision = Decision(
+                allowed=bool(status.get("allowed")) and not status.get("denied"),
+                reason=str(status.get("reason", "")),
+            )
+            return decision, self._allowed_ttl if decision.allowed else self._denied_ttl
+
+        return await self._reviews.get(json.dumps(spec, sort_keys=True), review)
