@@ -25,7 +25,7 @@ from apiserver.fanout.quiesce_locks import Holder, QuiesceLocks
 from apiserver.fanout.reasons import DELETED, SCOPE_NOT_RECORDED
 from apiserver.fanout.run import NotificationRun
 from apiserver.fanout.run_base import Gone, status_time
-from apiserver.fanout.run_records import record_name, stored_record
+from apiserver.fanout.run_records import claim_name, stored_record
 from apiserver.fanout.scope import ScopeRun
 from apiserver.notifier import records
 from apiserver.notifier.events import notification_ref
@@ -322,13 +322,11 @@ class FanoutManager:
             notifier = run.spec["notifier"]
             for pod in await self.parts.scopes.pods(run.notification_uid):
                 if pod.state in (scope.PENDING, scope.STARTED):
-                    name = pod.record or record_name(pod.pod, notifier, run.notification_uid,
-                                                     pod.pod_uid)
                     holds = await stored_record(self.parts.podnotifiers, run.namespace,
-                                                name) is not None
+                                                claim_name(pod, notifier,
+                                                           run.notification_uid)) is not None
                 else:
-                    holds = (run.spec.get("release") is not None and pod.state == scope.SUCCEEDED
-                             and pod.release not in scope.RELEASE_FINAL)
+                    holds = run.spec.get("release") is not None and pod.release_due
                 if holds:
                     self.locks.hold((run.namespace, pod.pod_uid, notifier), holder)
                     held += 1

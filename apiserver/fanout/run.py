@@ -56,6 +56,7 @@ from apiserver.fanout.reasons import (
 )
 from apiserver.fanout.run_base import NotStarted, status_time
 from apiserver.fanout.run_records import (
+    claim_name,
     notification_label,
     record_name,
     result_of,
@@ -142,7 +143,7 @@ class NotificationRun(WindowRun):
         claimed = []
         for pod in list(self.pods.values()):
             if pod.state in (scope.PENDING, scope.STARTED):
-                name = pod.record or self._record_name(pod)
+                name = claim_name(pod, self.spec["notifier"], self.uid)
                 if await stored_record(self.parts.podnotifiers, self.namespace, name):
                     claimed.append(replace(pod, state=scope.STARTED, record=name))
                 elif pod.state == scope.STARTED:  # marked by an older release, never created

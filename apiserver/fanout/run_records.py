@@ -41,6 +41,13 @@ def record_name(pod: str, notifier: str, notification_uid: str, pod_uid: str,
     return records.generate_name(pod, notifier) + digest
 
 
+def claim_name(pod: scope.ScopedPod, notifier: str, notification_uid: str) -> str:
+    """The record that claims the pod's forward step in the run of Notification
+    `notification_uid`: the name its scope holds (pod sets an older release wrote), else the
+    one ``record_name`` gives."""
+    return pod.record or record_name(pod.pod, notifier, notification_uid, pod.pod_uid)
+
+
 async def stored_record(podnotifiers: ObjectStore, namespace: str, name: str
                         ) -> dict[str, Any] | None:
     """The record `name` as the store has it (on Kubernetes this replica's cache), or None."""

@@ -32,8 +32,7 @@ from apiserver.fanout.scope import (
     PENDING,
     POD_SET_SIZE,
     RELEASE_FINAL,
-    ROLLBACK_DONE,
-    ROLLBACK_FAILED,
+    ROLLBACK_FINAL,
     STARTED,
     ScopedPod,
     ScopeRun,
@@ -268,11 +267,11 @@ class ScopeStore:
                               record: str, attempts: int) -> None:
         """Rollback due (``rollback_due``) -> done | failed, with the deciding attempt's record
         and number."""
-        if outcome not in (ROLLBACK_DONE, ROLLBACK_FAILED):
+        if outcome not in ROLLBACK_FINAL:
             raise ValueError(f"{outcome!r} is not a final rollback state")
 
         def finish(entry: dict[str, Any]) -> bool:
-            if entry.get("rollback") in (ROLLBACK_DONE, ROLLBACK_FAILED):
+            if entry.get("rollback") in ROLLBACK_FINAL:
                 return False
             entry.update(rollback=outcome, rollbackRecord=record, rollbackAttempts=attempts)
             return True
