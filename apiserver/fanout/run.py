@@ -171,6 +171,8 @@ class NotificationRun(WindowRun):
     async def _record_result(self, pod: ScopedPod, state: str, reason: str) -> None:
         """Store a pod's final state (with the name of its record, if it has one); under Abort
         a failure stops the run, in the same write."""
+        if state == scope.SUCCEEDED:
+            self._last_success_at = status_time(self.clock)
         stop = FAIL_FAST if state == scope.FAILED and self.abort else ""
         await self._stored("store a pod's result", lambda: self.parts.scopes.finish_pod(
             self.uid, pod.pod_uid, state, reason, record=pod.record or None, stop=stop))

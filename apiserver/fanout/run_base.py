@@ -123,6 +123,9 @@ class RunBase:
         """Set if it was another leader's final write."""
         self._hold_end_at = ""
         """When a held pod's hold ended on its own (HoldEnded): the window's end."""
+        self._last_success_at = ""
+        """When this run last learned that a pod's forward step succeeded: in a window, the
+        moment the last pod was quiesced (quiescedTime)."""
 
     def _halted(self) -> bool:
         return self.deleted.is_set() or bool(self.stopped)

@@ -69,15 +69,17 @@ class WindowRun(RunBase):
         return states == {scope.SUCCEEDED}
 
     async def _hold_window(self, started: str) -> None:
-        """Every pod is quiesced: store quiescedTime (once), show the window (Quiesced True),
-        and wait until it ends; store why (the release is then due)."""
+        """Every pod is quiesced: store quiescedTime (once: when the last pod's quiesce was
+        known to succeed, before its result was stored), show the window (Quiesced True), and
+        wait until it ends; store why (the release is then due)."""
         opening = not self.window.get("quiescedTime")
-        quiesced = self.window.get("quiescedTime") or status_time(self.clock)
-        stored = await self._stored("store the window", lambda: self.parts.scopes.note_window(
-            self.uid, quiescedTime=quiesced))
-        if stored is not None:
-            self.window = dict(stored.window)
+        quiesced = (self.window.get("quiescedTime") or self._last_success_at
+                    or status_time(self.clock))
         if opening:
+            stored = await self._stored("store the window", lambda: self.parts.scopes
+                                        .note_window(self.uid, quiescedTime=quiesced))
+            if stored is not None:
+                self.window = dict(stored.window)
             self.parts.events.quiesced(
                 self.ref, self.spec["notifier"],
                 sum(p.state != scope.SKIPPED for p in self.pods.values()),
@@ -144,8 +146,11 @@ class WindowRun(RunBase):
         return ""
 
     async def _end_window(self, why: str) -> str:
-        """Store that the window ended (the first reason stands: from then on the release of
-        every quiesced pod is due), then show it; returns the reason that stands."""
+        """Store that the window ended, unless it is stored already (the first reason stands:
+        from then on the release of every quiesced pod is due); returns the reason that
+        stands. The status shows it when the release begins (``_release_window``)."""
+        if self.window.get("releaseReason"):
+            return self.window["releaseReason"]
         at = self._hold_end_at or status_time(self.clock)
         stored = await self._stored("end the window", lambda: self.parts.scopes.end_window(
             self.uid, why, at))
@@ -155,16 +160,18 @@ class WindowRun(RunBase):
         log.info("the window ends: releasing", extra={
             "namespace": self.namespace, "notification": self.name,
             "reason": self.window.get("releaseReason")})
-        await self._stored("store the status", self._write_status)
         return self.window.get("releaseReason", why)
 
     async def _release_window(self, outcome: str, reason: str) -> tuple[str, str]:
         """End the window (if it has not ended: the forward phase failed, or it was deleted),
-        release every quiesced pod, and return the outcome with the release's say."""
+        release every quiesced pod, and return the outcome with the release's say. The end
+        is stored in the run before any release starts (its releaseTime precedes them); the
+        status that shows it is written alongside the first releases, not before them."""
         why = self.window.get("releaseReason") or (reason if outcome == scope.OUTCOME_FAILED
                                                    else RELEASE_REQUESTED)
         why = await self._end_window(why)
-        await self._release_pods()
+        await asyncio.gather(self._stored("store the status", self._write_status),
+                             self._release_pods())
         if outcome == scope.OUTCOME_FAILED:
             return outcome, reason
         if why in WINDOW_FAILURES:

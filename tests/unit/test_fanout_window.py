@@ -6,6 +6,7 @@ every quiesced pod is released exactly once, also across a crash mid-window and 
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -175,6 +176,48 @@ async def test_after_seconds_releases_by_itself_exactly_then(
     assert parse_timestamp(status["window"]["releaseTime"]) == START + 1
     assert started(server, UNQUIESCE) == NAMES
     assert server.events.reasons().count("Quiesced") == 1
+
+
+async def test_quiesced_time_is_when_the_last_quiesce_was_known_not_when_it_was_stored(
+        clocked: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pod's result takes 30 s to store here: the window opened when the last pod's
+    quiesce was known to succeed (START + 60 with parallelism 1), not once it was stored."""
+    server = clocked
+    clock = fake_clock(server)
+    finish_pod = server.scopes.finish_pod
+
+    async def slow_finish_pod(*args: Any, **kwargs: Any) -> bool:
+        clock.advance(30)
+        return await finish_pod(*args, **kwargs)
+
+    monkeypatch.setattr(server.scopes, "finish_pod", slow_finish_pod)
+    await server.create("snap", server.fake.add(*NAMES), release=RELEASE)
+    status = await window_open(server, "snap")
+    assert parse_timestamp(status["window"]["quiescedTime"]) == START + 60
+    assert clock.now() >= START + 90
+
+
+async def test_the_first_release_does_not_wait_for_the_status_that_shows_the_end(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status write that shows the window's end is held until an unquiesce has started:
+    the run finishes, so the releases did not wait for it (the end was stored in the run
+    before them)."""
+    update = server.notifications.guaranteed_update
+
+    async def gated(namespace: str, name: str, mutate: Any) -> dict[str, Any]:
+        shown = mutate(copy.deepcopy(await server.notifications.get(namespace, name)))
+        window = (shown.get("status") or {}).get("window") or {}
+        if window.get("releaseTime") and not window.get("unquiescedTime"):
+            await server.until(lambda: asyncio.sleep(0, bool(started(server, UNQUIESCE))))
+        return await update(namespace, name, mutate)
+
+    monkeypatch.setattr(server.notifications, "guaranteed_update", gated)
+    await server.create("snap", server.fake.add(*NAMES), release=RELEASE)
+    await window_open(server, "snap")
+    await release(server, "snap")
+    status = (await server.finished("snap"))["status"]
+    assert (status["phase"], status["counts"]["released"]) == ("Succeeded", 3)
+    assert status["window"]["releaseTime"] <= status["window"]["unquiescedTime"]
 
 
 async def test_max_hold_seconds_releases_when_nobody_does(clocked: Server) -> None:
