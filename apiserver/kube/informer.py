@@ -74,6 +74,16 @@ HEALTHY_SECONDS = 30.0
 MIN_WATCH_SECONDS = 1.0
 
 
+def strip_managed_fields(obj: Object) -> Object:
+    """`obj` without ``metadata.managedFields`` (as client-go's TransformStripManagedFields):
+    kube-apiserver's record of who set which field, never read from a cache, and often the
+    larger half of a small object."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def by_namespace(obj: Object) -> list[str]:
     return [obj["metadata"].get("namespace", "")]
 

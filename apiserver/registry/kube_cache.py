@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from apiserver.kube.client import KubeClient
-from apiserver.kube.informer import Handlers, Informer
+from apiserver.kube.informer import Handlers, Informer, strip_managed_fields
 from apiserver.registry.decoding import (
     Decoder,
     Malformed,
@@ -177,6 +177,7 @@ class StorageCache:
         self._max_queued_events = max_queued_events
         self._informer = Informer(kube, path, name=kind.crd_name,
                                   params={"labelSelector": storage_selector(instance)},
+                                  transform=strip_managed_fields,
                                   indexes={_BY_NAMESPACE_LABEL: _labelled_namespace})
         self._informer.add_handlers(Handlers(on_add=self._added, on_update=self._updated,
                                              on_delete=self._deleted, on_listed=self._listed))

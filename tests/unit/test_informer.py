@@ -21,6 +21,7 @@ from apiserver.kube.informer import (
     Backoff,
     Handlers,
     Informer,
+    strip_managed_fields,
 )
 
 PATH = "/api/v1/pods"
@@ -235,6 +236,17 @@ async def test_transform_trims_what_is_cached_and_handed_to_handlers() -> None:
     await run_until(inf, lambda: inf.get("ns", "b") is not None)
     assert all("drop" not in o for o in inf.list() + added)
     assert inf.get("ns", "a")["keep"] == 1
+
+
+def test_strip_managed_fields_drops_them_alone_and_leaves_the_object_given_unchanged() -> None:
+    given = {"kind": "X", "metadata": {"name": "a", "resourceVersion": "5",
+                                       "managedFields": [{"manager": "m"}]}, "spec": {"k": 1}}
+    stripped = strip_managed_fields(given)
+    assert stripped == {"kind": "X", "metadata": {"name": "a", "resourceVersion": "5"},
+                        "spec": {"k": 1}}
+    assert given["metadata"]["managedFields"] == [{"manager": "m"}]
+    plain = {"metadata": {"name": "b"}}
+    assert strip_managed_fields(plain) is plain
 
 
 async def test_indexes_follow_adds_updates_and_deletes() -> None:
