@@ -28,6 +28,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import httpx
 from kube_requests import REVIEW_GROUPS, WRITE_VERBS
 from plane_cpu import cpu_ms, plane_cpu_ticks
 
@@ -77,13 +78,19 @@ def remove(cluster: Cluster, name: str) -> None:
     was gone)."""
     cluster.kubectl("delete", "deployment", name, "-n", NAMESPACE, "--wait=false", check=False)
     pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
-    with cluster.admin(timeout=REMOVE_SECONDS) as kube:
-        kube.delete(pods, params={"labelSelector": f"app={name}"})
+    selector = {"labelSelector": f"app={name}"}
 
     def gone() -> bool:
-        with cluster.admin() as kube:
-            return not kube.get(pods, params={
-                "labelSelector": f"app={name}", "limit": "1"}).json()["items"]
+        """Whether the pods are gone; if not, ask again to delete them (kube-apiserver ends a
+        collection DELETE at its 60 s request timeout, and 5000 pods can take longer)."""
+        with cluster.admin(timeout=REMOVE_SECONDS) as kube:
+            if not kube.get(pods, params={**selector, "limit": "1"}).json()["items"]:
+                return True
+            try:
+                kube.delete(pods, params=selector)
+            except httpx.TransportError:
+                pass
+        return False
 
     wait_until(gone, f"the pods app={name} deleted", timeout=REMOVE_SECONDS, interval=1.0)
 
@@ -255,6 +262,7 @@ async def scale(cluster: Cluster, bench: Any, args: Any, memory: Callable[[], di
                   timeout=max(120.0, args.scale_pods / 5))
     deployed = time.perf_counter() - started
     cluster.restart_notifier(signal.SIGTERM)  # the peak RSS below is this run's alone
+    idle = memory()  # the caches of the pods, before any run
     before = requests()
     start = time.perf_counter()
     obj = await notification(bench, "scale", "ping", args.scale_parallelism)
@@ -271,7 +279,7 @@ async def scale(cluster: Cluster, bench: Any, args: Any, memory: Callable[[], di
            "pods_notified_more": sum(n > 1 for n in per_pod.values()),
            "notification_bytes": len(json.dumps(obj)),
            "largest_storage_object_bytes": largest_storage_object(cluster),
-           "server_memory": peak,
+           "server_memory": peak, "server_memory_idle": idle,
            "kube_writes_per_pod": sum(writes.values()) / len(pods),
            "stored_writes_per_pod": sum(n for (_, resource), n in writes.items()
                                         if not resource.startswith(REVIEW_GROUPS))
@@ -336,7 +344,8 @@ def report(results: dict[str, Any]) -> list[str]:
                   f"Notification {sc['notification_bytes']} bytes; largest stored object "
                   + ", ".join(f"{resource} {size}" for resource, size in
                               sc["largest_storage_object_bytes"].items()),
-                  f"leader peak RSS {sc['server_memory']['VmHWM'] / 2**20:.1f} MiB; "
+                  f"leader peak RSS {sc['server_memory']['VmHWM'] / 2**20:.1f} MiB (before the "
+                  f"run {sc['server_memory_idle']['VmRSS'] / 2**20:.1f} MiB); "
                   f"kube-apiserver writes per pod {sc['kube_writes_per_pod']:.2f}, "
                   f"{sc['stored_writes_per_pod']:.2f} of them stored (not reviews): "
                   + ", ".join(f"{key} {n}" for key, n in
