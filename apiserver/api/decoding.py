@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
@@ -53,6 +53,8 @@ class Body:
 
     members: dict[str, Any]
     duplicates: tuple[str, ...] = ()
+    size: int = field(default=0, compare=False)
+    """The bytes it was read from (what decoding and validating it cost grows with)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def parse_body(raw: bytes, media_type: str = JSON_MEDIA_TYPE) -> Body:
     document = json_input.read(text, what=what)
     if not isinstance(document.value, dict):
         raise errors.bad_request("the request body must be a JSON object")
-    return Body(document.value, document.duplicates)
+    return Body(document.value, document.duplicates, len(raw))
 
 
 def invalid(model: type[APIModel], body: Body, field_errors: Sequence[FieldError]

@@ -9,8 +9,9 @@ from fastapi import Depends, Request
 from apiserver.authn.user import UserInfo
 
 
-def current_user(request: Request) -> UserInfo:
-    """FastAPI dependency: the authenticated user of the request."""
+async def current_user(request: Request) -> UserInfo:
+    """FastAPI dependency: the authenticated user of the request (async: FastAPI runs a plain
+    function dependency in a worker thread, a hop per request)."""
     return request.state.user
 
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from apiserver import errors
 from apiserver.api import status
@@ -38,7 +37,7 @@ from apiserver.fanout import spec as notification_spec
 from apiserver.fanout.manager import FanoutManager
 from apiserver.fanout.selection import pods_in_scope, scope_errors
 from apiserver.fanout.status import waiting_for_pods
-from apiserver.handlers.body import read_object
+from apiserver.handlers.body import by_size, read_object
 from apiserver.handlers.caller import CurrentUser, current_user
 from apiserver.handlers.collection import Collection, collection_router
 from apiserver.handlers.notify import dry_run
@@ -73,8 +72,8 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
                                   user: UserInfo, managed_fields: list[dict[str, Any]]
                                   ) -> JSONResponse:
         """The one create path, for a POST and for a server-side apply of a missing object."""
-        ask = await run_in_threadpool(
-            notification_spec.validate, body, namespace, max_parallelism=max_parallelism,
+        ask = await by_size(
+            body.size, notification_spec.validate, body, namespace, max_parallelism=max_parallelism,
             max_timeout_seconds=max_timeout_seconds, max_hold_seconds=max_hold_seconds,
             field_validation=field_validation(http))
         notify_pods = notify_attributes(namespace)
@@ -113,7 +112,7 @@ def router(store: ObjectStore, fanout: FanoutManager, kube: KubeClient, authoriz
                            managed_fields: list[dict[str, Any]]) -> Response:
         """A server-side apply of a missing Notification: also needs ``create notifications``
         (the access middleware authorized ``patch``), as kube-apiserver requires."""
-        user = current_user(http)
+        user = await current_user(http)
         name = str((config.get("metadata") or {}).get("name") or "")
         create = RequestAttributes.for_resource(
             "create", group=NOTIFICATIONS.group, version="v1alpha1", resource=NOTIFICATIONS.plural,

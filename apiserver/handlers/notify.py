@@ -15,12 +15,11 @@ import contextlib
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 from apiserver import errors
 from apiserver.api.routes import POD_NOTIFY_PATH
 from apiserver.api.warning_headers import add_warnings
-from apiserver.handlers.body import read_object
+from apiserver.handlers.body import by_size, read_object
 from apiserver.handlers.caller import CurrentUser
 from apiserver.handlers.options import field_validation
 from apiserver.notifier import request
@@ -62,8 +61,9 @@ def router(admission: Admission, runner: Runner, records: ObjectStore,
     @routes.post(POD_NOTIFY_PATH, status_code=201)
     async def notify(namespace: str, pod: str, http: Request, user: CurrentUser) -> JSONResponse:
         dry_run, wait_seconds = query_options(http)
-        ask = await run_in_threadpool(request.validate, await read_object(http), namespace,
-                                      pod, max_timeout_seconds, field_validation(http))
+        body = await read_object(http)
+        ask = await by_size(body.size, request.validate, body, namespace, pod,
+                            max_timeout_seconds, field_validation(http))
         admitted = await admission.admit(user, await admission.read_pod(namespace, pod), ask)
         if dry_run:
             return add_warnings(JSONResponse(await admission.check(admitted), status_code=201),

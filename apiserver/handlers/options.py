@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
-from starlette.concurrency import run_in_threadpool
 
 from apiserver import errors
 from apiserver.api import json_input
 from apiserver.api.decoding import FieldValidation
 from apiserver.api.field_errors import FieldError, show
 from apiserver.api.media import JSON_MEDIA_TYPE
-from apiserver.handlers.body import media_type, read_limited
+from apiserver.handlers.body import by_size, media_type, read_limited
 
 MAX_DELETE_OPTIONS_BYTES = 64 * 1024
 MAX_INT64 = 2**63 - 1
@@ -131,8 +130,8 @@ class DeleteOptions:
             return cls(dry_run=dry_run)
         if media_type(request) not in (JSON_MEDIA_TYPE, ""):
             raise errors.unsupported_media_type([JSON_MEDIA_TYPE])
-        options = (await run_in_threadpool(json_input.read, body,
-                                           what="the DeleteOptions body")).value
+        options = (await by_size(len(body), json_input.read, body,
+                                 what="the DeleteOptions body")).value
         if not isinstance(options, dict):
             raise errors.bad_request("the body must be a DeleteOptions object")
         if options.get("kind", "DeleteOptions") != "DeleteOptions":

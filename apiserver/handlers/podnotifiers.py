@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 from apiserver import errors
 from apiserver.api.decoding import parse_body
@@ -25,7 +24,7 @@ from apiserver.api.media import BODY_MEDIA_TYPES, JSON_MEDIA_TYPE
 from apiserver.api.routes import PODNOTIFIER_RELEASE_PATH
 from apiserver.api.tables import PODNOTIFIER_TABLE
 from apiserver.authz.sar import Authorizer
-from apiserver.handlers.body import MAX_BODY_BYTES, media_type, read_limited
+from apiserver.handlers.body import MAX_BODY_BYTES, by_size, media_type, read_limited
 from apiserver.handlers.caller import CurrentUser
 from apiserver.handlers.collection import Collection, collection_router
 from apiserver.handlers.notify import dry_run
@@ -77,4 +76,4 @@ async def _read_optional_object(http: Request) -> None:
         raise errors.unsupported_media_type(BODY_MEDIA_TYPES)
     raw = await read_limited(http, MAX_BODY_BYTES, "the request body")
     if raw.strip():
-        await run_in_threadpool(parse_body, raw, kind or JSON_MEDIA_TYPE)
+        await by_size(len(raw), parse_body, raw, kind or JSON_MEDIA_TYPE)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import copy
 import logging
 import time
 from collections import deque
@@ -94,6 +93,12 @@ Versions = dict[str, int]
 _BY_NAMESPACE_LABEL = "namespace-label"
 """The informer's index of storage objects by their ``NAMESPACE_LABEL`` (a consistent read of a
 namespace compares exactly what kube-apiserver lists with that label)."""
+
+
+def _at_revision(obj: Object, rv: int) -> Object:
+    """`obj` as of resourceVersion `rv` (its deletion): a new metadata, the rest shared with
+    `obj` (cached objects are never changed in place: readers get copies)."""
+    return {**obj, "metadata": {**metadata(obj), "resourceVersion": str(rv)}}
 
 
 def _labelled_namespace(stored: Object) -> list[str]:
@@ -466,9 +471,7 @@ class StorageCache:
             change = (Change(EventType.ADDED, entry.object) if before is None else
                       Change(EventType.MODIFIED, entry.object, before.object))
         elif before is not None:
-            gone = copy.deepcopy(before.object)
-            metadata(gone)["resourceVersion"] = str(revision(stored))
-            change = Change(EventType.DELETED, gone)
+            change = Change(EventType.DELETED, _at_revision(before.object, revision(stored)))
         else:
             self._notify()
             return
@@ -485,8 +488,7 @@ class StorageCache:
             self._brought(key, revision(stored))
             if before.storage_uid == metadata(stored).get("uid"):
                 self._put(key, None)
-            gone = copy.deepcopy(before.object)
-            metadata(gone)["resourceVersion"] = str(revision(stored))
+            gone = _at_revision(before.object, revision(stored))
         else:
             gone = public_of(stored)
             self._brought(key_of(gone), revision(stored))

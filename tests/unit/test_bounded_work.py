@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Annotated
 
 import pytest
 
-from apiserver.handlers.body import MAX_BODY_BYTES
+from apiserver.handlers.body import INLINE_BYTES, MAX_BODY_BYTES, by_size
 from tests.unit.conftest import Answer, InProcessServer
 
 API = "/apis/notifier.x-k8s.io/v1alpha1"
@@ -104,6 +105,14 @@ def test_large_bodies_are_decoded_without_blocking_the_loop(in_process_server: I
           f"took at most {probed:.3f} s")
     assert [answer.status for answer in answers] == [code for *_, code in LARGE], answers
     assert blocked < took / 5 and probed < took / 5, (took, blocked, probed)
+
+
+async def test_a_small_body_is_worked_on_the_loop_and_a_large_one_in_a_worker_thread() -> None:
+    """A thread hop costs more than decoding a body of a few hundred bytes: every notify's
+    body is one of those."""
+    loop_thread = threading.get_ident()
+    assert await by_size(INLINE_BYTES, threading.get_ident) == loop_thread
+    assert await by_size(INLINE_BYTES + 1, threading.get_ident) != loop_thread
 
 
 # Each step a worker thread takes without releasing the GIL is bounded too: the loop waits for
