@@ -57,6 +57,18 @@ async def test_a_connection_resumes_the_session_of_the_one_before(
     assert list(context.sessions) == ["kube"]
 
 
+async def test_resumed_connections_keep_offering_the_session_of_the_full_handshake(
+        server: tuple[int, str]) -> None:
+    """Replacing it with each resumed connection's own session kept about 6 KB per
+    connection that OpenSSL never freed (12 MiB over 2000 execs)."""
+    port, cafile = server
+    context = client_context(cafile)
+    assert await connect(port, context, "kube") is False
+    first = context.sessions["kube"]
+    assert [await connect(port, context, "kube") for _ in range(3)] == [True, True, True]
+    assert context.sessions["kube"] is first
+
+
 async def test_a_session_is_offered_only_to_the_name_it_came_from(
         server: tuple[int, str]) -> None:
     port, cafile = server
