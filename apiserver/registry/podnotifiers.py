@@ -15,7 +15,9 @@ generic interface only:
   one batch, down to half of K with the new one (``eviction_low_water``); the pod's records are
   trimmed to K again shortly after (replicas evicting at once may leave more);
 - ``delete_expired``: finished records whose TTL after ``completionTime`` has passed;
-- ``trim``/``trim_all``: the oldest finished records beyond K of a pod;
+- ``trim``/``trim_all``: the oldest finished records beyond K of a pod (these two scans read
+  every record page by page and keep what they decide on, not the records: a replica's
+  collector, every few seconds, held two copies of every record at once before);
 - ``unfinished``: every Pending or Running record, for restart recovery;
 - ``guaranteed_update``: a finished record never changes again (``Finished``, 409): its spec
   and status stay as first finished, whoever writes; labels and annotations may change.
@@ -214,10 +216,10 @@ class PodNotifierStore(ObjectStore):
     async def trim_all(self, max_per_pod: int) -> int:
         """``trim`` every pod with more than ``max_per_pod`` records; how many were deleted."""
         pods: dict[tuple[str, str], list[Object]] = {}
-        for record in await self._all(""):
+        async for record in all_objects(self._backend):
             key = (str(metadata(record).get("namespace", "")),
                    str(_part(record, "spec").get("podName", "")))
-            pods.setdefault(key, []).append(record)
+            pods.setdefault(key, []).append(_trim_key(record))
         deleted = 0
         for records in pods.values():
             if len(records) > max_per_pod:
@@ -281,8 +283,9 @@ class PodNotifierStore(ObjectStore):
             return moment is not None and moment <= deadline
 
         deleted = []
-        candidates = await self._all(_NEITHER_PENDING_NOR_RUNNING)
-        for record in filter(expired, candidates):
+        async for record in all_objects(self._backend, field_selector=_NEITHER_PENDING_NOR_RUNNING):
+            if not expired(record):
+                continue
             meta = metadata(record)
             try:
                 deleted.append(await self._backend.delete(
@@ -383,6 +386,15 @@ def eviction_low_water(max_per_pod: int) -> int:
     """How many records a pod keeps, the new one included, when a create evicts: half of K
     (rounded up), so that K // 2 more creates evict nothing and evictions come in batches."""
     return max(1, max_per_pod - max_per_pod // 2)
+
+
+def _trim_key(record: Object) -> Object:
+    """Of a record, what trimming reads (``is_finished``, ``_creation_order``, the delete's
+    name and uid): a scan of every record keeps this, not the records."""
+    meta, state = metadata(record), _part(record, "status")
+    return {"metadata": {key: meta[key] for key in
+                         ("namespace", "name", "uid", "creationTimestamp") if key in meta},
+            "status": {key: state[key] for key in ("phase", "completionTime") if key in state}}
 
 
 def _creation_order(record: Object) -> tuple[float, float, str]:
