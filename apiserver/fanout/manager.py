@@ -268,7 +268,7 @@ class FanoutManager:
         if not self._locks_rebuilt:
             await self._rebuild_locks(runs.values())
             self._locks_rebuilt = True
-        for uid in await scopes.orphan_uids():
+        for uid in await scopes.orphan_uids(runs.values()):
             if uid in objects:
                 await scopes.adopt(objects[uid])
                 adopted = await scopes.run(uid)
@@ -312,11 +312,13 @@ class FanoutManager:
     async def _rebuild_locks(self, runs: Iterable[ScopeRun]) -> None:
         """Before a new leader starts any pod: the quiesce locks its unfinished runs hold, from
         their stored scopes and records (a pod whose record exists and whose result the scope
-        lacks, or quiesced in a window and not yet released)."""
+        lacks, or quiesced in a window and not yet released). A run whose outcome is decided
+        holds none (every pod has its result, and the window was released before the
+        decision), and its pods are not read: it may be forgetting them."""
         self.locks.clear()
         held = 0
         for run in runs:
-            if run.finished:
+            if run.finished or run.outcome:
                 continue
             holder = Holder(run.notification_uid, run.namespace, run.name)
             notifier = run.spec["notifier"]

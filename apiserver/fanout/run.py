@@ -369,11 +369,10 @@ class NotificationRun(WindowRun):
         if not self.deleted.is_set():
             await self._write_final(outcome, reason,
                                     failure[1] if failure else self._release_detail)
-        if self.deleted.is_set():
+        await self._stored("mark the run finished",
+                           lambda: self.parts.scopes.mark_finished(self.uid))
+        if self.deleted.is_set():  # interrupted, the next pass forgets the finished run
             await self._stored("forget the scope", lambda: self.parts.scopes.forget(self.uid))
-        else:
-            await self._stored("mark the run finished",
-                               lambda: self.parts.scopes.mark_finished(self.uid))
 
     async def _write_final(self, outcome: str, reason: str, detail: str) -> None:
         """The final status, retried until stored (or the object is gone)."""

@@ -46,7 +46,7 @@ NOTIFICATIONS = ResourceType("notifications", "Notification", ("spec.notifier", 
 NOTIFICATION_RUNS = ResourceType("notificationruns", "NotificationRun")
 """The fan-out run of one Notification (apiserver/fanout/scope.py), named by its UID."""
 NOTIFICATION_POD_SETS = ResourceType(
-    "notificationpodsets", "NotificationPodSet", ("spec.notificationUID",),
+    "notificationpodsets", "NotificationPodSet", ("spec.notificationUID", "spec.index"),
     indexed_fields=("spec.notificationUID",),
 )
 """A bounded part of one Notification's pod set, named ``<uid>-<index>`` (fanout/scope.py)."""

@@ -303,13 +303,36 @@ async def test_a_create_interrupted_between_pod_sets_leaves_no_run(backend: Back
     assert await restarted.scopes.runs() == []
     assert await restarted.scopes.pods("u") == []
     assert not await restarted.scopes.finish_pod("u", "u0", scope.SUCCEEDED, "Completed")
-    assert await restarted.scopes.orphan_uids() == ["u"]
+    assert await restarted.scopes.orphan_uids(await restarted.scopes.runs()) == ["u"]
     await restarted.scopes.adopt(notification("u"))  # not the whole pod set: no run
     assert await restarted.scopes.run("u") is None
 
     await restarted.scopes.forget("u")
-    assert await restarted.scopes.orphan_uids() == []
+    assert await restarted.scopes.orphan_uids(await restarted.scopes.runs()) == []
     assert await pod_set_sizes(restarted.pod_sets, "u") == []
+
+
+async def test_a_forget_interrupted_after_the_pod_sets_leaves_the_run_to_forget_again(
+        backend: Backend) -> None:
+    """The pod sets go first: a crash then leaves the run (which the leader's next pass
+    forgets again), never pod sets that no run counts and no pass would find."""
+    first = Replica(backend)
+    await first.scopes.create(notification("u"), pods_named(250))
+
+    async def killed(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("the server was killed")
+
+    first.runs.delete = killed  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        await first.scopes.forget("u")
+
+    restarted = Replica(backend)
+    assert await pod_set_sizes(restarted.pod_sets, "u") == []
+    runs = await restarted.scopes.runs()
+    assert [run.notification_uid for run in runs] == ["u"]
+    assert await restarted.scopes.orphan_uids(runs) == []
+    await restarted.scopes.forget("u")
+    assert await restarted.scopes.runs() == []
 
 
 async def test_an_interrupted_create_can_be_made_again(backend: Backend) -> None:
@@ -322,7 +345,7 @@ async def test_an_interrupted_create_can_be_made_again(backend: Backend) -> None
     await restarted.scopes.create(notification("u"), pods_named(120))
     assert [(p.pod, p.pod_uid) for p in await restarted.scopes.pods("u")] == pods_named(120)
     assert await pod_set_sizes(restarted.pod_sets, "u") == [100, 20]
-    assert await restarted.scopes.orphan_uids() == []
+    assert await restarted.scopes.orphan_uids(await restarted.scopes.runs()) == []
 
 
 async def test_a_create_interrupted_after_its_pod_sets_is_adopted_whole(
@@ -338,12 +361,12 @@ async def test_a_create_interrupted_after_its_pod_sets_is_adopted_whole(
 
     restarted = Replica(backend)
     assert await restarted.scopes.run("u") is None
-    assert await restarted.scopes.orphan_uids() == ["u"]
+    assert await restarted.scopes.orphan_uids(await restarted.scopes.runs()) == ["u"]
     await restarted.scopes.adopt(notification("u", "late"))
     run = await restarted.scopes.run("u")
     assert run is not None and run.name == "late"
     assert [(p.pod, p.pod_uid) for p in await restarted.scopes.pods("u")] == pods_named(150)
-    assert await restarted.scopes.orphan_uids() == []
+    assert await restarted.scopes.orphan_uids(await restarted.scopes.runs()) == []
     await restarted.scopes.adopt(notification("u", "late"))  # once adopted, nothing to do
 
 

@@ -221,7 +221,7 @@ async def test_a_pass_over_every_namespace_reads_past_malformed_objects(
     records = PodNotifierStore(opened[PODNOTIFIERS], "replica-b")
     for _ in range(3):
         assert [run.notification_uid for run in await scopes.runs()] == ["good"]
-        assert await scopes.orphan_uids() == []
+        assert await scopes.orphan_uids(await scopes.runs()) == []
         assert [(r["metadata"]["namespace"], r["metadata"]["name"], runner(r))
                 for r in await records.unfinished()] == [("ns", "good", "replica-a")]
         assert [r["metadata"]["name"] for r in (await records.list(None)).items] == ["good"]
