@@ -216,8 +216,8 @@ async def collect_once(store: PodNotifierStore, pods: PodDirectory, default_ttl_
     """Delete expired finished records, the oldest finished records of every pod with more than
     ``max_records_per_pod``, and (if `scan_orphans`) the finished records of pods that no longer
     exist, counting their unfinished ones."""
-    expired = await store.delete_expired(datetime.now(UTC), default_ttl_seconds)
-    trimmed = await store.trim_all(max_records_per_pod)
+    expired, trimmed = await store.collect(datetime.now(UTC), default_ttl_seconds,
+                                           max_records_per_pod)
     orphaned = waiting = 0
     if scan_orphans and pods.synced.is_set():
         async for record in all_objects(store):

@@ -14,10 +14,10 @@ generic interface only:
   (``spec.podName``, an indexed field): at K, the pod's oldest finished records are deleted in
   one batch, down to half of K with the new one (``eviction_low_water``); the pod's records are
   trimmed to K again shortly after (replicas evicting at once may leave more);
-- ``delete_expired``: finished records whose TTL after ``completionTime`` has passed;
-- ``trim``/``trim_all``: the oldest finished records beyond K of a pod (these two scans read
-  every record page by page and keep what they decide on, not the records: a replica's
-  collector, every few seconds, held two copies of every record at once before);
+- ``collect``: in one scan of every record, page by page, keeping what it decides on and not
+  the records (a replica's collector, every 10 s, used to hold two copies of every record at
+  once), finished records whose TTL after ``completionTime`` has passed, and the oldest finished
+  records beyond K of a pod (``trim``);
 - ``unfinished``: every Pending or Running record, for restart recovery;
 - ``guaranteed_update``: a finished record never changes again (``Finished``, 409): its spec
   and status stay as first finished, whoever writes; labels and annotations may change.
@@ -213,19 +213,6 @@ class PodNotifierStore(ObjectStore):
         """Delete the pod's oldest finished records beyond ``max_per_pod``; how many."""
         return await self._trim(await self._pod_records(namespace, pod), max_per_pod)
 
-    async def trim_all(self, max_per_pod: int) -> int:
-        """``trim`` every pod with more than ``max_per_pod`` records; how many were deleted."""
-        pods: dict[tuple[str, str], list[Object]] = {}
-        async for record in all_objects(self._backend):
-            key = (str(metadata(record).get("namespace", "")),
-                   str(_part(record, "spec").get("podName", "")))
-            pods.setdefault(key, []).append(_trim_key(record))
-        deleted = 0
-        for records in pods.values():
-            if len(records) > max_per_pod:
-                deleted += await self._trim(records, max_per_pod)
-        return deleted
-
     async def _trim(self, records: Sequence[Object], max_per_pod: int) -> int:
         excess = len(records) - max_per_pod
         if excess <= 0:
@@ -270,30 +257,37 @@ class PodNotifierStore(ObjectStore):
     async def _pod_records(self, namespace: str, pod: str) -> list[Object]:
         return (await self._backend.list(namespace, field_selector=f"spec.podName={pod}")).items
 
-    async def delete_expired(self, now: datetime, default_ttl_seconds: int) -> list[Object]:
-        """Delete finished records whose completionTime plus TTL is not after ``now``.
-
-        The TTL is ``spec.ttlSecondsAfterFinished``, else ``default_ttl_seconds``. Records
-        without a completionTime never expire. A record changed since it was read is kept.
-        """
+    async def collect(self, now: datetime, default_ttl_seconds: int, max_per_pod: int
+                      ) -> tuple[list[Object], int]:
+        """One scan of every record, page by page: delete each finished record whose
+        completionTime plus TTL is not after ``now`` (the TTL is ``spec.ttlSecondsAfterFinished``,
+        else ``default_ttl_seconds``; a record without a completionTime never expires, one
+        changed since it was read is kept), then ``trim`` every pod left with more than
+        ``max_per_pod`` records. Returns the expired records deleted and how many were
+        trimmed."""
         deadline = now.timestamp()
-
-        def expired(record: Object) -> bool:
-            moment = expires_at(record, default_ttl_seconds)
-            return moment is not None and moment <= deadline
-
-        deleted = []
-        async for record in all_objects(self._backend, field_selector=_NEITHER_PENDING_NOR_RUNNING):
-            if not expired(record):
-                continue
+        expired: list[Object] = []
+        pods: dict[tuple[str, str], list[Object]] = {}
+        async for record in all_objects(self._backend):
             meta = metadata(record)
-            try:
-                deleted.append(await self._backend.delete(
-                    meta["namespace"], meta["name"], resource_version=meta["resourceVersion"],
-                    uid=meta["uid"]))
-            except (NotFound, Conflict):
-                continue
-        return deleted
+            moment = expires_at(record, default_ttl_seconds)
+            if moment is not None and moment <= deadline:
+                try:
+                    expired.append(await self._backend.delete(
+                        meta["namespace"], meta["name"],
+                        resource_version=meta["resourceVersion"], uid=meta["uid"]))
+                    continue
+                except NotFound:
+                    continue
+                except Conflict:
+                    pass  # changed since it was read: kept, and counted for its pod
+            key = (str(meta.get("namespace", "")), str(_part(record, "spec").get("podName", "")))
+            pods.setdefault(key, []).append(_trim_key(record))
+        trimmed = 0
+        for records in pods.values():
+            if len(records) > max_per_pod:
+                trimmed += await self._trim(records, max_per_pod)
+        return expired, trimmed
 
     async def unfinished(self) -> list[Object]:
         """Every record not Succeeded or Failed, in all namespaces (for restart recovery)."""

@@ -1109,7 +1109,7 @@ async def test_bounded_create_requires_pod_and_notifier(records: PodNotifierStor
     assert [c.field for c in raised.value.causes] == ["spec.podName", "spec.notifier"]
 
 
-async def test_delete_expired(store: ObjectStore, records: PodNotifierStore) -> None:
+async def test_collect_deletes_the_expired_records(store: ObjectStore, records: PodNotifierStore) -> None:
     now = datetime(2030, 1, 1, tzinfo=UTC)
     await store.create(finished(record("old", notifier="a"), at=now - timedelta(seconds=120)))
     await store.create(finished(record("recent", notifier="b"), at=now - timedelta(seconds=30)))
@@ -1120,10 +1120,29 @@ async def test_delete_expired(store: ObjectStore, records: PodNotifierStore) -> 
         finished(record("failed", notifier="e"), phase="Failed", at=now - timedelta(seconds=60)))
     await store.create(record("no-completion", notifier="f", phase="Succeeded"))
 
-    expired = await records.delete_expired(now, default_ttl_seconds=60)
+    expired, trimmed = await records.collect(now, default_ttl_seconds=60, max_per_pod=10)
 
     assert sorted(names(expired)) == ["failed", "old", "short-ttl"]
+    assert trimmed == 0
     assert names((await store.list("ns")).items) == ["no-completion", "recent", "running"]
+
+
+async def test_collect_trims_what_did_not_expire_in_the_same_scan(
+        store: ObjectStore, records: PodNotifierStore) -> None:
+    """web-0 has four finished records, one expired, and a running one: with K = 2 the expired
+    one goes, then the two oldest finished ones of those left (the running one counts toward
+    K); web-1 is within K."""
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    for index, age in enumerate((300, 50, 40, 30)):
+        await store.create(finished(record(f"w0-{index}", notifier=f"n{index}"),
+                                    at=now - timedelta(seconds=age)))
+    await store.create(record("w0-running", notifier="r", phase="Running"))
+    await store.create(finished(record("w1-0", pod="web-1"), at=now - timedelta(seconds=10)))
+
+    expired, trimmed = await records.collect(now, default_ttl_seconds=60, max_per_pod=2)
+
+    assert (names(expired), trimmed) == (["w0-0"], 2)
+    assert names((await store.list("ns")).items) == ["w0-3", "w0-running", "w1-0"]
 
 
 async def test_unfinished(store: ObjectStore, records: PodNotifierStore) -> None:
