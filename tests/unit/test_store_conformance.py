@@ -1109,7 +1109,8 @@ async def test_bounded_create_requires_pod_and_notifier(records: PodNotifierStor
     assert [c.field for c in raised.value.causes] == ["spec.podName", "spec.notifier"]
 
 
-async def test_collect_deletes_the_expired_records(store: ObjectStore, records: PodNotifierStore) -> None:
+async def test_collect_deletes_the_expired_records(store: ObjectStore,
+                                                    records: PodNotifierStore) -> None:
     now = datetime(2030, 1, 1, tzinfo=UTC)
     await store.create(finished(record("old", notifier="a"), at=now - timedelta(seconds=120)))
     await store.create(finished(record("recent", notifier="b"), at=now - timedelta(seconds=30)))
