@@ -1014,6 +1014,30 @@ async def test_a_scope_interrupted_before_its_run_is_adopted_and_run(tmp_path: P
         await second.close()
 
 
+async def test_a_decided_run_whose_pod_sets_are_gone_is_forgotten_without_reading_them(
+        tmp_path: Path) -> None:
+    """A forget interrupted after the pod sets (a Succeeded run whose Notification was deleted)
+    leaves a run with an outcome and no pods: a new leader rebuilds its locks without reading
+    them (it would wait for them, and fail every pass) and forgets the run."""
+    data = tmp_path / "data"
+    first = await Server.open(data, lead=False)
+    uid = (await first.create("gone", first.fake.add("db-0")))["metadata"]["uid"]
+    await first.scopes.decide(uid, scope.OUTCOME_SUCCEEDED, "PodsSucceeded")
+    await SqliteObjectStore(first.database, NOTIFICATION_POD_SETS).delete_collection(
+        NS, field_selector=f"spec.notificationUID={uid}")
+    await first.notifications.delete(NS, "gone")
+    await first.crash()
+    second = await Server.open(data)
+    try:
+        async def forgotten() -> bool:
+            return not await second.scopes.runs()
+
+        await second.until(forgotten)
+        assert second.fake.started == []
+    finally:
+        await second.close()
+
+
 def finished_record(pod: str, uid: str) -> dict[str, Any]:
     """The Succeeded record of pod's quiesce in the run of Notification `uid`."""
     return {"apiVersion": records.API_VERSION, "kind": "PodNotifier",
