@@ -53,8 +53,9 @@ class Body:
 
     members: dict[str, Any]
     duplicates: tuple[str, ...] = ()
-    size: int = field(default=0, compare=False)
-    """The bytes it was read from (what decoding and validating it cost grows with)."""
+    size: int | None = field(default=None, compare=False)
+    """The bytes it was read from (what decoding and validating it cost grows with); None if
+    it was not read from bytes (a server-side apply's configuration)."""
 
 
 @dataclass(frozen=True)

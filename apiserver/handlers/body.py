@@ -31,10 +31,11 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-async def by_size(size: int, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+async def by_size(size: int | None, work: Callable[P, T], *args: P.args,
+                  **kwargs: P.kwargs) -> T:
     """``work(*args, **kwargs)`` on a body of `size` bytes: on the event loop up to
-    INLINE_BYTES, else in a worker thread."""
-    if size <= INLINE_BYTES:
+    INLINE_BYTES, else (or if the size is not known: None) in a worker thread."""
+    if size is not None and size <= INLINE_BYTES:
         return work(*args, **kwargs)
     return await run_in_threadpool(work, *args, **kwargs)
 

@@ -113,6 +113,7 @@ async def test_a_small_body_is_worked_on_the_loop_and_a_large_one_in_a_worker_th
     loop_thread = threading.get_ident()
     assert await by_size(INLINE_BYTES, threading.get_ident) == loop_thread
     assert await by_size(INLINE_BYTES + 1, threading.get_ident) != loop_thread
+    assert await by_size(None, threading.get_ident) != loop_thread  # a size not known
 
 
 # Each step a worker thread takes without releasing the GIL is bounded too: the loop waits for
