@@ -425,11 +425,12 @@ def test_a_secret_planted_while_it_was_deleted_is_refused(rotation: Cluster) -> 
         wait_until(lambda: replaced(rotation, [*before, theirs]),
                    "a new CA of the server's in the Secret, the APIService and both replicas",
                    30)
-        # Every replica has refused the planted Secret (so none acts on it later): until
-        # then, nothing of theirs comes back.
-        wait_until(lambda: all(refusals(rotation, replica)
+        # The replica that replaced it refused it first. Each pass reads the Secret afresh, so
+        # a replica resumed after the replacement never reads the planted one: no replica
+        # needs to have refused it but one.
+        wait_until(lambda: any(refusals(rotation, replica)
                                for replica in range(rotation.replicas)),
-                   "every replica to log its refusal of the planted Secret", 30)
+                   "a replica to log its refusal of the planted Secret", 30)
     finally:
         stop.set()
         watcher.join(30)

@@ -112,6 +112,13 @@ def finish(obj: Object) -> Object:
     return records.finish(obj, records.now())
 
 
+async def caught_up(*stores: PodNotifierStore) -> None:
+    """Each replica's cache has every write acknowledged so far (another replica's included),
+    as a background pass sees them once the watch brings them."""
+    for store in stores:
+        await store.consistent_read(NS)
+
+
 async def run_names(store: PodNotifierStore, pod: str = "web-0", *, consistent: bool = True
                     ) -> list[str]:
     """The pod's unfinished records, as ``store`` sees them (see `pod_records`)."""
@@ -311,6 +318,7 @@ async def test_takeover_ends_a_stopped_replicas_runs_only(replicas: Replicas) ->
     takeover = Takeover(replicas.b, Alive("replica-b"), running=runs_everything,
                         lease_duration_seconds=LEASE,
                         clock=after_the_lease)
+    await caught_up(replicas.b)
 
     assert await takeover.once() == 1
 
@@ -328,6 +336,7 @@ async def test_takeover_ends_a_stopped_replicas_runs_only(replicas: Replicas) ->
 async def test_takeover_ends_records_that_name_no_replica(replicas: Replicas) -> None:
     """Records of an earlier version, which named no replica: as a stopped replica's."""
     legacy = await replicas.a.create(record("old", name="legacy"))
+    await caught_up(replicas.b)
 
     assert await Takeover(replicas.b, Alive("replica-a", "replica-b"), running=runs_everything,
                           lease_duration_seconds=LEASE, clock=after_the_lease).once() == 1
@@ -365,6 +374,7 @@ async def test_takeover_stops_a_stopped_replicas_held_command_by_its_pid(
     takeover = Takeover(replicas.b, Alive("replica-b"), running=runs_everything,
                         lease_duration_seconds=LEASE,
                         clock=after_the_lease, stopper=stopper)
+    await caught_up(replicas.b)
 
     assert await takeover.once() == 2
 
@@ -378,6 +388,7 @@ async def test_takeover_stops_a_stopped_replicas_held_command_by_its_pid(
 
 async def test_takeover_waits_for_the_lease_duration(replicas: Replicas) -> None:
     young = await replicas.a.create_bounded(record("quiesce"), max_per_pod=K)
+    await caught_up(replicas.b)
 
     assert await Takeover(replicas.b, Alive(), running=runs_everything,
                           lease_duration_seconds=LEASE).once() == 0
@@ -391,11 +402,12 @@ async def test_two_survivors_end_a_run_once(replicas: Replicas, backend: Backend
     survivors = [Takeover(store, Alive("replica-b", "replica-c"), running=runs_everything,
                           lease_duration_seconds=LEASE,
                           clock=after_the_lease) for store in (replicas.b, third)]
-    await third.list(NS)  # its caches are synced
+    await caught_up(replicas.b, third)
 
     counts = await asyncio.gather(*(survivor.once() for survivor in survivors))
 
     assert sorted(counts) == [0, 1]
+    await caught_up(replicas.a)
     ended = await replicas.a.get(NS, dead["metadata"]["name"])
     assert ended["status"]["reason"] == "Interrupted"
     assert int(ended["metadata"]["resourceVersion"]) > int(dead["metadata"]["resourceVersion"])
@@ -467,6 +479,7 @@ async def test_the_collector_trims_every_pod_beyond_k(replicas: Replicas) -> Non
     await replicas.a.create(finished_record("web-2-old", pod="web-2"))
     pods: Any = FakePods({(NS, "web-0"): "uid-web-0", (NS, "web-1"): "uid-web-1",
                      (NS, "web-2"): "uid-web-2"})
+    await caught_up(replicas.b)
 
     collected = await collect_once(replicas.b, pods, 3600, K)
 
@@ -483,6 +496,7 @@ async def test_the_collector_deletes_finished_records_of_gone_pods(replicas: Rep
     await replicas.a.guaranteed_update(NS, gone["metadata"]["name"], finish)
     await replicas.a.guaranteed_update(NS, kept["metadata"]["name"], finish)
     pods: Any = FakePods({(NS, "web-0"): "uid-web-0"})
+    await caught_up(replicas.b)
 
     collected = await collect_once(replicas.b, pods, 3600, K)
 
@@ -498,11 +512,13 @@ async def test_a_gone_pods_unfinished_record_waits_for_the_next_collection(
     scan, so the collection says it is waiting, and the collector scans again."""
     running = await replicas.a.create_bounded(record("quiesce", pod="gone-0"), max_per_pod=K)
     pods: Any = FakePods({})
+    await caught_up(replicas.b)
 
     first = await collect_once(replicas.b, pods, 3600, K)
     assert (first.orphaned, first.waiting) == (0, 1)
 
     await replicas.a.guaranteed_update(NS, running["metadata"]["name"], finish)
+    await caught_up(replicas.b)
     after = await collect_once(replicas.b, pods, 3600, K)
     assert (after.orphaned, after.waiting) == (1, 0)
     assert (await replicas.b.list(NS)).items == []
