@@ -257,8 +257,9 @@ class FanoutManager:
         do nothing). Unfinished Notifications not running here are started (resumed, or
         created through another replica); one deleted (its run stopped as Deleted, or its
         object missing for `absent_grace`) stops starting pods, rolls back if due and has its
-        scope deleted; one without a scope fails ScopeNotRecorded once older than
-        `scope_grace`. Returns how many runs started."""
+        scope deleted; one without a run fails ScopeNotRecorded once older than
+        `scope_grace` (pod sets written without their run are deleted first, as are those of a
+        Notification that is gone). Returns how many runs started."""
         if not self._leading:
             return 0
         running_before = set(self._runs)
@@ -268,23 +269,18 @@ class FanoutManager:
         if not self._locks_rebuilt:
             await self._rebuild_locks(runs.values())
             self._locks_rebuilt = True
-        for uid in await scopes.orphan_uids(runs.values()):
-            if uid in objects:
-                await scopes.adopt(objects[uid])
-                adopted = await scopes.run(uid)
-                if adopted is not None:
-                    runs[uid] = adopted
-            else:
-                await scopes.forget(uid)
+        orphans = await scopes.orphan_uids(runs.values())
         self._ended &= set(runs)
         now = self.clock.monotonic()
         self._absent_since = {uid: since for uid, since in self._absent_since.items()
-                              if uid in runs and uid not in objects}
+                              if (uid in runs or uid in orphans) and uid not in objects}
+        for uid in orphans:
+            if uid not in objects and self._absent_long(uid, now):
+                await scopes.forget(uid)
         started = 0
         for uid, run in runs.items():
             obj = objects.get(uid)
-            gone = run.stopped == DELETED or (obj is None and now - self._absent_since.setdefault(
-                uid, now) >= self._absent_grace)
+            gone = run.stopped == DELETED or (obj is None and self._absent_long(uid, now))
             entry = self._runs.get(uid)
             if entry is not None:
                 if gone and uid in running_before and not entry[0].deleted.is_set():
@@ -306,8 +302,14 @@ class FanoutManager:
         for uid, obj in objects.items():
             if uid not in runs and obj.get("status", {}).get(
                     "phase") not in records.FINISHED_PHASES and self._scope_overdue(obj):
+                await scopes.forget(uid)  # the pod sets of a create interrupted before its run
                 await self._fail_unrecorded(obj)
         return started
+
+    def _absent_long(self, uid: str, now: float) -> bool:
+        """Whether the Notification has been missing from the store for `absent_grace` (since
+        the first pass that missed it)."""
+        return now - self._absent_since.setdefault(uid, now) >= self._absent_grace
 
     async def _rebuild_locks(self, runs: Iterable[ScopeRun]) -> None:
         """Before a new leader starts any pod: the quiesce locks its unfinished runs hold, from

@@ -133,14 +133,12 @@ class PodSet:
 
     notification_uid: str
     index: int
-    created: int
-    """The number of pod sets of the ``create`` that wrote it, else 0."""
     pods: tuple[ScopedPod, ...]
 
     @classmethod
     def of(cls, obj: Object) -> PodSet:
         """The kind's decoder: ``MalformedObject`` unless ``spec`` holds the string
-        ``notificationUID`` and the integers ``index`` and ``created`` (optional), and
+        ``notificationUID`` and the integer ``index``, and
         ``pods`` is a list of entries (``ScopedPod.of``) with distinct ``podUID``s."""
         return decoded(NOTIFICATION_POD_SETS, obj, _pod_set)
 
@@ -152,8 +150,7 @@ def _pod_set(obj: Object) -> PodSet:
     if len({pod.pod_uid for pod in pods}) != len(pods):
         raise Malformed("pods lists a podUID twice")
     return PodSet(text(spec.get("notificationUID"), "spec.notificationUID"),
-                  integer(spec.get("index"), "spec.index"),
-                  optional_integer(spec.get("created"), "spec.created"), pods)
+                  integer(spec.get("index"), "spec.index"), pods)
 
 
 @dataclass(frozen=True)

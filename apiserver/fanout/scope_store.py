@@ -2,11 +2,12 @@
 
 No backend gives a transaction across objects, so the order of writes carries the crash
 safety: ``create`` writes every pod set first and the run last, and the run counts its pod
-sets, so a run that can be read always has its whole pod set until it is forgotten (a crash
-in between leaves pod
-sets without a run: ``orphan_uids``, found by their first pod set, written first); ``add``
-writes a new pod set before the run counts it; ``forget`` deletes the pod sets first, so the
-run stays until they are gone. Each write is one ``guaranteed_update`` of one object, and
+sets, so a run that can be read always has its whole pod set until it is forgotten. A crash
+in between leaves pod sets without a run (``orphan_uids``, found by their first pod set,
+written first): the leader's pass forgets them, and fails their Notification
+ScopeNotRecorded as one whose scope was never written. ``add`` writes a new pod set before
+the run counts it; ``forget`` deletes the pod sets first, so the run stays until they are
+gone. Each write is one ``guaranteed_update`` of one object, and
 the writes of one Notification take turns in this process (``_turn``: changes of single pods
 share a turn, and those of one pod set made while it is being written are written together;
 anything that spans objects or stops the run has the turn alone): only the fan-out leader
@@ -97,33 +98,8 @@ class ScopeStore:
             entries = _new_entries(pods, set())
             parts = [entries[i:i + POD_SET_SIZE] for i in range(0, len(entries), POD_SET_SIZE)]
             for index, part in enumerate(parts):
-                await self._write_pod_set(namespace, uid, index, part, created=len(parts))
-            with contextlib.suppress(AlreadyExists):  # adopted meanwhile from these pod sets
-                await self._runs.create(_run_object(notification, len(parts)))
-
-    async def adopt(self, notification: dict[str, Any]) -> None:
-        """Give pod sets without a run (see ``orphan_uids``) their run, if they are the whole
-        pod set of an interrupted ``create`` (it stopped after its last pod set): otherwise the
-        Notification's scope was never recorded, and it stays without a run."""
-        meta = notification["metadata"]
-        uid, namespace = meta["uid"], meta["namespace"]
-        async with self._turn(uid):
-            with contextlib.suppress(NotFound):
-                await self._runs.get(namespace, uid)
-                return
-            listed = await self._sets.list(namespace, field_selector=_of_notification(uid))
-            created = {item["spec"]["index"]: item["spec"].get("created", 0)
-                       for item in listed.items}
-            count = created.get(0, 0)
-            if not count or any(created.get(index) != count for index in range(count)):
-                log.warning("the pod sets of a notification are not whole; its scope was not "
-                            "recorded", extra={"namespace": namespace,
-                                               "notification": meta["name"],
-                                               "pod_sets": sorted(created)})
-                return
-            self._namespaces[uid] = namespace
-            with contextlib.suppress(AlreadyExists):
-                await self._runs.create(_run_object(notification, count))
+                await self._write_pod_set(namespace, uid, index, part)
+            await self._runs.create(_run_object(notification, len(parts)))
 
     # Reads
 
@@ -141,8 +117,8 @@ class ScopeStore:
 
     async def orphan_uids(self, runs: Iterable[ScopeRun]) -> list[str]:
         """Notification UIDs with pod sets but none of `runs` (every run, as ``runs`` just
-        read them): an interrupted ``create`` (or one still writing on another replica) or
-        ``forget``. Reads the first pod set of each scope alone (every scope has one), not
+        read them): a ``create`` interrupted before its run, or one still writing on another
+        replica. Reads the first pod set of each scope alone (every scope has one), not
         every pod set (50 of them, 1 MB, for 5000 pods)."""
         with_runs = {(run.namespace, run.notification_uid) for run in runs}
         orphans: dict[str, None] = {}
@@ -204,7 +180,7 @@ class ScopeStore:
             count = len(sets)
             while rest:
                 await self._write_pod_set(namespace, notification_uid, count,
-                                          rest[:POD_SET_SIZE], created=0)
+                                          rest[:POD_SET_SIZE])
                 rest, count = rest[POD_SET_SIZE:], count + 1
                 await self._update_run(namespace, notification_uid,
                                        _set_status(podSets=count))
@@ -431,10 +407,10 @@ class ScopeStore:
                 await self._clock.sleep(POD_SET_POLL_SECONDS)
 
     async def _write_pod_set(self, namespace: str, uid: str, index: int,
-                             entries: list[dict[str, Any]], *, created: int) -> None:
+                             entries: list[dict[str, Any]]) -> None:
         """Create pod set `index` (overwriting one an interruption left before it was
-        counted). `created`: the number of pod sets of the ``create`` writing it, else 0."""
-        body = _pod_set_object(namespace, uid, index, entries, created)
+        counted)."""
+        body = _pod_set_object(namespace, uid, index, entries)
         try:
             await self._sets.create(body)
         except AlreadyExists:
@@ -560,11 +536,11 @@ def _run_object(notification: dict[str, Any], pod_sets: int) -> Object:
                        "finished": False}}
 
 
-def _pod_set_object(namespace: str, uid: str, index: int, entries: list[dict[str, Any]],
-                    created: int) -> Object:
+def _pod_set_object(namespace: str, uid: str, index: int, entries: list[dict[str, Any]]
+                    ) -> Object:
     return {"apiVersion": _API_VERSION, "kind": NOTIFICATION_POD_SETS.kind,
             "metadata": {"namespace": namespace, "name": pod_set_name(uid, index)},
-            "spec": {"notificationUID": uid, "index": index, "created": created},
+            "spec": {"notificationUID": uid, "index": index},
             "pods": entries}
 
 

@@ -15,9 +15,13 @@ import pytest
 from apiserver.fanout import reasons, run_base, scope
 from apiserver.fanout.manager import FanoutManager
 from apiserver.fanout.parts import FanoutParts
+from apiserver.fanout.scope_store import ScopeStore
 from apiserver.notifier import records
 from apiserver.notifier.events import NotificationEvents
 from apiserver.notifier.holds import HoldReleases
+from apiserver.registry.resources import NOTIFICATION_POD_SETS, NOTIFICATION_RUNS
+from apiserver.registry.sqlite_store import SqliteObjectStore
+from tests.support.clock import FakeClock
 from tests.support.events import RecordingSink
 from tests.unit.test_fanout_run import (
     NS,
@@ -246,6 +250,37 @@ async def test_a_scope_whose_notification_is_missing_is_rolled_back_only_after_t
             while await server.scopes.run("uid-unseen") is not None:
                 await asyncio.sleep(0.02)
         assert leader.fake.started == []  # a deleted one starts no pod
+    finally:
+        await leader.manager.shutdown()
+        await server.close()
+
+
+async def test_pod_sets_without_a_run_go_once_their_notification_is_missing_long(
+        tmp_path: Path) -> None:
+    """A create interrupted before its run leaves its pod sets: they stay while the
+    Notification has been missing for less than the grace (the cache of Notifications may lag
+    the pod sets' cache), and go after it."""
+    clock = FakeClock()
+    server = await Server.open(tmp_path / "data", lead=False, clock=clock)
+    leader = replica(server, absent_grace=5.0)
+    runs = SqliteObjectStore(server.database, NOTIFICATION_RUNS)
+    pod_sets = SqliteObjectStore(server.database, NOTIFICATION_POD_SETS)
+
+    async def killed(*args: Any, **kwargs: Any) -> None:
+        raise OSError("the server was killed")
+
+    runs.create = killed  # type: ignore[method-assign]
+    missing = {"metadata": {"namespace": NS, "name": "unseen", "uid": "uid-unseen"},
+               "spec": {"notifier": QUIESCE}}
+    with pytest.raises(OSError):
+        await ScopeStore(runs, pod_sets, clock=clock).create(missing, server.fake.add("db-0"))
+    try:
+        await leader.manager.lead()  # its first pass, awaited
+        assert len((await pod_sets.list(NS)).items) == 1
+        clock.advance(5.0)
+        await leader.manager.reconcile()
+        assert (await pod_sets.list(NS)).items == []
+        assert leader.fake.started == []
     finally:
         await leader.manager.shutdown()
         await server.close()

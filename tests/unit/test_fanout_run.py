@@ -982,9 +982,10 @@ async def test_a_failing_status_write_is_retried_not_a_failure(
     assert failures == 0
 
 
-async def test_a_scope_interrupted_before_its_run_is_adopted_and_run(tmp_path: Path) -> None:
-    """A scope whose pod sets were all written when the server died (its run not yet) is not
-    mistaken for a lost one: its pods run."""
+async def test_a_scope_interrupted_before_its_run_fails_clearly_and_is_deleted(
+        tmp_path: Path) -> None:
+    """A scope whose pod sets were all written when the server died (its run not yet) was not
+    recorded: the Notification fails ScopeNotRecorded, no pod runs, and its pod sets go."""
     data = tmp_path / "data"
     first = await Server.open(data)
     created = await first.notifications.create({
@@ -1008,8 +1009,11 @@ async def test_a_scope_interrupted_before_its_run_is_adopted_and_run(tmp_path: P
     second = await restart(data, first, ["db-0"])
     try:
         status = (await second.finished("legacy"))["status"]
-        assert (status["phase"], status["counts"]["succeeded"]) == ("Succeeded", 1)
-        assert second.fake.started == [("db-0", QUIESCE)]
+        assert (status["phase"], status["conditions"][0]["reason"]) == (
+            "Failed", "ScopeNotRecorded")
+        assert second.fake.started == []
+        assert (await SqliteObjectStore(second.database, NOTIFICATION_POD_SETS).list(
+            NS)).items == []
     finally:
         await second.close()
 

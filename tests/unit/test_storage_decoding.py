@@ -58,7 +58,7 @@ VALID: dict[ResourceType, dict[str, Any]] = {
                                    "outcomeReason": "", "finished": False,
                                    "window": {"quiescedTime": "t"}}},
     NOTIFICATION_POD_SETS: {"metadata": {},
-                            "spec": {"notificationUID": "uid", "index": 0, "created": 1},
+                            "spec": {"notificationUID": "uid", "index": 0},
                             "pods": [{"pod": "db-0", "podUID": "u1", "state": "started",
                                       "record": "r", "rollbackAttempts": 0}]},
 }
