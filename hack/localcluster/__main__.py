@@ -31,6 +31,7 @@ import httpx
 from localcluster import admin, components, haproxy, health, notifier, pki, processes
 from localcluster.addresses import NODE_IP
 from localcluster.layout import HACK_DIR, REPLICAS, Layout, Ports
+from localcluster.plane import replicas as server_replicas
 from localcluster.startup import StartFailed, Startup, busy_ports
 
 NODE_COUNT = int(os.environ.get("CN_NODES", "3"))
@@ -210,7 +211,12 @@ def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS,
 
 
 def down(layout: Layout, quiet: bool = False) -> None:
-    stopped = processes.stop(processes.load(layout.state_file))
+    """Stop the server replicas (at once: each drains for its shutdown delay), then every other
+    process in turn, last started first; remove the plane's directory."""
+    recorded = processes.load(layout.state_file)
+    replicas = server_replicas(layout)
+    stopped = processes.stop_together(replicas) + processes.stop(
+        [proc for proc in recorded if proc not in replicas])
     if layout.root.exists():
         shutil.rmtree(layout.root)
     if not quiet:

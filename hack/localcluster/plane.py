@@ -69,9 +69,10 @@ def restart_replica(layout: Layout, index: int) -> processes.Tracked:
 
 
 def restart_replicas(layout: Layout) -> list[processes.Tracked]:
-    """Stop every server replica that runs, then start each again (same command lines)."""
+    """Stop every server replica that runs (at once), then start each again (same command
+    lines)."""
     running = replicas(layout)
-    processes.stop(running)
+    processes.stop_together(running)
     return [restart(layout, proc.name) for proc in running]
 
 

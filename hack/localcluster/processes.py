@@ -138,15 +138,26 @@ def stop(tracked: list[Tracked], grace_seconds: float = 10.0) -> list[str]:
     """
     stopped = []
     for proc in reversed(tracked):
-        if not is_alive(proc):
-            continue
-        stopped.append(proc.name)
-        for sig, wait in ((signal.Signals[proc.stop_signal], grace_seconds),
-                          (signal.SIGKILL, KILL_WAIT_SECONDS)):
-            try:
-                os.kill(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            if gone_within(proc, wait):
-                break
+        stopped += stop_together([proc], grace_seconds)
     return stopped
+
+
+def stop_together(tracked: list[Tracked], grace_seconds: float = 10.0) -> list[str]:
+    """Stop the live processes of `tracked` at once, as kubelet stops a Deployment's pods (for
+    processes none of which depends on another: the server replicas, each draining for its
+    shutdown delay): each its stop signal, then SIGKILL for those that outlive the grace
+    period; returns once all are gone, with the names of those that were running."""
+    live = [proc for proc in tracked if is_alive(proc)]
+    left = live
+    for sig, wait in ((None, grace_seconds), (signal.SIGKILL, KILL_WAIT_SECONDS)):
+        for proc in left:
+            try:
+                os.kill(proc.pid, sig or signal.Signals[proc.stop_signal])
+            except ProcessLookupError:
+                continue
+        deadline = time.monotonic() + wait
+        left = [proc for proc in left
+                if not gone_within(proc, max(0.0, deadline - time.monotonic()))]
+        if not left:
+            break
+    return [proc.name for proc in live]

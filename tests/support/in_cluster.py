@@ -56,7 +56,7 @@ class HostedDeployment:
     children: list[processes.Child]
 
     def stop(self) -> None:
-        processes.stop([c.tracked for c in self.children])
+        processes.stop_together([c.tracked for c in self.children])
         recorded = processes.load(self.cluster.layout.state_file)
         mine = {c.tracked.pid for c in self.children}
         processes.save(self.cluster.layout.state_file,

@@ -71,6 +71,23 @@ def test_stop_stops_one_at_a_time_so_each_shuts_down_while_what_it_depends_on_ru
     assert processes.log_path(tmp_path, "kube-apiserver").read_text() == "etcd-ran\n"
 
 
+def test_stop_together_signals_every_process_before_waiting_for_any(tmp_path: Path) -> None:
+    """Each exits on SIGTERM only once the other has had its SIGTERM too (as replicas draining
+    together): signalled in turn, the first would wait until SIGKILLed."""
+    names = ("replica-0", "replica-1")
+    tracked = []
+    for name, other in (names, names[::-1]):
+        script = (f"trap 'touch {tmp_path}/{name}.got; "
+                  f"while [ ! -e {tmp_path}/{other}.got ]; do sleep 0.05; done; "
+                  f"touch {tmp_path}/{name}.exited; exit 0' TERM; "
+                  "while :; do sleep 0.05; done")
+        tracked.append(processes.start(name, ["/bin/sh", "-c", script], tmp_path).tracked)
+        _wait_state(tracked[-1].pid, "S")
+    assert processes.stop_together(tracked, grace_seconds=5) == list(names)
+    assert not any(processes.is_alive(proc) for proc in tracked)
+    assert all((tmp_path / f"{name}.exited").exists() for name in names)
+
+
 def test_stop_returns_once_a_process_that_ignores_its_stop_signal_is_killed(
         tmp_path: Path) -> None:
     script = "trap '' TERM; while :; do sleep 0.05; done"
