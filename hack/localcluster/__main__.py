@@ -211,12 +211,13 @@ def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS,
 
 
 def down(layout: Layout, quiet: bool = False) -> None:
-    """Stop the server replicas (at once: each drains for its shutdown delay), then every other
-    process in turn, last started first; remove the plane's directory."""
+    """Stop every process, last started first, but the server replicas at once (each drains
+    for its shutdown delay; none depends on another); remove the plane's directory."""
     recorded = processes.load(layout.state_file)
     replicas = server_replicas(layout)
-    stopped = processes.stop_together(replicas) + processes.stop(
-        [proc for proc in recorded if proc not in replicas])
+    first = recorded.index(replicas[0]) if replicas else len(recorded)
+    stopped = (processes.stop([p for p in recorded[first:] if p not in replicas])
+               + processes.stop_together(replicas[::-1]) + processes.stop(recorded[:first]))
     if layout.root.exists():
         shutil.rmtree(layout.root)
     if not quiet:

@@ -28,7 +28,7 @@ SECOND_PLANE_PORT_OFFSET = -5000
 """Below the session's ports, so below the kernel's ephemeral range (32768 and up by default):
 with +10000 a replica's port could already be the local port of some outgoing connection."""
 STOPPED_IN_ORDER = ", ".join(reversed(components.plane(REPLICAS)))
-"""`down` stops HAProxy, the replicas (last first), kwok, ... etcd."""
+"""`down` stops HAProxy, the replicas (at once, named last first), kwok, ... etcd."""
 CONTROL_PLANE_STOPPED = ", ".join(reversed(components.CONTROL_PLANE))
 
 
