@@ -68,12 +68,18 @@ def restart_replica(layout: Layout, index: int) -> processes.Tracked:
     return restart(layout, replica(layout, index).name)
 
 
+def stop_replicas(layout: Layout) -> list[processes.Tracked]:
+    """Stop every server replica cleanly, at once (each drains for its shutdown delay), keeping
+    them recorded; returns them."""
+    running = replicas(layout)
+    processes.stop_together(running)
+    return running
+
+
 def restart_replicas(layout: Layout) -> list[processes.Tracked]:
     """Stop every server replica that runs (at once), then start each again (same command
     lines)."""
-    running = replicas(layout)
-    processes.stop_together(running)
-    return [restart(layout, proc.name) for proc in running]
+    return [restart(layout, proc.name) for proc in stop_replicas(layout)]
 
 
 def replace_replica(layout: Layout, index: int, argv: list[str]) -> processes.Tracked:

@@ -54,8 +54,7 @@ def _condition(cluster: Cluster, namespace: str, kind: str) -> dict[str, Any]:
 
 
 def _stop_replicas(cluster: Cluster) -> None:
-    for replica in range(cluster.replicas):
-        plane.stop_replica(cluster.layout, replica)
+    plane.stop_replicas(cluster.layout)
     wait_until(lambda: _available(cluster) == "False", "APIService Available=False", 90)
 
 
