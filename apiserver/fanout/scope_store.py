@@ -1,31 +1,29 @@
 """The persistence of Notification scopes (apiserver/fanout/scope.py has their model).
 
-No backend gives a transaction across objects, so the order of writes carries the crash
-safety: ``create`` writes every pod set first and the run last, and the run counts its pod
-sets, so a run that can be read always has its whole pod set until it is forgotten. A crash
-in between leaves pod sets without a run (``orphan_uids``, found by their first pod set,
-written first): the leader's pass forgets them, and fails their Notification
-ScopeNotRecorded as one whose scope was never written. ``add`` writes a new pod set before
-the run counts it; ``forget`` deletes the pod sets first, so the run stays until they are
-gone. Each write is one ``guaranteed_update`` of one object, and
-the writes of one Notification take turns in this process (``_turn``: changes of single pods
-share a turn, and those of one pod set made while it is being written are written together;
-anything that spans objects or stops the run has the turn alone): only the fan-out leader
-writes pod states. A pod's start is not written here: its record, named before it is created,
-is its claim (apiserver/fanout/run.py); the pod set gets the pod's result. Any replica may stop
-a run (a Notification deleted through it), so the leader reads the run again (from the store,
-which on Kubernetes is this replica's cache) before each start: a stop another replica stored
-is honoured from the moment this replica's cache has it.
+No backend gives a transaction across objects, so the order of writes carries the crash safety:
+``create`` writes every pod set first and the run last, and the run counts its pod sets, so a
+run that can be read always has its whole pod set until it is forgotten. A crash in between
+leaves pod sets without a run (``orphan_uids``, found by their first pod set, written first):
+the leader's pass forgets them, and fails their Notification ScopeNotRecorded as one whose
+scope was never written. ``add`` writes a new pod set before the run counts it; ``forget``
+deletes the pod sets first, so the run stays until they are gone. Each write is one
+``guaranteed_update`` of one object, and the writes of one Notification take turns in this
+process (apiserver/fanout/write_turns.py: changes of single pods share a turn, and those of one
+pod set made while it is being written are written together; anything that spans objects or
+stops the run has the turn alone): only the fan-out leader writes pod states. A pod's start is
+not written here: its record, named before it is created, is its claim
+(apiserver/fanout/run.py); the pod set gets the pod's result. Any replica may stop a run (a
+Notification deleted through it), so the leader reads the run again (from the store, which on
+Kubernetes is this replica's cache) before each start: a stop another replica stored is
+honoured from the moment this replica's cache has it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.api.resources import GROUP
@@ -41,6 +39,7 @@ from apiserver.fanout.scope import (
     ScopeRun,
     pod_set_name,
 )
+from apiserver.fanout.write_turns import Batches, Change, Turns
 from apiserver.registry.errors import AlreadyExists, NotFound, StorageUnavailable
 from apiserver.registry.objects import metadata
 from apiserver.registry.resources import NOTIFICATION_POD_SETS, NOTIFICATION_RUNS
@@ -67,11 +66,10 @@ class ScopeStore:
         self._runs, self._sets = runs, pod_sets
         self._clock = clock
         self._pod_set_wait = pod_set_wait
-        self._turns: dict[str, _Turn] = {}
-        self._batches: dict[tuple[str, int], list[_Change]] = {}
-        """(Notification UID, pod set index) -> the changes waiting for its next write."""
-        self._flushes: dict[tuple[str, int], asyncio.Task[None]] = {}
-        """The last write of each pod set under way."""
+        self._turns = Turns()
+        """The writes of one Notification (by UID) take turns."""
+        self._batches = Batches()
+        """The changes of one pod set (Notification UID, index) wait for its next write."""
         self._namespaces: dict[str, str] = {}
         """Notification UID -> its namespace (it never changes)."""
         self._where: dict[str, dict[str, int]] = {}
@@ -87,7 +85,7 @@ class ScopeStore:
         ``AlreadyExists`` if the run is recorded already, before writing anything."""
         meta = notification["metadata"]
         uid, namespace = meta["uid"], meta["namespace"]
-        async with self._turn(uid):
+        async with self._turns.turn(uid):
             with contextlib.suppress(NotFound):
                 await self._runs.get(namespace, uid)
                 raise AlreadyExists(
@@ -163,7 +161,7 @@ class ScopeStore:
     async def add(self, notification_uid: str, pods: list[tuple[str, str]]) -> list[ScopedPod]:
         """Add (pod, uid) pairs not yet in the scope, as pending; returns the new ones. They
         fill the last pod set, then new ones (each written before the run counts it)."""
-        async with self._turn(notification_uid):
+        async with self._turns.turn(notification_uid):
             stored = await self._run_object(notification_uid)
             sets = None if stored is None else await self._pod_sets(stored)
             if stored is None or sets is None:
@@ -202,7 +200,7 @@ class ScopeStore:
                 entry["record"] = record
             return True
 
-        async with self._turn(notification_uid, shared=not stop):
+        async with self._turns.turn(notification_uid, shared=not stop):
             stored = await self._run_object(notification_uid)
             if stored is None:
                 return False
@@ -214,7 +212,7 @@ class ScopeStore:
 
     async def stop(self, notification_uid: str, reason: str) -> str:
         """Start no more pods; returns the reason that stands (the first one given)."""
-        async with self._turn(notification_uid):
+        async with self._turns.turn(notification_uid):
             namespace = await self._namespace(notification_uid)
             if namespace is None:
                 return reason
@@ -234,7 +232,7 @@ class ScopeStore:
                               stopped=status["stopped"] or reason)
             return obj
 
-        async with self._turn(notification_uid):
+        async with self._turns.turn(notification_uid):
             namespace = await self._namespace(notification_uid)
             stored = (None if namespace is None else
                       await self._update_run(namespace, notification_uid, decided))
@@ -261,7 +259,7 @@ class ScopeStore:
         """Store window fields not stored yet (the first value of each stands); returns the
         run as it now stands (None if it is gone). Any replica may call it (a release
         request)."""
-        async with self._turn(notification_uid):
+        async with self._turns.turn(notification_uid):
             return await self._note_window(notification_uid, times)
 
     async def end_window(self, notification_uid: str, reason: str, at: str
@@ -269,7 +267,7 @@ class ScopeStore:
         """The window ends (the first reason stands): store releaseReason and releaseTime,
         which make the release of every quiesced (succeeded) pod due (``release_due``: nothing
         more is written for that). Returns the run as it stands."""
-        async with self._turn(notification_uid):
+        async with self._turns.turn(notification_uid):
             return await self._note_window(notification_uid,
                                            {"releaseReason": reason, "releaseTime": at})
 
@@ -292,7 +290,7 @@ class ScopeStore:
 
     async def mark_finished(self, notification_uid: str) -> None:
         """The final status is stored: nothing of this run remains to do."""
-        async with self._turn(notification_uid):
+        async with self._turns.turn(notification_uid):
             namespace = await self._namespace(notification_uid)
             if namespace is not None:
                 await self._update_run(namespace, notification_uid, _set_status(finished=True))
@@ -301,7 +299,7 @@ class ScopeStore:
         """Delete the pod sets, then the run: an interruption leaves the run, which the
         leader's next pass forgets again (it is finished, or its Notification is gone and its
         outcome Succeeded: its pods are not read again), never pod sets without a run."""
-        async with self._turn(notification_uid):
+        async with self._turns.turn(notification_uid):
             namespace = await self._namespace(notification_uid)
             if namespace is None:
                 return
@@ -313,42 +311,6 @@ class ScopeStore:
             self._where.pop(notification_uid, None)
 
     # Internals
-
-    @contextlib.asynccontextmanager
-    async def _turn(self, notification_uid: str, *, shared: bool = False
-                    ) -> AsyncIterator[None]:
-        """The writes of one Notification take turns: a `shared` turn (a change of one pod,
-        after reading the run) runs alongside other shared ones, whose changes of one pod set
-        are written together (``_update_pod``); any other turn is exclusive (it spans objects,
-        or stops the run), and waits for the shared ones to end and goes before new ones."""
-        turn = self._turns.setdefault(notification_uid, _Turn())
-        turn.users += 1
-        try:
-            async with turn.changed:
-                if shared:
-                    await turn.changed.wait_for(lambda: not turn.writing and not turn.waiting)
-                    turn.readers += 1
-                else:
-                    turn.waiting += 1
-                    try:
-                        await turn.changed.wait_for(lambda: not turn.writing and not turn.readers)
-                    finally:
-                        turn.waiting -= 1
-                        turn.changed.notify_all()
-                    turn.writing = True
-            try:
-                yield
-            finally:
-                async with turn.changed:
-                    if shared:
-                        turn.readers -= 1
-                    else:
-                        turn.writing = False
-                    turn.changed.notify_all()
-        finally:
-            turn.users -= 1
-            if not turn.users:
-                del self._turns[notification_uid]
 
     async def _namespace(self, notification_uid: str) -> str | None:
         """Where the scope's objects are: the Notification's namespace, found by the run (or,
@@ -438,7 +400,7 @@ class ScopeStore:
 
     async def _change_pod(self, notification_uid: str, pod_uid: str,
                           change: Callable[[dict[str, Any]], bool]) -> bool:
-        async with self._turn(notification_uid, shared=True):
+        async with self._turns.turn(notification_uid, shared=True):
             stored = await self._run_object(notification_uid)
             return stored is not None and await self._update_pod(stored, pod_uid, change)
 
@@ -454,46 +416,12 @@ class ScopeStore:
             index = self._where.get(uid, {}).get(pod_uid)
         if index is None:
             return False
-        key = (uid, index)
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        batch = self._batches.get(key)
-        if batch is None:
-            batch = self._batches[key] = []
-            flush = asyncio.create_task(self._flush(run["metadata"]["namespace"], key, batch,
-                                                    self._flushes.get(key)))
-            self._flushes[key] = flush
-            flush.add_done_callback(functools.partial(self._flushed, key))
-        batch.append(_Change(pod_uid, change, done))
-        return await done
-
-    async def _flush(self, namespace: str, key: tuple[str, int], batch: list[_Change],
-                     previous: asyncio.Task[None] | None) -> None:
-        """Write `batch` once the previous write of the pod set is done (meanwhile the changes
-        made join it), and settle each change's future."""
-        if previous is not None:
-            await asyncio.gather(previous, return_exceptions=True)
-        else:
-            await asyncio.sleep(0)  # the changes made in this turn of the event loop join
-        if self._batches.get(key) is batch:
-            del self._batches[key]
-        uid, index = key
-        try:
-            results = await self._update_entries(namespace, uid, index, batch)
-        except Exception as error:
-            for item in batch:
-                if not item.done.done():
-                    item.done.set_exception(error)
-            return
-        for item, result in zip(batch, results, strict=True):
-            if not item.done.done():
-                item.done.set_result(result)
-
-    def _flushed(self, key: tuple[str, int], flush: asyncio.Task[None]) -> None:
-        if self._flushes.get(key) is flush:
-            del self._flushes[key]
+        return await self._batches.change(
+            (uid, index), pod_uid, change,
+            functools.partial(self._update_entries, run["metadata"]["namespace"], uid, index))
 
     async def _update_entries(self, namespace: str, uid: str, index: int,
-                              changes: list[_Change]) -> list[bool]:
+                              changes: list[Change]) -> list[bool]:
         """Apply each change (in order) to its pod's entry in pod set `index`, in one update;
         whether each changed its entry (all False if the pod set is gone)."""
         results: list[bool] = []
@@ -502,7 +430,7 @@ class ScopeStore:
             results.clear()  # mutate runs again after a conflict
             entries = {entry["podUID"]: entry for entry in obj["pods"]}
             for item in changes:
-                entry = entries.get(item.pod_uid)
+                entry = entries.get(item.entry_key)
                 results.append(entry is not None and item.change(entry))
             return obj
 
@@ -570,26 +498,3 @@ def _set_status(**changes: Any) -> Callable[[Object], Object]:
         return obj
 
     return update
-
-
-@dataclass
-class _Turn:
-    """Whose turn it is to write one Notification's scope (see ``ScopeStore._turn``)."""
-
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-    readers: int = 0
-    """Shared turns under way."""
-    writing: bool = False
-    """An exclusive turn is under way."""
-    waiting: int = 0
-    """Exclusive turns waiting (no new shared turn starts meanwhile)."""
-    users: int = 0
-
-
-@dataclass(frozen=True)
-class _Change:
-    """A change of one pod's entry waiting to be written with its pod set."""
-
-    pod_uid: str
-    change: Callable[[dict[str, Any]], bool]
-    done: asyncio.Future[bool]
