@@ -19,6 +19,7 @@ milliseconds), so the differences are comparable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import statistics
@@ -33,7 +34,7 @@ from kube_requests import REVIEW_GROUPS, WRITE_VERBS
 from plane_cpu import cpu_ms, plane_cpu_ticks
 
 from localcluster import __main__ as localcluster
-from tests.support.kube import Cluster, wait_until
+from tests.support.kube import Cluster
 
 API = "/apis/notifier.x-k8s.io/v1alpha1"
 NAMESPACE = "bench"
@@ -79,20 +80,17 @@ def remove(cluster: Cluster, name: str) -> None:
     cluster.kubectl("delete", "deployment", name, "-n", NAMESPACE, "--wait=false", check=False)
     pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
     selector = {"labelSelector": f"app={name}"}
-
-    def gone() -> bool:
-        """Whether the pods are gone; if not, ask again to delete them (kube-apiserver ends a
-        collection DELETE at its 60 s request timeout, and 5000 pods can take longer)."""
-        with cluster.admin(timeout=REMOVE_SECONDS) as kube:
-            if not kube.get(pods, params={**selector, "limit": "1"}).json()["items"]:
-                return True
-            try:
+    deadline = time.monotonic() + REMOVE_SECONDS
+    with cluster.admin(timeout=REMOVE_SECONDS) as kube:
+        while kube.get(pods, params={**selector, "limit": "1"}).json()["items"]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the pods app={name} were not deleted within "
+                                   f"{REMOVE_SECONDS} s")
+            # Asked again each time: kube-apiserver ends a collection DELETE at its 60 s
+            # request timeout, and 5000 pods can take longer.
+            with contextlib.suppress(httpx.TransportError):
                 kube.delete(pods, params=selector)
-            except httpx.TransportError:
-                pass
-        return False
-
-    wait_until(gone, f"the pods app={name} deleted", timeout=REMOVE_SECONDS, interval=1.0)
+            time.sleep(1.0)
 
 
 async def notification(bench: Any, app: str, notifier: str, parallelism: int,
