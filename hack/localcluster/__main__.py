@@ -1,14 +1,15 @@
 """python -m localcluster up|down|status: the local control plane for tests, demo and benchmarks.
 
 up      build missing binaries (hack/build.sh), start etcd, kube-apiserver, controller-manager,
-        scheduler and kwok (in its own PID namespace) with N fake nodes, register the extension
-        API (its storage CRDs Established first), start R server replicas (replica i on port
-        CN_NOTIFIER_PORT+1+i, Kubernetes storage) and HAProxy on CN_NOTIFIER_PORT in front of
-        them, wait until all are healthy; reuses a healthy running plane of R replicas; prints
+        scheduler and kwok (in its own PID namespace) with N fake nodes, and meanwhile (they
+        need kube-apiserver alone) register the extension API (its storage CRDs Established
+        first), start R server replicas (replica i on port CN_NOTIFIER_PORT+1+i, Kubernetes
+        storage) and HAProxy on CN_NOTIFIER_PORT in front of them; wait until all are healthy; reuses a healthy running plane of R replicas; prints
         what it started and how long it took.
         If a start fails, stops everything it started and exits 1 naming the component, with
         the last lines of its log.
-down    stop every process `up` started, by pid, and remove the state directory.
+down    stop every process `up` started, by pid (the replicas at once, the others in turn,
+        last started first), and remove the state directory.
 status  print each process and whether it runs, and every health problem; exit 1 unless
         every component and each of R replicas runs and answers and the APIService is Available.
 user    issue a client certificate (CN NAME, O each --group) and print its kubeconfig path;
@@ -170,6 +171,17 @@ def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS,
         # namespace's init (--kill-child), which takes every process in the namespace with it.
         plane.launch(components.KWOK, components.kwok(bins, layout, ports), stop_signal="SIGKILL")
         create_nodes(layout, ports, node_count)
+        servers = [components.replica(i) for i in range(replicas)] if server else []
+        if server:  # while the other components start (the replicas need kube-apiserver only)
+            crds = notifier.register(bins, layout, ports)
+            # Each replica checks at start that its storage CRDs are served.
+            plane.wait_for(components.KUBE_APISERVER,
+                           f"CRDs {', '.join(crds)} to be Established",
+                           lambda: notifier.crds_established(layout, ports, crds),
+                           COMPONENT_READY_SECONDS)
+            for i, name in enumerate(servers):
+                plane.launch(name, notifier.server_argv(layout, ports, i, server_args))
+            plane.launch(components.HAPROXY, haproxy.argv(layout))
         for name in (components.CONTROLLER_MANAGER, components.SCHEDULER, components.KWOK):
             _wait_answers(plane, probe[name], COMPONENT_READY_SECONDS)
         plane.wait_for(components.KWOK, f"{node_count} Ready kwok nodes",
@@ -181,17 +193,8 @@ def up(layout: Layout, ports: Ports, node_count: int, replicas: int = REPLICAS,
             print(f"cluster: up without the extension in {time.monotonic() - started_at:.1f} s;"
                   f" export KUBECONFIG={layout.kubeconfig}")
             return
-        crds = notifier.register(bins, layout, ports)
-        # Each replica checks at start that its storage CRDs are served.
-        plane.wait_for(components.KUBE_APISERVER, f"CRDs {', '.join(crds)} to be Established",
-                       lambda: notifier.crds_established(layout, ports, crds),
-                       COMPONENT_READY_SECONDS)
-        servers = [components.replica(i) for i in range(replicas)]
-        for i, name in enumerate(servers):
-            plane.launch(name, notifier.server_argv(layout, ports, i, server_args))
         for name in servers:
             _wait_answers(plane, probe[name], COMPONENT_READY_SECONDS)
-        plane.launch(components.HAPROXY, haproxy.argv(layout))
         _wait_answers(plane, probe[components.HAPROXY], COMPONENT_READY_SECONDS)
         plane.wait_for(servers[0], f"APIService {notifier.APISERVICE_NAME} Available",
                        lambda: apiservice_available(layout, ports), COMPONENT_READY_SECONDS)

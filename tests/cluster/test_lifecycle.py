@@ -125,8 +125,9 @@ def test_up_is_idempotent_restarts_what_is_unhealthy_and_down_stops_everything(
 
 def test_a_failed_up_stops_everything_it_started(cluster: Cluster, tmp_path: Path,
                                                  state_parent: Path) -> None:
-    # The extension server is started last: an `apiserver` package in the working directory that
-    # exits at once makes `up` fail after every other component runs.
+    # The replicas start (with HAProxy) once kube-apiserver serves their CRDs, while the other
+    # components come up: an `apiserver` package in the working directory that exits at once
+    # makes `up` fail whichever wait it is in, with every component started.
     stub = tmp_path / "cwd" / "apiserver"
     stub.mkdir(parents=True)
     (stub / "__init__.py").write_text("")
@@ -138,11 +139,12 @@ def test_a_failed_up_stops_everything_it_started(cluster: Cluster, tmp_path: Pat
         # The replicas start together: whichever exits first is named.
         replica = r"notifier-apiserver-\d+"
         assert re.search(rf"cluster: {replica} \(pid \d+\) exited with status 3 while waiting "
-                         rf"for {replica} to answer", failed.stderr), failed.stderr
+                         "for ", failed.stderr), failed.stderr
         assert re.search(rf"{replica}\.log:\ninjected failure: refusing to serve",
                          failed.stderr), failed.stderr
-        # A replica that has not exited yet is stopped with the control plane.
-        assert re.search(rf"cluster: start failed; stopped (({replica}, )*){CONTROL_PLANE_STOPPED}"
+        # HAProxy, and a replica that has not exited yet, are stopped with the control plane.
+        assert re.search(rf"cluster: start failed; stopped haproxy, (({replica}, )*)"
+                         rf"{CONTROL_PLANE_STOPPED}"
                          "; logs kept", failed.stderr), failed.stderr
         assert _processes_mentioning(str(plane.state)) == []
         assert not (plane.state / "processes.json").exists()
