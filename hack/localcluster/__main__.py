@@ -4,8 +4,9 @@ up      build missing binaries (hack/build.sh), start etcd, kube-apiserver, cont
         scheduler and kwok (in its own PID namespace) with N fake nodes, and meanwhile (they
         need kube-apiserver alone) register the extension API (its storage CRDs Established
         first), start R server replicas (replica i on port CN_NOTIFIER_PORT+1+i, Kubernetes
-        storage) and HAProxy on CN_NOTIFIER_PORT in front of them; wait until all are healthy; reuses a healthy running plane of R replicas; prints
-        what it started and how long it took.
+        storage) and HAProxy on CN_NOTIFIER_PORT in front of them; wait until all are
+        healthy; reuses a healthy running plane of R replicas; prints what it started and how
+        long it took.
         If a start fails, stops everything it started and exits 1 naming the component, with
         the last lines of its log.
 down    stop every process `up` started, by pid (the replicas at once, the others in turn,
