@@ -7,6 +7,7 @@ page's remedy when the server is gone for good) lets a stuck namespace finish.""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -54,7 +55,14 @@ def _condition(cluster: Cluster, namespace: str, kind: str) -> dict[str, Any]:
 
 
 def _stop_replicas(cluster: Cluster) -> None:
+    """Stop both replicas and wait until the APIService says so. kube-apiserver checks an
+    APIService's availability when it changes and otherwise every 30 s: a changed annotation
+    has it check at once, as its next periodic check would."""
     plane.stop_replicas(cluster.layout)
+    with cluster.admin() as kube:
+        kube.patch(APISERVICE, json={"metadata": {"annotations": {
+            "test.notifier.x-k8s.io/replicas-stopped": str(time.time())}}},
+                   headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
     wait_until(lambda: _available(cluster) == "False", "APIService Available=False", 90)
 
 
