@@ -58,6 +58,7 @@ from apiserver.fanout.run_base import NotStarted, status_time
 from apiserver.fanout.run_records import (
     claim_name,
     notification_label,
+    quiesced_at,
     record_name,
     result_of,
     stored_record,
@@ -160,7 +161,7 @@ class NotificationRun(WindowRun):
     async def _take_result(self, pod: ScopedPod) -> None:
         record = await self._record(pod.record, held=self.release is not None)
         state, reason = result_of(record)
-        await self._record_result(pod, state, reason)
+        await self._record_result(pod, state, reason, quiesced_at(record))
         if not self._holds_after(state):
             self.locks.release(self._key(pod), self.holder)
 
@@ -168,11 +169,16 @@ class NotificationRun(WindowRun):
         """The name of the pod's record of this run (its claim)."""
         return record_name(pod.pod, self.spec["notifier"], self.uid, pod.pod_uid)
 
-    async def _record_result(self, pod: ScopedPod, state: str, reason: str) -> None:
+    async def _record_result(self, pod: ScopedPod, state: str, reason: str,
+                             quiesced: str = "") -> None:
         """Store a pod's final state (with the name of its record, if it has one); under Abort
-        a failure stops the run, in the same write."""
+        a failure stops the run, in the same write. A success moves `_last_success_at` to
+        when the pod was `quiesced` (its record says; else now), if that is later."""
         if state == scope.SUCCEEDED:
-            self._last_success_at = status_time(self.clock)
+            moment = quiesced or status_time(self.clock)
+            if (parse_timestamp(moment) or 0.0) > (parse_timestamp(self._last_success_at)
+                                                     or 0.0):
+                self._last_success_at = moment
         stop = FAIL_FAST if state == scope.FAILED and self.abort else ""
         await self._stored("store a pod's result", lambda: self.parts.scopes.finish_pod(
             self.uid, pod.pod_uid, state, reason, record=pod.record or None, stop=stop))
@@ -273,7 +279,10 @@ class NotificationRun(WindowRun):
             self._changed(replace(pod, state=scope.PENDING, record=""))
             self.locks.release(self._key(pod), self.holder)
             return
-        await self._record_result(pod, state, reason)
+        at = ""
+        if state == scope.SUCCEEDED and self.release is not None:  # the window's quiescedTime
+            at = quiesced_at(await stored_record(self.parts.podnotifiers, self.namespace, name))
+        await self._record_result(pod, state, reason, at)
         if not self._holds_after(state):
             self.locks.release(self._key(pod), self.holder)
 

@@ -124,8 +124,8 @@ class RunBase:
         self._hold_end_at = ""
         """When a held pod's hold ended on its own (HoldEnded): the window's end."""
         self._last_success_at = ""
-        """When this run last learned that a pod's forward step succeeded: in a window, the
-        moment the last pod was quiesced (quiescedTime)."""
+        """The latest moment a pod's forward step succeeded (its record's completionTime, or
+        heldTime if it holds): in a window, when the last pod was quiesced (quiescedTime)."""
 
     def _halted(self) -> bool:
         return self.deleted.is_set() or bool(self.stopped)

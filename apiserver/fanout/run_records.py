@@ -72,6 +72,13 @@ def hold_end(record: Mapping[str, Any]) -> str:
     return min(ends, default=str(status.get("completionTime") or records.now()))
 
 
+def quiesced_at(record: Mapping[str, Any] | None) -> str:
+    """When a Succeeded (or Held) record's pod was first quiesced, as the replica that ran it
+    saw it: its heldTime if it held, else its completionTime; "" if it says neither."""
+    status = (record or {}).get("status") or {}
+    return str(status.get("heldTime") or status.get("completionTime") or "")
+
+
 def result_of(record: Mapping[str, Any] | None) -> tuple[str, str]:
     """A started pod's (scope state, reason) from its finished (or Held) record; None: absent,
     so the pod failed Interrupted (its server stopped before storing it)."""

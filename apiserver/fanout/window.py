@@ -69,8 +69,8 @@ class WindowRun(RunBase):
         return states == {scope.SUCCEEDED}
 
     async def _hold_window(self, started: str) -> None:
-        """Every pod is quiesced: store quiescedTime (once: when the last pod's quiesce was
-        known to succeed, before its result was stored), show the window (Quiesced True), and
+        """Every pod is quiesced: store quiescedTime (once: when the last pod's quiesce ended,
+        as its record says), show the window (Quiesced True), and
         wait until it ends; store why (the release is then due)."""
         opening = not self.window.get("quiescedTime")
         quiesced = (self.window.get("quiescedTime") or self._last_success_at

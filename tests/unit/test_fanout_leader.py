@@ -46,7 +46,7 @@ class Replica:
 
 def replica(server: Server, *, scope_grace: float = 0, absent_grace: float = 0) -> Replica:
     """Another replica over `server`'s stores, not leading."""
-    fake = FakePods(server.podnotifiers)
+    fake = FakePods(server.podnotifiers, server.clock)
     fake.pods = server.fake.pods  # the same cluster's pods
     manager = FanoutManager(FanoutParts(
         notifications=server.notifications, podnotifiers=server.podnotifiers,

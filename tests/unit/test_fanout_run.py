@@ -22,6 +22,7 @@ from apiserver.fanout import scope
 from apiserver.fanout.manager import FanoutManager
 from apiserver.fanout.parts import FanoutParts
 from apiserver.fanout.reasons import pod_outcome
+from apiserver.fanout.run_base import status_time
 from apiserver.fanout.run_records import ROLLBACK_ATTEMPT_LABEL, record_name, stored_record
 from apiserver.fanout.scope_store import ScopeStore
 from apiserver.fanout.status import waiting_for_pods
@@ -75,6 +76,8 @@ class FakePods:
     until set. Counts what ran, and the peak of runs at once."""
 
     podnotifiers: PodNotifierStore
+    clock: Clock = field(default_factory=SystemClock)
+    """The records' times come from it: the runner's clock is the fan-out's (one process)."""
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     outcomes: dict[tuple[str, str], Any] = field(default_factory=dict)
     read_errors: dict[str, Exception] = field(default_factory=dict)
@@ -136,7 +139,7 @@ class FakePods:
         self.peak = max(self.peak, self.running)
         try:
             await self.podnotifiers.guaranteed_update(
-                NS, name, lambda r: records.mark_running(r, records.now()))
+                NS, name, lambda r: records.mark_running(r, status_time(self.clock)))
             if pod in self.gates:
                 await self.gates[pod].wait()
             else:
@@ -146,7 +149,7 @@ class FakePods:
                      "reason": "Completed" if ok else "NonZeroExitCode",
                      "exitCode": 0 if ok else 1}
             await self.podnotifiers.guaranteed_update(NS, name, lambda r: records.finish(
-                records.set_container(r, entry), records.now()))
+                records.set_container(r, entry), status_time(self.clock)))
         finally:
             self.running -= 1
 
@@ -228,7 +231,7 @@ class Server:
         notifications = SqliteObjectStore(database, NOTIFICATIONS)
         podnotifiers = PodNotifierStore(SqliteObjectStore(database, PODNOTIFIERS), "replica-0")
         scopes = scope_store(database, clock)
-        fake, authorizer = FakePods(podnotifiers), FakeAuthorizer()
+        fake, authorizer = FakePods(podnotifiers, clock), FakeAuthorizer()
         metrics, new_pods, events = FakeMetrics(), FakeNewPods(), RecordingSink()
         manager = FanoutManager(FanoutParts(
             notifications=notifications, podnotifiers=podnotifiers, scopes=scopes,

@@ -178,23 +178,30 @@ async def test_after_seconds_releases_by_itself_exactly_then(
     assert server.events.reasons().count("Quiesced") == 1
 
 
-async def test_quiesced_time_is_when_the_last_quiesce_was_known_not_when_it_was_stored(
+async def test_quiesced_time_is_when_the_last_quiesce_ended_not_when_it_was_known_or_stored(
         clocked: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each pod's result takes 30 s to store here: the window opened when the last pod's
-    quiesce was known to succeed (START + 60 with parallelism 1), not once it was stored."""
+    """Here the fan-out learns each pod's result 10 s after its quiesce ended (as if its
+    record's final write took that long), and takes 30 s to store it: with parallelism 1 the
+    last quiesce ended at START + 80 (learned at + 90, stored at + 120), and the window opened
+    then, as its record's completionTime says."""
     server = clocked
     clock = fake_clock(server)
-    finish_pod = server.scopes.finish_pod
+    finish_pod, wait = server.scopes.finish_pod, server.fake.wait
 
     async def slow_finish_pod(*args: Any, **kwargs: Any) -> bool:
         clock.advance(30)
         return await finish_pod(*args, **kwargs)
 
+    async def late_wait(*args: Any) -> None:
+        await wait(*args)
+        clock.advance(10)
+
     monkeypatch.setattr(server.scopes, "finish_pod", slow_finish_pod)
+    monkeypatch.setattr(server.fake, "wait", late_wait)
     await server.create("snap", server.fake.add(*NAMES), release=RELEASE)
     status = await window_open(server, "snap")
-    assert parse_timestamp(status["window"]["quiescedTime"]) == START + 60
-    assert clock.now() >= START + 90
+    assert parse_timestamp(status["window"]["quiescedTime"]) == START + 80
+    assert clock.now() >= START + 120
 
 
 async def test_the_first_release_does_not_wait_for_the_status_that_shows_the_end(
